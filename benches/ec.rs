@@ -1,1 +1,100 @@
-// placeholder
+//! Erasure-coding throughput with the method of the EPYC erasure-coding study: one thread,
+//! inputs and outputs drawn at random from a pool of at least 1 GiB so they come from
+//! memory rather than cache, encode counted as data + parity bytes, rebuild of one lost
+//! data shard counted as the k shards read plus the one rebuilt. memcpy over the same pool
+//! in the same run gives every figure a ratio (`benches/ec-report` prints the table).
+//!
+//! `cargo bench -p oed-benches --bench ec` (set `OED_BENCH_POOL_MIB` to shrink the pool).
+
+use std::hint::black_box;
+use std::time::Duration;
+
+use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use oed_benches::Pool;
+use oed_ec::{Codec, Kernel};
+use reed_solomon_erasure::galois_8::ReedSolomon;
+
+const KIB: usize = 1024;
+const MIB: usize = 1024 * KIB;
+
+fn pool_bytes() -> usize {
+    std::env::var("OED_BENCH_POOL_MIB")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+        .map_or(1024 * MIB, |m| m * MIB)
+}
+
+fn label(size: usize) -> String {
+    if size >= MIB {
+        format!("{}MiB", size / MIB)
+    } else {
+        format!("{}KiB", size / KIB)
+    }
+}
+
+fn profile(c: &mut Criterion, k: usize, m: usize, shard: usize, with_reference: bool) {
+    let mut pool = Pool::new(pool_bytes(), shard);
+    let mut g = c.benchmark_group(format!("rs{k}+{m}/{}", label(shard)));
+    g.throughput(Throughput::Bytes(shard as u64));
+    g.bench_function("memcpy", |b| {
+        b.iter(|| pool.with_slots(1, 1, |i, o| o[0].copy_from_slice(black_box(i[0]))));
+    });
+    for kernel in Kernel::available() {
+        let codec = Codec::with_kernel(k, m, kernel).expect("profile");
+        g.throughput(Throughput::Bytes(((k + m) * shard) as u64));
+        g.bench_function(BenchmarkId::new("encode", kernel), |b| {
+            b.iter(|| pool.with_slots(k, m, |d, p| codec.encode(d, p).expect("encode")));
+        });
+        let mut present = vec![true; k + m];
+        present[0] = false;
+        g.throughput(Throughput::Bytes(((k + 1) * shard) as u64));
+        g.bench_function(BenchmarkId::new("rebuild1", kernel), |b| {
+            b.iter(|| {
+                pool.with_slots(0, k + m, |_, s| {
+                    codec.reconstruct_data(s, &present).expect("rebuild");
+                });
+            });
+        });
+    }
+    if with_reference {
+        // The reed-solomon-erasure crate's pure-Rust path, for scale.
+        let rs = ReedSolomon::new(k, m).expect("profile");
+        g.throughput(Throughput::Bytes(((k + m) * shard) as u64));
+        g.bench_function("encode/reference", |b| {
+            b.iter(|| pool.with_slots(k, m, |d, p| rs.encode_sep(d, p).expect("encode")));
+        });
+    }
+    g.finish();
+}
+
+fn erasure_coding(c: &mut Criterion) {
+    profile(c, 10, 4, 4 * KIB, true);
+    profile(c, 10, 4, 4 * MIB, true);
+    profile(c, 4, 2, MIB, false);
+    profile(c, 8, 3, MIB, false);
+}
+
+fn checksums(c: &mut Criterion) {
+    for size in [4 * KIB, MIB] {
+        let mut pool = Pool::new(pool_bytes(), size);
+        let mut g = c.benchmark_group(format!("crc32c/{}", label(size)));
+        g.throughput(Throughput::Bytes(size as u64));
+        g.bench_function("memcpy", |b| {
+            b.iter(|| pool.with_slots(1, 1, |i, o| o[0].copy_from_slice(black_box(i[0]))));
+        });
+        g.bench_function("crc32c", |b| {
+            b.iter(|| pool.with_slots(1, 0, |i, _| crc32c::crc32c(black_box(i[0]))));
+        });
+        g.finish();
+    }
+}
+
+criterion_group! {
+    name = benches;
+    config = Criterion::default()
+        .sample_size(20)
+        .warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_secs(3));
+    targets = erasure_coding, checksums
+}
+criterion_main!(benches);

@@ -222,7 +222,10 @@ impl Codec {
         check_count(self.total(), present.len())?;
         let len = shards[0].len();
         check_lengths(len, shards.iter().map(|s| s.len()))?;
-        let used: Vec<usize> = (0..self.total()).filter(|&i| present[i]).take(self.k).collect();
+        let used: Vec<usize> = (0..self.total())
+            .filter(|&i| present[i])
+            .take(self.k)
+            .collect();
         if used.len() < self.k {
             return Err(Error::TooFewShards {
                 available: used.len(),
@@ -285,7 +288,7 @@ impl Codec {
 
     #[cfg(test)]
     pub(crate) fn cached_decode_matrices(&self) -> usize {
-        self.cache.lock().map(|c| c.len()).unwrap_or(0)
+        self.cache.lock().map_or(0, |c| c.len())
     }
 }
 
@@ -316,8 +319,14 @@ mod tests {
 
     #[test]
     fn profile_bounds_are_enforced() {
-        assert!(matches!(Codec::new(0, 2), Err(Error::InvalidProfile { .. })));
-        assert!(matches!(Codec::new(200, 57), Err(Error::InvalidProfile { .. })));
+        assert!(matches!(
+            Codec::new(0, 2),
+            Err(Error::InvalidProfile { .. })
+        ));
+        assert!(matches!(
+            Codec::new(200, 57),
+            Err(Error::InvalidProfile { .. })
+        ));
         assert!(Codec::new(256, 0).is_ok());
         assert!(Codec::new(1, 255).is_ok());
     }
@@ -335,7 +344,7 @@ mod tests {
     #[test]
     fn decode_matrices_are_cached_per_pattern() {
         let c = Codec::new(4, 2).unwrap();
-        let mut shards: Vec<Vec<u8>> = (0..6).map(|i| vec![i as u8; 64]).collect();
+        let mut shards: Vec<Vec<u8>> = (0..6u8).map(|i| vec![i; 64]).collect();
         {
             let mut refs: Vec<&mut [u8]> = shards.iter_mut().map(Vec::as_mut_slice).collect();
             c.encode_shards(&mut refs).unwrap();
@@ -367,7 +376,10 @@ mod tests {
         let mut refs: Vec<&mut [u8]> = vec![&mut a, &mut p];
         assert!(matches!(
             c.reconstruct(&mut refs, &[true, true]),
-            Err(Error::ShardCount { expected: 3, got: 2 })
+            Err(Error::ShardCount {
+                expected: 3,
+                got: 2
+            })
         ));
     }
 }

@@ -71,7 +71,12 @@ impl ShardHeader {
     /// # Errors
     /// [`Error::InvalidHeader`] when `shard_index` is not below `k + m` or the file would be
     /// longer than 2^64 bytes.
-    pub fn new(version_id: u128, shard_index: u16, layout: Layout, object_len: u64) -> Result<Self> {
+    pub fn new(
+        version_id: u128,
+        shard_index: u16,
+        layout: Layout,
+        object_len: u64,
+    ) -> Result<Self> {
         let h = Self {
             version_id,
             shard_index,
@@ -87,13 +92,20 @@ impl ShardHeader {
         if usize::from(self.shard_index) >= self.layout.total() {
             return Err(Error::InvalidHeader {
                 field: "shard_index",
-                reason: format!("{} is not below k + m = {}", self.shard_index, self.layout.total()),
+                reason: format!(
+                    "{} is not below k + m = {}",
+                    self.shard_index,
+                    self.layout.total()
+                ),
             });
         }
         if self.checked_file_len().is_none() {
             return Err(Error::InvalidHeader {
                 field: "object_len",
-                reason: format!("{} bytes makes the shard file longer than 2^64 bytes", self.object_len),
+                reason: format!(
+                    "{} bytes makes the shard file longer than 2^64 bytes",
+                    self.object_len
+                ),
             });
         }
         Ok(())
@@ -140,9 +152,13 @@ impl ShardHeader {
         let code = CodeId::from_byte(b[10])
             .ok_or_else(|| invalid("code_id", format!("unknown code {}", b[10])))?;
         let log2 = b[11];
-        if !(MIN_CHUNK_SIZE.trailing_zeros()..=MAX_CHUNK_SIZE.trailing_zeros()).contains(&log2.into())
+        if !(MIN_CHUNK_SIZE.trailing_zeros()..=MAX_CHUNK_SIZE.trailing_zeros())
+            .contains(&log2.into())
         {
-            return Err(invalid("chunk_size_log2", format!("{log2} is out of range 12..=24")));
+            return Err(invalid(
+                "chunk_size_log2",
+                format!("{log2} is out of range 12..=24"),
+            ));
         }
         if b[18..24].iter().chain(&b[48..60]).any(|&x| x != 0) {
             return Err(invalid("reserved", "reserved bytes are not zero".into()));
@@ -408,7 +424,13 @@ mod tests {
     use super::*;
 
     fn header(len: u64) -> ShardHeader {
-        ShardHeader::new(0x0123_4567_89AB_CDEF, 1, Layout::new(3, 2, 4096).unwrap(), len).unwrap()
+        ShardHeader::new(
+            0x0123_4567_89AB_CDEF,
+            1,
+            Layout::new(3, 2, 4096).unwrap(),
+            len,
+        )
+        .unwrap()
     }
 
     #[test]
@@ -443,13 +465,23 @@ mod tests {
         let mut w = ShardWriter::new(Vec::new(), header(10)).unwrap();
         assert!(matches!(
             w.write_chunk(&[0; 5]),
-            Err(Error::ChunkLength { stripe: 0, expected: 4, got: 5 })
+            Err(Error::ChunkLength {
+                stripe: 0,
+                expected: 4,
+                got: 5
+            })
         ));
         w.write_chunk(&[0; 4]).unwrap();
-        assert!(matches!(w.write_chunk(&[0; 4]), Err(Error::StripeCount { .. })));
+        assert!(matches!(
+            w.write_chunk(&[0; 4]),
+            Err(Error::StripeCount { .. })
+        ));
         let bytes = w.finish().unwrap();
         assert_eq!(bytes.len() as u64, header(10).file_len());
         let w = ShardWriter::new(Vec::new(), header(10)).unwrap();
-        assert!(matches!(w.finish(), Err(Error::StripeCount { written: 0, .. })));
+        assert!(matches!(
+            w.finish(),
+            Err(Error::StripeCount { written: 0, .. })
+        ));
     }
 }

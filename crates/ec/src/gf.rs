@@ -89,6 +89,8 @@ const fn build_nibbles() -> [NibbleTable; 256] {
 /// Nibble tables for every coefficient (8 KiB).
 pub static NIBBLES: [NibbleTable; 256] = build_nibbles();
 
+// Evaluated at compile time into a static; the array never lives on a stack at run time.
+#[allow(clippy::large_stack_arrays)]
 const fn build_mul_table() -> [[u8; 256]; 256] {
     let mut t = [[0u8; 256]; 256];
     let mut a = 0;

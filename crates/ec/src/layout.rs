@@ -246,6 +246,9 @@ mod tests {
         assert_eq!(l.shard_data_len(0), 0);
         // Fewer tail bytes than data chunks: the last chunks are all padding.
         let t = l.stripe(2, 0).unwrap();
-        assert_eq!((t.chunk_len, t.chunk_range(1), t.chunk_range(2)), (1, 1..2, 2..2));
+        assert_eq!(
+            (t.chunk_len, t.chunk_range(1), t.chunk_range(2)),
+            (1, 1..2, 2..2)
+        );
     }
 }

@@ -26,7 +26,10 @@ fn reassemble(layout: Layout, files: &[Vec<u8>]) -> Vec<u8> {
         .iter()
         .map(|f| read_all(f).unwrap())
         .collect();
-    let len = ShardReader::new(files[0].as_slice()).unwrap().header().object_len;
+    let len = ShardReader::new(files[0].as_slice())
+        .unwrap()
+        .header()
+        .object_len;
     let mut out = Vec::new();
     for s in 0..layout.stripe_count(len) {
         let stripe = layout.stripe(len, s).unwrap();
@@ -47,7 +50,10 @@ fn objects_round_trip_through_shard_files() {
             let h = ShardReader::new(f.as_slice()).unwrap().header().to_owned();
             assert_eq!((h.shard_index as usize, h.version_id), (i, 42));
             assert_eq!(f.len() as u64, h.file_len());
-            assert_eq!(read_all(f).unwrap().len() as u64, layout.stripe_count(len as u64));
+            assert_eq!(
+                read_all(f).unwrap().len() as u64,
+                layout.stripe_count(len as u64)
+            );
         }
         assert_eq!(reassemble(layout, &files), data, "len {len}");
     }
@@ -58,7 +64,10 @@ fn reader_names_the_bad_stripe_and_continues_past_it() {
     let layout = Layout::new(2, 1, 4096).unwrap();
     let data = bytes(5 * 2 * 4096, 1);
     let mut file = shard_files(layout, 1, &data).swap_remove(0);
-    let h = ShardReader::new(file.as_slice()).unwrap().header().to_owned();
+    let h = ShardReader::new(file.as_slice())
+        .unwrap()
+        .header()
+        .to_owned();
     file[h.frame_offset(3) as usize + 100] ^= 0x40;
     let mut r = ShardReader::new(file.as_slice()).unwrap();
     let mut buf = Vec::new();
@@ -82,7 +91,10 @@ fn frames_swapped_within_a_file_are_detected() {
     let frame = 4096 + 4;
     let (a, b) = file[HEADER_LEN..].split_at_mut(frame);
     a.swap_with_slice(&mut b[..frame]);
-    assert!(matches!(read_all(&file), Err(Error::CorruptChunk { stripe: 0 })));
+    assert!(matches!(
+        read_all(&file),
+        Err(Error::CorruptChunk { stripe: 0 })
+    ));
 }
 
 #[test]
@@ -112,7 +124,10 @@ fn trailing_bytes_and_every_truncation_are_errors() {
     assert!(matches!(read_all(&longer), Err(Error::TrailingData)));
     for cut in 0..file.len() {
         let err = read_all(&file[..cut]).unwrap_err();
-        assert!(matches!(err, Error::Truncated { .. }), "cut at {cut}: {err}");
+        assert!(
+            matches!(err, Error::Truncated { .. }),
+            "cut at {cut}: {err}"
+        );
     }
 }
 
@@ -125,10 +140,16 @@ fn header_errors_name_what_is_wrong() {
     assert!(matches!(ShardHeader::decode(&b), Err(Error::BadMagic)));
     let mut b = good;
     b[8] = 2;
-    assert!(matches!(ShardHeader::decode(&b), Err(Error::UnsupportedVersion { version: 2 })));
+    assert!(matches!(
+        ShardHeader::decode(&b),
+        Err(Error::UnsupportedVersion { version: 2 })
+    ));
     let mut b = good;
     b[30] ^= 1;
-    assert!(matches!(ShardHeader::decode(&b), Err(Error::HeaderChecksum { .. })));
+    assert!(matches!(
+        ShardHeader::decode(&b),
+        Err(Error::HeaderChecksum { .. })
+    ));
     // A field out of range with a valid checksum still fails, naming the field.
     let mut b = good;
     b[16] = 9;

@@ -20,27 +20,32 @@ const CASES: &[(usize, usize, u32, usize)] = &[
     (17, 5, 4096, 9_999),
 ];
 
+fn hex(data: &[u8]) -> String {
+    data.iter().fold(String::new(), |mut s, b| {
+        let _ = write!(s, "{b:02x}");
+        s
+    })
+}
+
 fn render() -> String {
     let mut out = String::from("# k m chunk_size object_len shard sha256(shard file)\n");
     for &(k, m, chunk, len) in CASES {
         let layout = Layout::new(k, m, chunk).unwrap();
-        let files = shard_files(layout, 0x00ED_0000_0000_0000_0000_0000_0000_0001, &bytes(len, 0xC0FFEE));
+        let files = shard_files(
+            layout,
+            0x00ED_0000_0000_0000_0000_0000_0000_0001,
+            &bytes(len, 0x00C0_FFEE),
+        );
         for (i, f) in files.iter().enumerate() {
-            let digest = Sha256::digest(f);
-            let hex = digest.iter().fold(String::new(), |mut s, b| {
-                let _ = write!(s, "{b:02x}");
-                s
-            });
-            let _ = writeln!(out, "{k} {m} {chunk} {len} {i} {hex}");
+            let digest = hex(&Sha256::digest(f));
+            let _ = writeln!(out, "{k} {m} {chunk} {len} {i} {digest}");
         }
     }
     out
 }
 
 fn hex_dump(data: &[u8]) -> String {
-    data.chunks(32)
-        .map(|c| c.iter().map(|b| format!("{b:02x}")).collect::<String>() + "\n")
-        .collect()
+    data.chunks(32).map(|c| hex(c) + "\n").collect()
 }
 
 #[test]

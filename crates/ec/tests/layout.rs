@@ -57,7 +57,10 @@ proptest! {
 #[test]
 fn ranges_past_the_end_are_clipped() {
     let layout = Layout::new(2, 1, 4096).unwrap();
-    assert_eq!(layout.spans(100, 50..1000).map(|s| s.len).sum::<usize>(), 50);
+    assert_eq!(
+        layout.spans(100, 50..1000).map(|s| s.len).sum::<usize>(),
+        50
+    );
     assert_eq!(layout.spans(100, 200..300).count(), 0);
     assert_eq!(layout.spans(0, 0..10).count(), 0);
 }

@@ -72,7 +72,16 @@ fn every_kernel_encodes_like_the_reference_for_small_profiles() {
 #[test]
 fn every_erasure_pattern_of_at_most_m_shards_reconstructs_exactly() {
     for kernel in Kernel::available() {
-        for (k, m) in [(1, 1), (2, 1), (3, 2), (4, 2), (5, 3), (6, 3), (4, 4), (8, 3)] {
+        for (k, m) in [
+            (1, 1),
+            (2, 1),
+            (3, 2),
+            (4, 2),
+            (5, 3),
+            (6, 3),
+            (4, 4),
+            (8, 3),
+        ] {
             let codec = Codec::with_kernel(k, m, kernel).unwrap();
             let shards = encode(&codec, &random_shards(k, 333, k as u64 * 101 + m as u64));
             for lost in subsets(k + m, m) {
@@ -82,8 +91,7 @@ fn every_erasure_pattern_of_at_most_m_shards_reconstructs_exactly() {
                     damaged[i].fill(0x5A);
                     present[i] = false;
                 }
-                let mut refs: Vec<&mut [u8]> =
-                    damaged.iter_mut().map(Vec::as_mut_slice).collect();
+                let mut refs: Vec<&mut [u8]> = damaged.iter_mut().map(Vec::as_mut_slice).collect();
                 codec.reconstruct(&mut refs, &present).unwrap();
                 assert_eq!(damaged, shards, "kernel {kernel} k={k} m={m} lost {lost:?}");
             }
@@ -100,7 +108,13 @@ fn more_than_m_losses_are_refused_and_write_nothing() {
     let err = codec
         .reconstruct(&mut refs, &[false, false, true, false, true, true])
         .unwrap_err();
-    assert!(matches!(err, Error::TooFewShards { available: 3, needed: 4 }));
+    assert!(matches!(
+        err,
+        Error::TooFewShards {
+            available: 3,
+            needed: 4
+        }
+    ));
     assert_eq!(damaged, shards);
 }
 

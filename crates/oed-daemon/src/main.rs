@@ -16,9 +16,8 @@ enum Command {
     Version,
 }
 
-fn main() -> anyhow::Result<()> {
+fn main() {
     match Cli::parse().command {
         Command::Version => println!("{}", oed_daemon::build_info()),
     }
-    Ok(())
 }

@@ -252,4 +252,13 @@ mod tests {
         #[cfg(target_arch = "aarch64")]
         assert_eq!(Kernel::detect(), Kernel::Neon64);
     }
+
+    /// CI names the kernel each target must pick (AVX2 on the host, NEON under qemu), so a
+    /// detection bug that silently falls back to the portable kernel fails the build.
+    #[test]
+    fn detected_kernel_is_the_one_ci_expects() {
+        if let Ok(want) = std::env::var("OED_EXPECT_KERNEL") {
+            assert_eq!(Kernel::detect().name(), want);
+        }
+    }
 }

@@ -37,7 +37,10 @@ pub(crate) fn mul_rows(coeffs: &[u8], inputs: &[&[u8]], outputs: &mut [&mut [u8]
     assert!(supported());
     let ins: Vec<*const u8> = inputs.iter().map(|s| s.as_ptr()).collect();
     super::drive(coeffs, inputs, outputs, STEP, |rows, outs, start, end| {
-        let tables: Vec<*const u8> = rows.iter().map(|&c| NIBBLES[c as usize].0.as_ptr()).collect();
+        let tables: Vec<*const u8> = rows
+            .iter()
+            .map(|&c| NIBBLES[c as usize].0.as_ptr())
+            .collect();
         let out_ptrs: Vec<*mut u8> = outs.iter_mut().map(|s| s.as_mut_ptr()).collect();
         // SAFETY: NEON is present (asserted above); `drive` gives `start..end` within every
         // shard with `end - start` a multiple of STEP and 1..=4 output rows; `tables` has

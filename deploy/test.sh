@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# OED's whole test suite, from a fresh Debian 12 machine with only the Rust toolchain:
+#   1. installs what is missing (cross gcc, qemu-user, libclang; rust targets),
+#   2. runs every test of the workspace on this machine,
+#   3. builds for aarch64 and armv7 and runs the erasure-code tests there under qemu-user,
+#      so the ARM SIMD kernels are checked against the reference on every run,
+#   4. runs the ARM oedd binaries under qemu as a smoke test.
+# Each target must pick its SIMD kernel (OED_EXPECT_KERNEL), not silently fall back.
+# Set CARGO_TARGET_DIR to keep build outputs between runs (.ci/run does).
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+# shellcheck source=cross/setup.sh
+source deploy/cross/setup.sh
+
+step() { printf '\n=== %s\n' "$*"; }
+
+host_kernel=portable
+if [ "$(uname -m)" = x86_64 ] && grep -qw avx2 /proc/cpuinfo; then host_kernel=avx2; fi
+if [ "$(uname -m)" = aarch64 ]; then host_kernel=neon64; fi
+
+step "host tests ($(uname -m), expecting the $host_kernel kernel)"
+OED_EXPECT_KERNEL=$host_kernel cargo test --workspace --locked
+
+target_root=${CARGO_TARGET_DIR:-target}
+for pair in aarch64-unknown-linux-gnu:neon64 armv7-unknown-linux-gnueabihf:neon32; do
+  t=${pair%%:*}
+  step "$t: oed-ec tests under qemu (expecting the ${pair##*:} kernel)"
+  OED_EXPECT_KERNEL=${pair##*:} cargo test --locked -p oed-ec --target "$t"
+  step "$t: oedd smoke test under qemu"
+  cargo build --locked -p oed-daemon --bin oedd --target "$t"
+  runner_var="CARGO_TARGET_$(tr 'a-z-' 'A-Z_' <<<"$t")_RUNNER"
+  out=$(${!runner_var} "$target_root/$t/debug/oedd" version)
+  echo "$out"
+  grep -q "kernel: ${pair##*:}" <<<"$out" || { echo "oedd on $t did not pick ${pair##*:}" >&2; exit 1; }
+done
+step "all tests passed"
