@@ -9,7 +9,10 @@
 use std::hint::black_box;
 use std::time::Duration;
 
-use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use criterion::measurement::WallTime;
+use criterion::{
+    BenchmarkGroup, BenchmarkId, Criterion, Throughput, criterion_group, criterion_main,
+};
 use oed_benches::Pool;
 use oed_ec::{Codec, Kernel};
 use reed_solomon_erasure::galois_8::ReedSolomon;
@@ -32,13 +35,18 @@ fn label(size: usize) -> String {
     }
 }
 
-fn profile(c: &mut Criterion, k: usize, m: usize, shard: usize, with_reference: bool) {
-    let mut pool = Pool::new(pool_bytes(), shard);
-    let mut g = c.benchmark_group(format!("rs{k}+{m}/{}", label(shard)));
-    g.throughput(Throughput::Bytes(shard as u64));
+/// The baseline every group is compared with: one random shard copied to another.
+fn bench_memcpy(g: &mut BenchmarkGroup<'_, WallTime>, pool: &mut Pool, size: usize) {
+    g.throughput(Throughput::Bytes(size as u64));
     g.bench_function("memcpy", |b| {
         b.iter(|| pool.with_slots(1, 1, |i, o| o[0].copy_from_slice(black_box(i[0]))));
     });
+}
+
+fn profile(c: &mut Criterion, k: usize, m: usize, shard: usize, with_reference: bool) {
+    let mut pool = Pool::new(pool_bytes(), shard);
+    let mut g = c.benchmark_group(format!("rs{k}+{m}/{}", label(shard)));
+    bench_memcpy(&mut g, &mut pool, shard);
     for kernel in Kernel::available() {
         let codec = Codec::with_kernel(k, m, kernel).expect("profile");
         g.throughput(Throughput::Bytes(((k + m) * shard) as u64));
@@ -78,10 +86,7 @@ fn checksums(c: &mut Criterion) {
     for size in [4 * KIB, MIB] {
         let mut pool = Pool::new(pool_bytes(), size);
         let mut g = c.benchmark_group(format!("crc32c/{}", label(size)));
-        g.throughput(Throughput::Bytes(size as u64));
-        g.bench_function("memcpy", |b| {
-            b.iter(|| pool.with_slots(1, 1, |i, o| o[0].copy_from_slice(black_box(i[0]))));
-        });
+        bench_memcpy(&mut g, &mut pool, size);
         g.bench_function("crc32c", |b| {
             b.iter(|| pool.with_slots(1, 0, |i, _| crc32c::crc32c(black_box(i[0]))));
         });

@@ -32,6 +32,8 @@ pub struct Codec {
     m: usize,
     kernel: Kernel,
     matrix: Matrix,
+    /// Rows k..k+m of `matrix`, flattened: the coefficients every encode uses.
+    parity_rows: Vec<u8>,
     /// Decode matrices (inverse of the rows used), per set of shards used.
     cache: Mutex<HashMap<ShardSet, Arc<Matrix>>>,
 }
@@ -74,11 +76,14 @@ impl Codec {
             .select_rows(0..k)
             .invert()
             .expect("the top square of a Vandermonde matrix with distinct points is invertible");
+        let matrix = vandermonde.mul(&top);
+        let parity_rows = (k..k + m).flat_map(|r| matrix.row(r).to_vec()).collect();
         Ok(Self {
             k,
             m,
             kernel,
-            matrix: vandermonde.mul(&top),
+            matrix,
+            parity_rows,
             cache: Mutex::new(HashMap::new()),
         })
     }
@@ -125,10 +130,7 @@ impl Codec {
         check_lengths(len, data.iter().map(|s| s.len()))?;
         check_lengths(len, parity.iter().map(|s| s.len()))?;
         if self.m > 0 {
-            let coeffs: Vec<u8> = (self.k..self.total())
-                .flat_map(|r| self.matrix.row(r).iter().copied())
-                .collect();
-            self.kernel.mul_rows(&coeffs, data, parity);
+            self.kernel.mul_rows(&self.parity_rows, data, parity);
         }
         Ok(())
     }
