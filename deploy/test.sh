@@ -4,7 +4,8 @@
 #   2. runs every test of the workspace on this machine,
 #   3. builds for aarch64 and armv7 and runs the erasure-code tests there under qemu-user,
 #      so the ARM SIMD kernels are checked against the reference on every run,
-#   4. runs the ARM oedd binaries under qemu as a smoke test.
+#   4. builds oedd for both ARM targets and runs the peer-API smoke test against each
+#      under qemu: start, put and get a shard, stop cleanly on SIGTERM.
 # Each target must pick its SIMD kernel (OED_EXPECT_KERNEL), not silently fall back.
 # Set CARGO_TARGET_DIR to keep build outputs between runs (.ci/run does).
 set -euo pipefail
@@ -33,5 +34,7 @@ for pair in aarch64-unknown-linux-gnu:neon64 armv7-unknown-linux-gnueabihf:neon3
   out=$(${!runner_var} "$target_root/$t/debug/oedd" version)
   echo "$out"
   grep -q "kernel: ${pair##*:}" <<<"$out" || { echo "oedd on $t did not pick ${pair##*:}" >&2; exit 1; }
+  OED_TEST_OEDD_BIN="$target_root/$t/debug/oedd" OED_TEST_OEDD_RUNNER="${!runner_var}" \
+    cargo test --locked -p oed-tests --test peer_api -- smoke_put_get_and_clean_stop
 done
 step "all tests passed"

@@ -1,20 +1,33 @@
-//! Helpers for OED's end-to-end tests: build and locate the real `oedd` binary, and run it
-//! as a child process that is always cleaned up.
+//! Helpers for OED's end-to-end tests: build and locate the real `oedd` binary, start it
+//! as a child process on `127.0.0.1:0` in a temp directory, and always clean up.
 //!
 //! A test package cannot depend on another package's binary, so [`oedd`] asks cargo to
 //! build it into the same target directory as the running test, once per test process.
+//! `OED_TEST_OEDD_BIN` names another binary instead (an ARM build), and
+//! `OED_TEST_OEDD_RUNNER` a command to run it with (qemu-user).
 
-use std::path::PathBuf;
-use std::process::Command;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
+use std::time::{Duration, Instant};
 
-/// Path of a freshly built `oedd` (same target directory and profile as this test).
+use bytes::Bytes;
+use oed_daemon::peer::auth::PeerKey;
+use oed_daemon::peer::client::PeerClient;
+use oed_daemon::store::record::{ObjectRecord, VersionId};
+
+/// Path of a freshly built `oedd` (same target directory and profile as this test), or
+/// `OED_TEST_OEDD_BIN`.
 ///
 /// # Panics
 /// When cargo cannot build it: every end-to-end test needs it, so failing loudly is right.
 pub fn oedd() -> PathBuf {
     static PATH: OnceLock<PathBuf> = OnceLock::new();
     PATH.get_or_init(|| {
+        if let Some(bin) = std::env::var_os("OED_TEST_OEDD_BIN") {
+            return PathBuf::from(bin);
+        }
         // The test binary lives in <target>/<profile>/deps/.
         let exe = std::env::current_exe().expect("test executable path");
         let profile_dir = exe
@@ -36,4 +49,239 @@ pub fn oedd() -> PathBuf {
         path
     })
     .clone()
+}
+
+/// A command running `oedd` (through `OED_TEST_OEDD_RUNNER` when set).
+#[must_use]
+pub fn oedd_command() -> Command {
+    match std::env::var("OED_TEST_OEDD_RUNNER") {
+        Ok(runner) if !runner.trim().is_empty() => {
+            let mut parts = runner.split_whitespace();
+            let mut cmd = Command::new(parts.next().expect("runner is not empty"));
+            cmd.args(parts).arg(oedd());
+            cmd
+        }
+        _ => Command::new(oedd()),
+    }
+}
+
+/// The secret every test drive uses.
+pub const SECRET: &str = "test-cluster-secret-0123456789";
+
+/// A running `oedd serve`, killed when dropped.
+pub struct Daemon {
+    child: Option<Child>,
+    /// `http://127.0.0.1:PORT`.
+    pub url: String,
+    /// The data directory.
+    pub data_dir: PathBuf,
+    /// Extra `--set` settings it was started with.
+    pub settings: Vec<String>,
+}
+
+impl Daemon {
+    /// Starts a drive on `127.0.0.1:0` with its data in `data_dir` and extra `--set`
+    /// settings (fsync stays on: tests check durability for real).
+    ///
+    /// # Panics
+    /// When the daemon does not start within 60 s.
+    #[must_use]
+    pub fn start(data_dir: &Path, settings: &[&str]) -> Self {
+        let settings: Vec<String> = settings.iter().map(|s| (*s).to_owned()).collect();
+        Self::start_owned(data_dir, settings)
+    }
+
+    fn start_owned(data_dir: &Path, settings: Vec<String>) -> Self {
+        let mut cmd = oedd_command();
+        cmd.arg("serve")
+            .arg("--data-dir")
+            .arg(data_dir)
+            .args(["--listen", "127.0.0.1:0", "--drive-id", "test-drive"])
+            .env("OED_CLUSTER_SECRET", SECRET)
+            .env("OED_LOG", "warn")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit());
+        for s in &settings {
+            cmd.arg("--set").arg(s);
+        }
+        let mut child = cmd.spawn().expect("spawn oedd");
+        let stdout = child.stdout.take().expect("piped stdout");
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if let Some(addr) = line.strip_prefix("oedd: listening on ") {
+                    let _ = tx.send(addr.to_owned());
+                }
+            }
+        });
+        let addr = match rx.recv_timeout(Duration::from_secs(60)) {
+            Ok(a) => a,
+            Err(_) => {
+                let _ = child.kill();
+                panic!(
+                    "oedd exited, or did not report its address within 60 s (its stderr is above)"
+                );
+            }
+        };
+        Self {
+            child: Some(child),
+            url: format!("http://{addr}"),
+            data_dir: data_dir.to_owned(),
+            settings,
+        }
+    }
+
+    /// A client signing with the cluster's key.
+    #[must_use]
+    pub fn client(&self) -> PeerClient {
+        PeerClient::new(&self.url, PeerKey::derive(SECRET.as_bytes()))
+    }
+
+    /// A client signing with another key.
+    #[must_use]
+    pub fn client_with_secret(&self, secret: &str) -> PeerClient {
+        PeerClient::new(&self.url, PeerKey::derive(secret.as_bytes()))
+    }
+
+    /// SIGKILL: no chance to flush anything.
+    pub fn kill9(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// SIGTERM, then waits (at most `within`) for the exit; returns whether it exited 0.
+    pub fn terminate(&mut self, within: Duration) -> bool {
+        let Some(mut c) = self.child.take() else {
+            return false;
+        };
+        // The `kill` command keeps the tests free of unsafe code.
+        let _ = Command::new("kill")
+            .arg("-TERM")
+            .arg(c.id().to_string())
+            .status();
+        let deadline = Instant::now() + within;
+        while Instant::now() < deadline {
+            if let Ok(Some(status)) = c.try_wait() {
+                return status.success();
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = c.kill();
+        let _ = c.wait();
+        false
+    }
+
+    /// Starts the same drive again (same data directory and settings).
+    #[must_use]
+    pub fn restart(mut self) -> Self {
+        self.kill9();
+        let data_dir = self.data_dir.clone();
+        let settings = std::mem::take(&mut self.settings);
+        Self::start_owned(&data_dir, settings)
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
+
+/// Deterministic pseudo-random bytes.
+#[must_use]
+pub fn bytes(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x >> 32) as u8
+        })
+        .collect()
+}
+
+/// A record for shard `shard` of `bucket`/`key` in a k+m layout with 4 KiB chunks.
+#[must_use]
+pub fn record(
+    bucket: &str,
+    key: &str,
+    version: u128,
+    size: u64,
+    k: u16,
+    m: u16,
+    shard: u16,
+) -> ObjectRecord {
+    ObjectRecord {
+        bucket: bucket.into(),
+        key: key.into(),
+        version_id: VersionId(version),
+        size,
+        etag: String::new(),
+        content_type: None,
+        user_meta: std::collections::BTreeMap::new(),
+        last_modified_ms: 0,
+        k,
+        m,
+        chunk_size: 4096,
+        drives: Vec::new(),
+        shard_index: shard,
+    }
+}
+
+/// The shard file of `rec` for `data`.
+#[must_use]
+pub fn shard_file(rec: &ObjectRecord, data: &[u8]) -> Vec<u8> {
+    let layout = rec.layout().expect("valid layout");
+    oed_ec::encode_object(layout, rec.version_id.0, data).expect("encode")
+        [usize::from(rec.shard_index)]
+    .clone()
+}
+
+/// The chunk bytes (frames without CRCs) of a shard file, as `GET shard` returns them.
+#[must_use]
+pub fn chunk_bytes(file: &[u8]) -> Vec<u8> {
+    let mut r = oed_ec::ShardReader::new(file).expect("valid shard");
+    let mut out = Vec::new();
+    let mut buf = Vec::new();
+    while r.read_chunk(&mut buf).expect("valid chunk").is_some() {
+        out.extend_from_slice(&buf);
+    }
+    out
+}
+
+/// A body stream of `data` in pieces of `piece` bytes.
+pub fn body(
+    data: Vec<u8>,
+    piece: usize,
+) -> impl futures_util::Stream<Item = Result<Bytes, std::io::Error>> + Send + Sync + 'static {
+    let pieces: Vec<Result<Bytes, std::io::Error>> = data
+        .chunks(piece.max(1))
+        .map(|c| Ok(Bytes::copy_from_slice(c)))
+        .collect();
+    futures_util::stream::iter(pieces)
+}
+
+/// Every file under `dir`, recursively.
+#[must_use]
+pub fn files_under(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_owned()];
+    while let Some(d) = stack.pop() {
+        let Ok(rd) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in rd.flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else {
+                out.push(p);
+            }
+        }
+    }
+    out.sort();
+    out
 }

@@ -400,6 +400,136 @@ impl<R: Read + Seek> ShardReader<R> {
     }
 }
 
+/// Checks a shard file arriving in pieces of any size (a network body), without holding
+/// more than the 64-byte header: feed every piece in order, then call
+/// [`StreamVerifier::finish`]. The bytes themselves go wherever the caller writes them;
+/// a caller commits them only after `finish` succeeds.
+#[derive(Debug)]
+pub struct StreamVerifier {
+    header_buf: [u8; HEADER_LEN],
+    header_have: usize,
+    header: Option<ShardHeader>,
+    stripe: u64,
+    /// Chunk bytes of the current frame still to come.
+    chunk_left: usize,
+    crc: u32,
+    stored_crc: [u8; CRC_LEN],
+    crc_have: usize,
+    /// Bytes accepted so far.
+    seen: u64,
+}
+
+impl Default for StreamVerifier {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl StreamVerifier {
+    /// A verifier expecting a shard file from its first byte.
+    #[must_use]
+    pub fn new() -> Self {
+        Self {
+            header_buf: [0; HEADER_LEN],
+            header_have: 0,
+            header: None,
+            stripe: 0,
+            chunk_left: 0,
+            crc: 0,
+            stored_crc: [0; CRC_LEN],
+            crc_have: 0,
+            seen: 0,
+        }
+    }
+
+    /// The header, once its 64 bytes have been fed and checked.
+    #[must_use]
+    pub fn header(&self) -> Option<&ShardHeader> {
+        self.header.as_ref()
+    }
+
+    /// Bytes accepted so far.
+    #[must_use]
+    pub fn bytes_seen(&self) -> u64 {
+        self.seen
+    }
+
+    /// Checks the next piece of the file.
+    ///
+    /// # Errors
+    /// Any header error of [`ShardHeader::decode`]; [`Error::CorruptChunk`] for a frame
+    /// whose CRC32C does not match; [`Error::TrailingData`] for bytes past the last frame.
+    /// After an error the verifier is spent: the upload must be dropped.
+    pub fn feed(&mut self, mut bytes: &[u8]) -> Result<()> {
+        while !bytes.is_empty() {
+            let Some(header) = self.header else {
+                let n = (HEADER_LEN - self.header_have).min(bytes.len());
+                self.header_buf[self.header_have..self.header_have + n]
+                    .copy_from_slice(&bytes[..n]);
+                self.header_have += n;
+                self.seen += n as u64;
+                bytes = &bytes[n..];
+                if self.header_have == HEADER_LEN {
+                    let h = ShardHeader::decode(&self.header_buf)?;
+                    self.header = Some(h);
+                    self.start_frame();
+                }
+                continue;
+            };
+            if self.stripe >= header.stripe_count() {
+                return Err(Error::TrailingData);
+            }
+            if self.chunk_left > 0 {
+                let n = self.chunk_left.min(bytes.len());
+                self.crc = crc32c::crc32c_append(self.crc, &bytes[..n]);
+                self.chunk_left -= n;
+                self.seen += n as u64;
+                bytes = &bytes[n..];
+                continue;
+            }
+            let n = (CRC_LEN - self.crc_have).min(bytes.len());
+            self.stored_crc[self.crc_have..self.crc_have + n].copy_from_slice(&bytes[..n]);
+            self.crc_have += n;
+            self.seen += n as u64;
+            bytes = &bytes[n..];
+            if self.crc_have == CRC_LEN {
+                let want = crc32c::crc32c_append(self.crc, &self.stripe.to_le_bytes());
+                if u32::from_le_bytes(self.stored_crc) != want {
+                    return Err(Error::CorruptChunk {
+                        stripe: self.stripe,
+                    });
+                }
+                self.stripe += 1;
+                self.start_frame();
+            }
+        }
+        Ok(())
+    }
+
+    fn start_frame(&mut self) {
+        if let Some(h) = &self.header {
+            self.chunk_left = h.chunk_len(self.stripe);
+        }
+        self.crc = 0;
+        self.crc_have = 0;
+    }
+
+    /// Checks the file was complete and returns its header.
+    ///
+    /// # Errors
+    /// [`Error::Truncated`] naming the stripe whose frame is incomplete (stripe 0 when the
+    /// header itself is).
+    pub fn finish(self) -> Result<ShardHeader> {
+        match self.header {
+            Some(h) if self.stripe >= h.stripe_count() => Ok(h),
+            Some(_) => Err(Error::Truncated {
+                stripe: self.stripe,
+            }),
+            None => Err(Error::Truncated { stripe: 0 }),
+        }
+    }
+}
+
 fn read_retrying<R: Read>(r: &mut R, buf: &mut [u8]) -> io::Result<usize> {
     loop {
         match r.read(buf) {

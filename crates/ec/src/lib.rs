@@ -18,6 +18,8 @@
 //!   byte range maps to the chunk spans that hold it.
 //! - [`format`]: the shard file ([`ShardHeader`], [`ShardWriter`], [`ShardReader`]),
 //!   specified byte by byte in `FORMAT.md`; every chunk carries a CRC32C.
+//!   [`StreamVerifier`] checks a shard file arriving in pieces (a network upload).
+//! - [`object`]: [`encode_object`], a whole small object into its shard files at once.
 //! - [`error`]: the crate's one error type, [`Error`].
 //!
 //! # Example
@@ -43,9 +45,11 @@ pub mod gf;
 pub mod kernel;
 pub mod layout;
 mod matrix;
+pub mod object;
 
 pub use codec::Codec;
 pub use error::{Error, Result};
-pub use format::{ShardHeader, ShardReader, ShardWriter, frame_crc};
+pub use format::{ShardHeader, ShardReader, ShardWriter, StreamVerifier, frame_crc};
 pub use kernel::Kernel;
 pub use layout::{ChunkSpan, Layout, Stripe};
+pub use object::encode_object;

@@ -228,3 +228,50 @@ proptest! {
         let _ = read_all(&file);
     }
 }
+
+/// Feeds a file to a StreamVerifier in pieces of `piece` bytes.
+fn verify_stream(file: &[u8], piece: usize) -> Result<ShardHeader, Error> {
+    let mut v = oed_ec::StreamVerifier::new();
+    for p in file.chunks(piece.max(1)) {
+        v.feed(p)?;
+    }
+    v.finish()
+}
+
+#[test]
+fn stream_verifier_accepts_good_files_in_any_piece_size() {
+    let layout = Layout::new(3, 2, 4096).unwrap();
+    for len in [0, 5, 3 * 4096, 3 * 4096 * 2 + 17] {
+        for file in shard_files(layout, 3, &bytes(len, 8)) {
+            for piece in [1, 3, 64, 4100, 1 << 20] {
+                let h = verify_stream(&file, piece).unwrap();
+                assert_eq!(h.file_len(), file.len() as u64);
+            }
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    #[test]
+    fn stream_verifier_agrees_with_the_reader_on_damage(
+        len in 0usize..30_000,
+        pos in any::<prop::sample::Index>(),
+        flip in 1u8..=255,
+        cut in any::<prop::sample::Index>(),
+        piece in 1usize..9000,
+    ) {
+        let layout = Layout::new(2, 1, 4096).unwrap();
+        let mut file = shard_files(layout, 4, &bytes(len, 1)).swap_remove(2);
+        let at = pos.index(file.len());
+        file[at] ^= flip;
+        prop_assert!(verify_stream(&file, piece).is_err());
+        file[at] ^= flip;
+        let cut = cut.index(file.len());
+        prop_assert!(verify_stream(&file[..cut], piece).is_err());
+        let mut longer = file.clone();
+        longer.push(1);
+        prop_assert!(matches!(verify_stream(&longer, piece), Err(Error::TrailingData)));
+    }
+}

@@ -1,10 +1,24 @@
 //! `oed-daemon`: the `oedd` drive daemon as a library, with a thin `main.rs`.
 //!
-//! So far it reports what it was built with ([`build_info`]); the local store, the peer
-//! API, the S3 front end and the cluster arrive in the next steps (`docs/roadmap.md`).
+//! One `oedd` runs on each drive. This crate holds everything it does; `main.rs` only
+//! parses flags, sets up tracing, binds the listener and calls [`server::Drive::serve`].
 //!
 //! # Layout
-//! - [`build_info`]: version and the erasure-coding kernel this CPU runs.
+//! - [`config`]: the documented [`config::Config`], from TOML, `OED_*` variables and flags.
+//! - [`error`]: the one error type and the one place errors become HTTP responses.
+//! - [`store`]: the local store: RocksDB metadata ([`store::meta`]), records
+//!   ([`store::record`]), shard files, and the durable write.
+//! - [`peer`]: the authenticated peer API (`/_oed/peer/v1/`), its signing ([`peer::auth`])
+//!   and a client ([`peer::client`]).
+//! - [`server`]: opening a drive and serving a listener with one shutdown path.
+
+pub mod config;
+pub mod error;
+pub mod peer;
+pub mod server;
+pub mod store;
+
+pub use error::{Error, Result};
 
 /// One line naming the version, target and the erasure-coding kernel chosen on this CPU,
 /// so an operator can see what a drive runs (`oedd version`).

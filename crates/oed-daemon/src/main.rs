@@ -1,6 +1,13 @@
-//! `oedd`: parses the command line and calls the library.
+//! `oedd`: parses the command line, sets up tracing and signals, binds, and calls the
+//! library.
 
-use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::{Args, Parser, Subcommand};
+use oed_daemon::config::Config;
+use oed_daemon::server::Drive;
+use tokio_util::sync::CancellationToken;
 
 /// OED drive daemon: one per Open Ethernet Drive.
 #[derive(Parser)]
@@ -12,12 +19,120 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Serve this drive: its store and the peer API.
+    ///
+    /// Settings come from the config file, then OED_<FIELD> environment variables (for
+    /// example OED_DATA_DIR), then these flags. The cluster secret comes only from
+    /// OED_CLUSTER_SECRET or the file named by cluster_secret_file.
+    Serve(ServeArgs),
+    /// Print every setting with its default, as a TOML config file.
+    ConfigDefaults,
     /// Print the version, target and the erasure-coding kernel this CPU runs.
     Version,
 }
 
-fn main() {
+#[derive(Args)]
+struct ServeArgs {
+    /// Config file (TOML).
+    #[arg(long, short)]
+    config: Option<PathBuf>,
+    /// Data directory (config: data_dir).
+    #[arg(long)]
+    data_dir: Option<PathBuf>,
+    /// Address to listen on, e.g. 127.0.0.1:0 (config: listen).
+    #[arg(long)]
+    listen: Option<String>,
+    /// This drive's id (config: drive_id).
+    #[arg(long)]
+    drive_id: Option<String>,
+    /// Any other setting, as FIELD=VALUE; repeatable.
+    #[arg(long = "set", value_name = "FIELD=VALUE")]
+    set: Vec<String>,
+}
+
+fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
         Command::Version => println!("{}", oed_daemon::build_info()),
+        Command::ConfigDefaults => print!("{}", Config::defaults_toml()),
+        Command::Serve(args) => serve(args)?,
     }
+    Ok(())
+}
+
+fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("OED_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
+    let mut overrides = Vec::new();
+    if let Some(d) = args.data_dir {
+        overrides.push(("data_dir".to_owned(), toml_string(&d.display().to_string())));
+    }
+    if let Some(l) = args.listen {
+        overrides.push(("listen".to_owned(), toml_string(&l)));
+    }
+    if let Some(id) = args.drive_id {
+        overrides.push(("drive_id".to_owned(), toml_string(&id)));
+    }
+    for kv in args.set {
+        let (k, v) = kv
+            .split_once('=')
+            .with_context(|| format!("--set {kv:?}: expected FIELD=VALUE"))?;
+        anyhow::ensure!(
+            k != "cluster_secret",
+            "the cluster secret is never taken from flags"
+        );
+        overrides.push((k.to_owned(), v.to_owned()));
+    }
+    let config = Config::load(args.config.as_deref(), std::env::vars(), &overrides)?;
+    let secret = config.cluster_secret(std::env::var("OED_CLUSTER_SECRET").ok())?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(std::thread::available_parallelism().map_or(2, |n| n.get().min(4)))
+        .max_blocking_threads(16)
+        .enable_all()
+        .build()?;
+    runtime.block_on(async move {
+        let drive = Drive::open(&config, &secret)
+            .with_context(|| format!("opening the store in {}", config.data_dir.display()))?;
+        let listener = tokio::net::TcpListener::bind(config.listen)
+            .await
+            .with_context(|| format!("listen: cannot bind {}", config.listen))?;
+        let addr = listener.local_addr()?;
+        tracing::info!(%addr, drive = %config.drive_id, "serving");
+        // Scripts and tests read the bound address (the port may have been 0) from here.
+        println!("oedd: listening on {addr}");
+        let shutdown = CancellationToken::new();
+        let token = shutdown.clone();
+        tokio::spawn(async move {
+            wait_for_signal().await;
+            tracing::info!("shutting down");
+            token.cancel();
+        });
+        drive.serve(listener, shutdown).await?;
+        anyhow::Ok(())
+    })
+}
+
+async fn wait_for_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        std::future::pending::<()>().await;
+        return;
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+}
+
+/// A flag's text as a quoted TOML string, so it is never read as a number or a table.
+fn toml_string(s: &str) -> String {
+    toml::Value::String(s.to_owned()).to_string()
 }

@@ -1,0 +1,304 @@
+//! The daemon's configuration: one [`Config`] loaded from a TOML file, then overridden by
+//! `OED_*` environment variables, then by command-line flags. Every field has a default
+//! and a doc line; `oedd config-defaults` prints them all as TOML. Secrets are never taken
+//! from flags: the cluster secret comes from `OED_CLUSTER_SECRET` or from the file named by
+//! `cluster_secret_file`.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+
+/// When the store forces data to the disk.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FsyncPolicy {
+    /// fsync every shard file and its directory, and sync every metadata write, before a
+    /// write is acknowledged. Nothing acknowledged is lost on power failure.
+    Always,
+    /// Never fsync. Only for throwaway data (benchmarks of the software path, tests).
+    Never,
+}
+
+/// Everything `oedd serve` can be told. Defaults suit a drive with 1-2 GB of RAM.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// This drive's id, as the cluster map names it. Default: "drive-1".
+    pub drive_id: String,
+    /// Directory for everything the drive stores: RocksDB in `meta/`, shard files in
+    /// `shards/`, uploads in progress in `tmp/`. Default: "/var/lib/oed".
+    pub data_dir: PathBuf,
+    /// Address to serve on (peer API now, S3 too later). Default: "0.0.0.0:9400".
+    pub listen: SocketAddr,
+    /// Path of the cluster map (TOML). Default: none (a single drive).
+    pub cluster_map: Option<PathBuf>,
+    /// File holding the cluster secret (at least 16 bytes; surrounding white space is
+    /// ignored). `OED_CLUSTER_SECRET` takes precedence. Default: none.
+    pub cluster_secret_file: Option<PathBuf>,
+    /// "always" or "never"; see [`FsyncPolicy`]. Default: "always".
+    pub fsync: FsyncPolicy,
+    /// Requests served at once; more wait for a slot. Default: 64.
+    pub max_concurrent_requests: usize,
+    /// Largest shard file accepted, in bytes. Default: 1 GiB.
+    pub max_shard_bytes: u64,
+    /// Largest body of any other request, in bytes. Default: 64 KiB.
+    pub max_request_body_bytes: usize,
+    /// Shard files up to this size live inside RocksDB instead of their own file. 0 turns
+    /// inlining off. Default: 4096.
+    pub inline_threshold_bytes: u64,
+    /// Free space kept back: writes that would leave less get "insufficient storage" while
+    /// reads and deletes go on. Default: 256 MiB.
+    pub reserve_bytes: u64,
+    /// RocksDB block cache, in bytes. Default: 32 MiB.
+    pub rocksdb_block_cache_bytes: usize,
+    /// RocksDB memtable size, in bytes; at most two exist at once. Default: 8 MiB.
+    pub rocksdb_write_buffer_bytes: usize,
+    /// Largest accepted difference between a peer request's timestamp and this drive's
+    /// clock, in seconds. Default: 300.
+    pub clock_skew_seconds: u64,
+    /// On SIGTERM, how long requests in flight may take to finish, in seconds. Default: 10.
+    pub shutdown_grace_seconds: u64,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            drive_id: "drive-1".into(),
+            data_dir: PathBuf::from("/var/lib/oed"),
+            listen: SocketAddr::from(([0, 0, 0, 0], 9400)),
+            cluster_map: None,
+            cluster_secret_file: None,
+            fsync: FsyncPolicy::Always,
+            max_concurrent_requests: 64,
+            max_shard_bytes: 1 << 30,
+            max_request_body_bytes: 64 * 1024,
+            inline_threshold_bytes: 4096,
+            reserve_bytes: 256 << 20,
+            rocksdb_block_cache_bytes: 32 << 20,
+            rocksdb_write_buffer_bytes: 8 << 20,
+            clock_skew_seconds: 300,
+            shutdown_grace_seconds: 10,
+        }
+    }
+}
+
+/// `OED_*` variables that are not config fields: the secret (read on its own), the log
+/// filter, and knobs of the tests and benchmarks.
+const NOT_FIELDS: &[&str] = &["cluster_secret", "log", "expect_kernel", "bless"];
+const NOT_FIELD_PREFIXES: &[&str] = &["test_", "bench_"];
+
+/// Budget for RocksDB's block cache plus its (two) memtables.
+pub const ROCKSDB_MEMORY_LIMIT: usize = 64 << 20;
+
+impl Config {
+    /// Loads the file (if any), then `OED_<FIELD>` variables from `env`, then `overrides`
+    /// (`field=value` pairs from flags), and validates the result.
+    ///
+    /// Values from the environment and flags are read as TOML values when they parse as
+    /// one (numbers, booleans) and as strings otherwise.
+    ///
+    /// # Errors
+    /// [`Error::Config`] naming the source and field that is wrong and what is expected.
+    pub fn load(
+        file: Option<&Path>,
+        env: impl IntoIterator<Item = (String, String)>,
+        overrides: &[(String, String)],
+    ) -> Result<Self> {
+        let mut table = match file {
+            Some(path) => {
+                let text = std::fs::read_to_string(path).map_err(|e| {
+                    Error::Config(format!("cannot read config file {}: {e}", path.display()))
+                })?;
+                toml::from_str::<toml::Table>(&text)
+                    .map_err(|e| Error::Config(format!("{}: {e}", path.display())))?
+            }
+            None => toml::Table::new(),
+        };
+        for (name, value) in env {
+            let Some(field) = name.strip_prefix("OED_") else {
+                continue;
+            };
+            let field = field.to_ascii_lowercase();
+            if NOT_FIELDS.contains(&field.as_str())
+                || NOT_FIELD_PREFIXES.iter().any(|p| field.starts_with(p))
+            {
+                continue;
+            }
+            table.insert(field, parse_value(&value));
+        }
+        for (field, value) in overrides {
+            table.insert(field.clone(), parse_value(value));
+        }
+        let config: Config = table.clone().try_into().map_err(|e: toml::de::Error| {
+            // The message alone does not always say which field; find it by trying each
+            // field on its own.
+            let culprit = table.iter().find(|(k, v)| {
+                let mut one = toml::Table::new();
+                one.insert((*k).clone(), (*v).clone());
+                one.try_into::<Config>().is_err()
+            });
+            match culprit {
+                Some((k, v)) => Error::Config(format!("{k} = {v}: {}", e.message())),
+                None => Error::Config(e.message().to_owned()),
+            }
+        })?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Checks values that parse but make no sense.
+    ///
+    /// # Errors
+    /// [`Error::Config`] naming the field and the fix.
+    pub fn validate(&self) -> Result<()> {
+        let bad = |msg: String| Err(Error::Config(msg));
+        if self.drive_id.is_empty()
+            || !self
+                .drive_id
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.')
+        {
+            return bad(format!(
+                "drive_id {:?}: use letters, digits, '-', '_' or '.'",
+                self.drive_id
+            ));
+        }
+        if self.max_concurrent_requests == 0 {
+            return bad("max_concurrent_requests must be at least 1".into());
+        }
+        if self.max_shard_bytes < 64 {
+            return bad("max_shard_bytes must be at least 64 (a shard header)".into());
+        }
+        if self.rocksdb_block_cache_bytes + 2 * self.rocksdb_write_buffer_bytes
+            > ROCKSDB_MEMORY_LIMIT
+        {
+            return bad(format!(
+                "rocksdb_block_cache_bytes + 2 * rocksdb_write_buffer_bytes is {} bytes; keep it \
+                 within {} (64 MiB) for a 1-2 GB drive",
+                self.rocksdb_block_cache_bytes + 2 * self.rocksdb_write_buffer_bytes,
+                ROCKSDB_MEMORY_LIMIT
+            ));
+        }
+        if self.rocksdb_write_buffer_bytes < (1 << 20) {
+            return bad("rocksdb_write_buffer_bytes must be at least 1 MiB".into());
+        }
+        Ok(())
+    }
+
+    /// The cluster secret, from `OED_CLUSTER_SECRET` or `cluster_secret_file`.
+    ///
+    /// # Errors
+    /// [`Error::Config`] when neither is set, the file cannot be read, or the secret is
+    /// shorter than 16 bytes.
+    pub fn cluster_secret(&self, env_secret: Option<String>) -> Result<Vec<u8>> {
+        let secret = match (env_secret, &self.cluster_secret_file) {
+            (Some(s), _) => s,
+            (None, Some(path)) => std::fs::read_to_string(path).map_err(|e| {
+                Error::Config(format!("cluster_secret_file {}: {e}", path.display()))
+            })?,
+            (None, None) => {
+                return Err(Error::Config(
+                    "no cluster secret: set OED_CLUSTER_SECRET or cluster_secret_file".into(),
+                ));
+            }
+        };
+        let secret = secret.trim().as_bytes().to_vec();
+        if secret.len() < 16 {
+            return Err(Error::Config(
+                "the cluster secret must be at least 16 bytes long".into(),
+            ));
+        }
+        Ok(secret)
+    }
+
+    /// The defaults as a commented TOML file.
+    #[must_use]
+    pub fn defaults_toml() -> String {
+        toml::to_string(&Config::default()).unwrap_or_default()
+    }
+}
+
+fn parse_value(s: &str) -> toml::Value {
+    toml::from_str::<toml::Table>(&format!("v = {s}"))
+        .ok()
+        .and_then(|mut t| t.remove("v"))
+        .unwrap_or_else(|| toml::Value::String(s.to_owned()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs
+            .iter()
+            .map(|(a, b)| ((*a).into(), (*b).into()))
+            .collect()
+    }
+
+    #[test]
+    fn file_then_env_then_flags() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("oed.toml");
+        std::fs::write(
+            &path,
+            "drive_id = \"a\"\nmax_concurrent_requests = 3\nfsync = \"never\"\n",
+        )
+        .unwrap();
+        let c = Config::load(
+            Some(&path),
+            env(&[
+                ("OED_MAX_CONCURRENT_REQUESTS", "5"),
+                ("OED_CLUSTER_SECRET", "x"),
+                ("PATH", "/bin"),
+            ]),
+            &[("drive_id".into(), "b".into())],
+        )
+        .unwrap();
+        assert_eq!((c.drive_id.as_str(), c.max_concurrent_requests), ("b", 5));
+        assert_eq!(c.fsync, FsyncPolicy::Never);
+        assert_eq!(c.reserve_bytes, Config::default().reserve_bytes);
+    }
+
+    #[test]
+    fn errors_name_the_field() {
+        let e = Config::load(None, env(&[("OED_LISTEN", "nowhere")]), &[]).unwrap_err();
+        assert!(e.to_string().contains("listen"), "{e}");
+        let e = Config::load(None, env(&[("OED_FSYNC", "sometimes")]), &[]).unwrap_err();
+        assert!(
+            e.to_string().contains("fsync") || e.to_string().contains("sometimes"),
+            "{e}"
+        );
+        let e = Config::load(None, env(&[("OED_NO_SUCH_FIELD", "1")]), &[]).unwrap_err();
+        assert!(e.to_string().contains("no_such_field"), "{e}");
+        let e = Config::load(
+            None,
+            env(&[("OED_ROCKSDB_BLOCK_CACHE_BYTES", "100000000")]),
+            &[],
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("rocksdb_block_cache_bytes"), "{e}");
+    }
+
+    #[test]
+    fn secrets_come_from_env_or_file_and_must_be_long_enough() {
+        let c = Config::default();
+        assert!(c.cluster_secret(None).is_err());
+        assert!(c.cluster_secret(Some("short".into())).is_err());
+        assert_eq!(
+            c.cluster_secret(Some(" 0123456789abcdef\n".into()))
+                .unwrap(),
+            b"0123456789abcdef"
+        );
+    }
+
+    #[test]
+    fn defaults_round_trip_and_fit_the_memory_budget() {
+        let c: Config = toml::from_str(&Config::defaults_toml()).unwrap();
+        assert_eq!(c, Config::default());
+        c.validate().unwrap();
+    }
+}

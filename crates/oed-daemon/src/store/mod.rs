@@ -1,0 +1,489 @@
+//! The drive's local store: shard files on disk and their records in RocksDB.
+//!
+//! Shard files live under `shards/` at paths hashed from (bucket, key, version, shard),
+//! never derived from user input; uploads in progress live in `tmp/`. [`Store::put_shard`]
+//! is the one durable write: stream to a temp file while checking every chunk's CRC32C,
+//! fsync, rename, fsync the directory, then commit the record with a synced RocksDB write.
+//! A crash at any point leaves either the old state or the new one visible, plus at most
+//! an unreferenced file, which [`Store::sweep_orphans`] removes.
+
+pub mod meta;
+pub mod record;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use futures_util::{Stream, StreamExt};
+use sha2::{Digest, Sha256};
+use tokio::io::AsyncWriteExt;
+use tokio::sync::Mutex;
+
+use crate::config::{Config, FsyncPolicy};
+use crate::error::{Error, Result};
+use meta::MetaStore;
+use record::{BucketRecord, ObjectRecord, VersionId};
+
+/// Commit locks, striped by object key: two uploads of one key commit one at a time.
+const LOCK_STRIPES: usize = 64;
+
+/// Where a stored shard's bytes are.
+#[derive(Debug)]
+pub enum ShardBytes {
+    /// Small shard kept in RocksDB.
+    Inline(Vec<u8>),
+    /// Shard file.
+    File(PathBuf),
+}
+
+/// Capacity of the data file system, as the drive reports it.
+#[derive(Clone, Copy, Debug, serde::Serialize)]
+pub struct Capacity {
+    /// Size of the file system.
+    pub capacity_bytes: u64,
+    /// Bytes available to this process.
+    pub free_bytes: u64,
+    /// The configured reserve.
+    pub reserve_bytes: u64,
+}
+
+/// One drive's store. Cheap to share behind an `Arc`.
+#[derive(Debug)]
+pub struct Store {
+    meta: MetaStore,
+    root: PathBuf,
+    shards: PathBuf,
+    tmp: PathBuf,
+    fsync: bool,
+    inline_threshold: u64,
+    max_shard_bytes: u64,
+    reserve: u64,
+    locks: Vec<Mutex<()>>,
+}
+
+impl Store {
+    /// Opens the store in `config.data_dir`, creating its directories, and empties `tmp/`
+    /// (uploads a crash interrupted).
+    ///
+    /// # Errors
+    /// [`Error::Io`] when the directories cannot be created; [`Error::Meta`] when RocksDB
+    /// cannot be opened.
+    pub fn open(config: &Config) -> Result<Arc<Self>> {
+        let root = config.data_dir.clone();
+        let shards = root.join("shards");
+        let tmp = root.join("tmp");
+        std::fs::create_dir_all(&shards)?;
+        if tmp.exists() {
+            std::fs::remove_dir_all(&tmp)?;
+        }
+        std::fs::create_dir_all(&tmp)?;
+        let meta = MetaStore::open(&root.join("meta"), config)?;
+        Ok(Arc::new(Self {
+            meta,
+            root,
+            shards,
+            tmp,
+            fsync: config.fsync == FsyncPolicy::Always,
+            inline_threshold: config.inline_threshold_bytes,
+            max_shard_bytes: config.max_shard_bytes,
+            reserve: config.reserve_bytes,
+            locks: (0..LOCK_STRIPES).map(|_| Mutex::new(())).collect(),
+        }))
+    }
+
+    /// The metadata store.
+    #[must_use]
+    pub fn meta(&self) -> &MetaStore {
+        &self.meta
+    }
+
+    /// Capacity and free space of the data file system.
+    ///
+    /// # Errors
+    /// [`Error::Io`] when the file system cannot be queried.
+    pub fn capacity(&self) -> Result<Capacity> {
+        let st = rustix::fs::statvfs(&self.root).map_err(std::io::Error::from)?;
+        Ok(Capacity {
+            capacity_bytes: st.f_blocks.saturating_mul(st.f_frsize),
+            free_bytes: st.f_bavail.saturating_mul(st.f_frsize),
+            reserve_bytes: self.reserve,
+        })
+    }
+
+    fn check_space(&self, incoming: u64) -> Result<()> {
+        let cap = self.capacity()?;
+        if cap.free_bytes < self.reserve.saturating_add(incoming) {
+            return Err(Error::InsufficientStorage {
+                free: cap.free_bytes,
+                reserve: self.reserve,
+            });
+        }
+        Ok(())
+    }
+
+    /// The path of a shard file: two levels of directories and a name, all from a hash.
+    #[must_use]
+    pub fn shard_path(&self, bucket: &str, key: &str, version: VersionId, shard: u16) -> PathBuf {
+        let mut h = Sha256::new();
+        for part in [
+            bucket.as_bytes(),
+            key.as_bytes(),
+            &version.0.to_le_bytes(),
+            &shard.to_le_bytes(),
+        ] {
+            h.update((part.len() as u64).to_le_bytes());
+            h.update(part);
+        }
+        let name = hex::encode(h.finalize());
+        self.shards
+            .join(&name[0..2])
+            .join(&name[2..4])
+            .join(format!("{name}.shard"))
+    }
+
+    fn lock_for(&self, bucket: &str, key: &str) -> &Mutex<()> {
+        let h = crc32c::crc32c(&record::object_key(bucket, key));
+        &self.locks[h as usize % LOCK_STRIPES]
+    }
+
+    /// Creates or keeps a bucket record.
+    ///
+    /// # Errors
+    /// [`Error::BadRequest`] for an invalid name; [`Error::Meta`].
+    pub fn create_bucket(&self, name: &str) -> Result<BucketRecord> {
+        record::check_bucket_name(name)?;
+        self.meta.put_bucket(&BucketRecord {
+            name: name.to_owned(),
+            created_ms: record::now_ms(),
+        })
+    }
+
+    /// Stores one shard durably; see the module docs for the steps.
+    ///
+    /// `body` is the shard file (oed-ec format). Its header must agree with `record`
+    /// (version, shard index, k, m, chunk size, object length) and every chunk's CRC32C
+    /// must match, or nothing is stored. When the key already has a newer version here,
+    /// nothing is stored and [`Error::Superseded`] is returned. After success the key's
+    /// previous version's shard file, if any, is removed.
+    ///
+    /// # Errors
+    /// [`Error::BadRequest`], [`Error::NotFound`] (bucket), [`Error::Shard`] (bad upload),
+    /// [`Error::TooLarge`], [`Error::InsufficientStorage`], [`Error::Superseded`],
+    /// [`Error::Io`], [`Error::Meta`]. On every error nothing visible has changed.
+    pub async fn put_shard<S, E>(&self, record: ObjectRecord, body: S) -> Result<ObjectRecord>
+    where
+        S: Stream<Item = std::result::Result<Bytes, E>> + Unpin,
+        E: Into<Box<dyn std::error::Error + Send + Sync>>,
+    {
+        record.validate()?;
+        if self.meta.bucket(&record.bucket)?.is_none() {
+            return Err(Error::NotFound("bucket"));
+        }
+        if let Some(existing) = self.meta.object(&record.bucket, &record.key)? {
+            if existing.version_id > record.version_id {
+                return Err(Error::Superseded);
+            }
+        }
+        let layout = record.layout()?;
+        let expected =
+            oed_ec::ShardHeader::new(record.version_id.0, record.shard_index, layout, record.size)?;
+        if expected.file_len() > self.max_shard_bytes {
+            return Err(Error::TooLarge(self.max_shard_bytes));
+        }
+        self.check_space(expected.file_len())?;
+
+        let mut upload = Upload::new(self, expected.file_len() <= self.inline_threshold);
+        let received = upload.receive(body, &expected).await;
+        let staged = match received {
+            Ok(()) => upload.stage().await,
+            Err(e) => Err(e),
+        };
+        let staged = match staged {
+            Ok(s) => s,
+            Err(e) => {
+                upload.discard().await;
+                return Err(e);
+            }
+        };
+
+        let final_path = self.shard_path(
+            &record.bucket,
+            &record.key,
+            record.version_id,
+            record.shard_index,
+        );
+        let _guard = self.lock_for(&record.bucket, &record.key).lock().await;
+        let previous = self.meta.object(&record.bucket, &record.key)?;
+        if previous
+            .as_ref()
+            .is_some_and(|p| p.version_id > record.version_id)
+        {
+            if let Staged::File(tmp) = staged {
+                remove_if_exists(&tmp).await;
+            }
+            return Err(Error::Superseded);
+        }
+        let inline = match staged {
+            Staged::Inline(data) => Some(data),
+            Staged::File(tmp) => {
+                self.place_durably(&tmp, &final_path).await?;
+                None
+            }
+        };
+        // Last step: the record. Until this synced write the new shard is invisible.
+        if let Err(e) = self
+            .meta
+            .commit_object(&record, previous.as_ref(), inline.as_deref())
+        {
+            if inline.is_none()
+                && previous
+                    .as_ref()
+                    .is_none_or(|p| p.version_id != record.version_id)
+            {
+                remove_if_exists(&final_path).await;
+            }
+            return Err(e);
+        }
+        if let Some(prev) = previous {
+            let old = self.shard_path(&prev.bucket, &prev.key, prev.version_id, prev.shard_index);
+            if old != final_path || inline.is_some() {
+                remove_if_exists(&old).await;
+            }
+        }
+        Ok(record)
+    }
+
+    /// Where the bytes of the stored shard of `bucket`/`key` are, with its record.
+    /// `version`, when given, must be the stored one.
+    ///
+    /// # Errors
+    /// [`Error::NotFound`] when no such object (or version) is stored here.
+    pub fn shard(
+        &self,
+        bucket: &str,
+        key: &str,
+        version: Option<VersionId>,
+    ) -> Result<(ObjectRecord, ShardBytes)> {
+        let rec = self
+            .meta
+            .object(bucket, key)?
+            .ok_or(Error::NotFound("object"))?;
+        if version.is_some_and(|v| v != rec.version_id) {
+            return Err(Error::NotFound("object version"));
+        }
+        if let Some(data) = self.meta.inline_shard(bucket, key, rec.version_id)? {
+            return Ok((rec, ShardBytes::Inline(data)));
+        }
+        let path = self.shard_path(bucket, key, rec.version_id, rec.shard_index);
+        Ok((rec, ShardBytes::File(path)))
+    }
+
+    /// Deletes the object record and shard of `bucket`/`key`. With `version`, only when
+    /// the stored version is not newer (a delete never removes a newer write).
+    ///
+    /// # Errors
+    /// [`Error::NotFound`], [`Error::Superseded`], [`Error::Meta`].
+    pub async fn delete_object(
+        &self,
+        bucket: &str,
+        key: &str,
+        version: Option<VersionId>,
+    ) -> Result<()> {
+        let _guard = self.lock_for(bucket, key).lock().await;
+        let rec = self
+            .meta
+            .object(bucket, key)?
+            .ok_or(Error::NotFound("object"))?;
+        if version.is_some_and(|v| rec.version_id > v) {
+            return Err(Error::Superseded);
+        }
+        // Record first: a crash after it leaves an orphan file, never a dangling record.
+        self.meta.delete_object(bucket, key)?;
+        remove_if_exists(&self.shard_path(bucket, key, rec.version_id, rec.shard_index)).await;
+        Ok(())
+    }
+
+    /// Moves an fsynced temp file to its final name durably. With the temp file's own
+    /// fsync before it and the record commit after it, this is the durable write:
+    /// 1. temp file written and fsynced (`Upload::stage`): data on disk, no name yet;
+    /// 2. rename to the final path: atomic, readers see the old file or the new one;
+    /// 3. fsync the directory: the rename itself survives a power cut;
+    /// 4. then (caller) the record, in a synced RocksDB write: only now is it visible.
+    ///
+    /// On error the temp file is removed and nothing visible has changed.
+    async fn place_durably(&self, tmp: &Path, final_path: &Path) -> Result<()> {
+        let result: Result<()> = async {
+            let dir = final_path.parent().expect("shard paths have a parent");
+            tokio::fs::create_dir_all(dir).await?;
+            tokio::fs::rename(tmp, final_path).await?;
+            if self.fsync {
+                let dir = dir.to_owned();
+                tokio::task::spawn_blocking(move || std::fs::File::open(&dir)?.sync_all())
+                    .await
+                    .map_err(std::io::Error::other)??;
+            }
+            Ok(())
+        }
+        .await;
+        if result.is_err() {
+            remove_if_exists(tmp).await;
+        }
+        result
+    }
+
+    /// Removes shard files that no record points to (left by a crash between rename and
+    /// commit, or between a record's deletion and its file's). Returns how many.
+    ///
+    /// # Errors
+    /// [`Error::Io`] or [`Error::Meta`].
+    pub fn sweep_orphans(&self) -> Result<u64> {
+        let mut wanted = std::collections::HashSet::new();
+        self.meta.for_each_object(|r| {
+            wanted.insert(self.shard_path(&r.bucket, &r.key, r.version_id, r.shard_index));
+        })?;
+        let mut removed = 0;
+        for a in std::fs::read_dir(&self.shards)? {
+            for b in std::fs::read_dir(a?.path())? {
+                for f in std::fs::read_dir(b?.path())? {
+                    let path = f?.path();
+                    if !wanted.contains(&path) {
+                        std::fs::remove_file(&path)?;
+                        removed += 1;
+                    }
+                }
+            }
+        }
+        Ok(removed)
+    }
+
+    /// Flushes the metadata store (at shutdown).
+    ///
+    /// # Errors
+    /// [`Error::Meta`].
+    pub fn flush(&self) -> Result<()> {
+        self.meta.flush()
+    }
+}
+
+/// An upload being received: in memory while it may still be inlined, else a temp file.
+struct Upload<'a> {
+    store: &'a Store,
+    inline: bool,
+    mem: Vec<u8>,
+    temp: Option<(PathBuf, tokio::io::BufWriter<tokio::fs::File>)>,
+    header: Option<oed_ec::ShardHeader>,
+}
+
+enum Staged {
+    Inline(Vec<u8>),
+    File(PathBuf),
+}
+
+impl<'a> Upload<'a> {
+    fn new(store: &'a Store, inline: bool) -> Self {
+        Self {
+            store,
+            inline,
+            mem: Vec::new(),
+            temp: None,
+            header: None,
+        }
+    }
+
+    async fn receive<S, E>(&mut self, mut body: S, expected: &oed_ec::ShardHeader) -> Result<()>
+    where
+        S: Stream<Item = std::result::Result<Bytes, E>> + Unpin,
+        E: Into<Box<dyn std::error::Error + Send + Sync>>,
+    {
+        let mut verifier = oed_ec::StreamVerifier::new();
+        while let Some(piece) = body.next().await {
+            let piece = piece
+                .map_err(|e| Error::Shard(oed_ec::Error::Io(std::io::Error::other(e.into()))))?;
+            if verifier.bytes_seen() + piece.len() as u64 > expected.file_len() {
+                // Checked before the verifier sees it, so a huge body is refused early.
+                return Err(Error::Shard(oed_ec::Error::TrailingData));
+            }
+            verifier.feed(&piece)?;
+            if let (None, Some(h)) = (&self.header, verifier.header()) {
+                if h != expected {
+                    return Err(Error::BadRequest(
+                        "shard header does not match the record (version, shard index, k, m, \
+                         chunk size or object length)"
+                            .into(),
+                    ));
+                }
+                self.header = Some(*h);
+            }
+            self.write(&piece).await?;
+        }
+        verifier.finish()?;
+        Ok(())
+    }
+
+    async fn write(&mut self, piece: &[u8]) -> Result<()> {
+        if self.inline {
+            self.mem.extend_from_slice(piece);
+            return Ok(());
+        }
+        if self.temp.is_none() {
+            let path = self
+                .store
+                .tmp
+                .join(format!("{:016x}.upload", rand::random::<u64>()));
+            let file = tokio::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(&path)
+                .await?;
+            self.temp = Some((path, tokio::io::BufWriter::with_capacity(256 * 1024, file)));
+        }
+        if let Some((_, w)) = &mut self.temp {
+            w.write_all(piece).await?;
+        }
+        Ok(())
+    }
+
+    /// Finishes receiving: inline bytes stay in memory; a temp file is flushed and (by
+    /// policy) fsynced, so its data is on disk before any name points to it.
+    async fn stage(&mut self) -> Result<Staged> {
+        if self.header.is_none() {
+            return Err(Error::Shard(oed_ec::Error::Truncated { stripe: 0 }));
+        }
+        if self.inline {
+            return Ok(Staged::Inline(std::mem::take(&mut self.mem)));
+        }
+        let Some((path, mut w)) = self.temp.take() else {
+            return Err(Error::Shard(oed_ec::Error::Truncated { stripe: 0 }));
+        };
+        let synced: Result<()> = async {
+            w.flush().await?;
+            if self.store.fsync {
+                w.get_ref().sync_all().await?;
+            }
+            Ok(())
+        }
+        .await;
+        drop(w);
+        match synced {
+            Ok(()) => Ok(Staged::File(path)),
+            Err(e) => {
+                remove_if_exists(&path).await;
+                Err(e)
+            }
+        }
+    }
+
+    async fn discard(&mut self) {
+        if let Some((path, _)) = self.temp.take() {
+            remove_if_exists(&path).await;
+        }
+    }
+}
+
+async fn remove_if_exists(path: &Path) {
+    if let Err(e) = tokio::fs::remove_file(path).await {
+        if e.kind() != std::io::ErrorKind::NotFound {
+            tracing::warn!(path = %path.display(), error = %e, "could not remove file");
+        }
+    }
+}

@@ -1,0 +1,240 @@
+//! What the metadata store keeps: bucket and object records, their keys, and the checks
+//! on names that come from clients (bucket names, object keys).
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+use crate::error::{Error, Result};
+
+/// An object version id: 128 bits, compared as a number; larger is newer. Coordinators
+/// make them from the time in the high bits and randomness in the low bits, so
+/// concurrent writes of one key resolve to the same winner on every drive.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct VersionId(pub u128);
+
+impl VersionId {
+    /// A new id: milliseconds since the epoch in the top 64 bits, random low bits.
+    #[must_use]
+    pub fn generate() -> Self {
+        let ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        Self((u128::from(ms) << 64) | u128::from(rand::random::<u64>()))
+    }
+}
+
+impl fmt::Display for VersionId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:032x}", self.0)
+    }
+}
+
+impl std::str::FromStr for VersionId {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        if s.len() != 32 {
+            return Err(Error::BadRequest(format!(
+                "version id {s:?} is not 32 hex digits"
+            )));
+        }
+        u128::from_str_radix(s, 16)
+            .map(VersionId)
+            .map_err(|_| Error::BadRequest(format!("version id {s:?} is not 32 hex digits")))
+    }
+}
+
+impl Serialize for VersionId {
+    fn serialize<S: Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for VersionId {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        s.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+/// A bucket as every drive records it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BucketRecord {
+    /// The bucket's name.
+    pub name: String,
+    /// Creation time, milliseconds since the epoch.
+    pub created_ms: u64,
+}
+
+/// An object version as each drive holding one of its shards records it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ObjectRecord {
+    /// Bucket name.
+    pub bucket: String,
+    /// Object key.
+    pub key: String,
+    /// This version.
+    pub version_id: VersionId,
+    /// Object length in bytes.
+    pub size: u64,
+    /// The S3 ETag, as clients see it.
+    #[serde(default)]
+    pub etag: String,
+    /// Content type given at upload.
+    #[serde(default)]
+    pub content_type: Option<String>,
+    /// User metadata (`x-amz-meta-*`), names lower-cased.
+    #[serde(default)]
+    pub user_meta: BTreeMap<String, String>,
+    /// Last-modified time, milliseconds since the epoch.
+    #[serde(default)]
+    pub last_modified_ms: u64,
+    /// Data shards.
+    pub k: u16,
+    /// Parity shards.
+    pub m: u16,
+    /// Chunk size in bytes.
+    pub chunk_size: u32,
+    /// Drive ids holding shards 0..k+m, in shard order (fixed at write time).
+    #[serde(default)]
+    pub drives: Vec<String>,
+    /// The shard this drive holds.
+    pub shard_index: u16,
+}
+
+impl ObjectRecord {
+    /// The erasure-coding layout of the object.
+    ///
+    /// # Errors
+    /// [`Error::BadRequest`] when k, m or the chunk size are out of range.
+    pub fn layout(&self) -> Result<oed_ec::Layout> {
+        oed_ec::Layout::new(self.k.into(), self.m.into(), self.chunk_size)
+            .map_err(|e| Error::BadRequest(format!("record: {e}")))
+    }
+
+    /// Checks the names and the shard index.
+    ///
+    /// # Errors
+    /// [`Error::BadRequest`] saying which part is wrong.
+    pub fn validate(&self) -> Result<()> {
+        check_bucket_name(&self.bucket)?;
+        check_key(&self.key)?;
+        let layout = self.layout()?;
+        if usize::from(self.shard_index) >= layout.total() {
+            return Err(Error::BadRequest(format!(
+                "shard_index {} is not below k + m = {}",
+                self.shard_index,
+                layout.total()
+            )));
+        }
+        if !self.drives.is_empty() && self.drives.len() != layout.total() {
+            return Err(Error::BadRequest(format!(
+                "drives lists {} drives, k + m is {}",
+                self.drives.len(),
+                layout.total()
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// S3's bucket naming rules: 3-63 characters of lower-case letters, digits, '.' and '-',
+/// starting and ending with a letter or digit.
+///
+/// # Errors
+/// [`Error::BadRequest`] naming the rule broken.
+pub fn check_bucket_name(name: &str) -> Result<()> {
+    let ok_len = (3..=63).contains(&name.len());
+    let ok_chars = name
+        .bytes()
+        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'.' || b == b'-');
+    let ok_ends = name
+        .bytes()
+        .next()
+        .zip(name.bytes().last())
+        .is_some_and(|(a, z)| a.is_ascii_alphanumeric() && z.is_ascii_alphanumeric());
+    if ok_len && ok_chars && ok_ends {
+        Ok(())
+    } else {
+        Err(Error::BadRequest(format!(
+            "invalid bucket name {name:?}: use 3-63 lower-case letters, digits, '.' or '-', \
+             starting and ending with a letter or digit"
+        )))
+    }
+}
+
+/// Object keys: 1 to 1024 bytes of UTF-8 without NUL (NUL separates bucket and key in the
+/// metadata store's keys).
+///
+/// # Errors
+/// [`Error::BadRequest`] naming the rule broken.
+pub fn check_key(key: &str) -> Result<()> {
+    if key.is_empty() || key.len() > 1024 {
+        return Err(Error::BadRequest(format!(
+            "object key is {} bytes long; keys are 1 to 1024 bytes",
+            key.len()
+        )));
+    }
+    if key.contains('\0') {
+        return Err(Error::BadRequest(
+            "object key contains a NUL character".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// The metadata store key of an object: bucket, NUL, key. Sorts by bucket then key.
+#[must_use]
+pub fn object_key(bucket: &str, key: &str) -> Vec<u8> {
+    let mut k = Vec::with_capacity(bucket.len() + 1 + key.len());
+    k.extend_from_slice(bucket.as_bytes());
+    k.push(0);
+    k.extend_from_slice(key.as_bytes());
+    k
+}
+
+/// Milliseconds since the epoch.
+#[must_use]
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_follow_s3_rules() {
+        for good in ["abc", "my-bucket.1", &"a".repeat(63)] {
+            check_bucket_name(good).unwrap();
+        }
+        for bad in [
+            "ab",
+            "Abc",
+            "-abc",
+            "abc-",
+            "a_b",
+            "a/b",
+            "..",
+            &"a".repeat(64),
+        ] {
+            assert!(check_bucket_name(bad).is_err(), "{bad}");
+        }
+        check_key("../x/ü//").unwrap();
+        assert!(check_key("").is_err());
+        assert!(check_key("a\0b").is_err());
+        assert!(check_key(&"k".repeat(1025)).is_err());
+    }
+
+    #[test]
+    fn version_ids_order_and_round_trip() {
+        let a = VersionId::generate();
+        let s = a.to_string();
+        assert_eq!(s.parse::<VersionId>().unwrap(), a);
+        assert!(VersionId(1) < VersionId(2));
+        assert!("xyz".parse::<VersionId>().is_err());
+    }
+}

@@ -1,0 +1,275 @@
+//! Real faults against a real `oedd`: kill -9 during a stream of writes, a byte flipped
+//! in a shard file on disk, and a small file system filling up.
+
+use std::collections::BTreeMap;
+use std::process::Command;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures_util::StreamExt;
+use oed_tests::{Daemon, body, bytes, chunk_bytes, files_under, record, shard_file};
+
+fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+#[test]
+fn kill_9_during_writes_loses_nothing_acknowledged_and_shows_nothing_partial() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = Daemon::start(dir.path(), &[]);
+    let c = d.client();
+    let acked: Arc<Mutex<BTreeMap<String, Vec<u8>>>> = Arc::default();
+    let runtime = rt();
+    runtime.block_on(c.create_bucket("crash")).unwrap();
+    // Four writers; each body is slowed down so some uploads are mid-stream at the kill.
+    let mut writers = Vec::new();
+    for w in 0..4u64 {
+        let c = c.clone();
+        let acked = acked.clone();
+        writers.push(runtime.spawn(async move {
+            for i in 0..200u64 {
+                let key = format!("w{w}/obj{i:03}");
+                let data = bytes(40_000 + (i as usize * 997) % 20_000, w * 1000 + i);
+                let rec = record("crash", &key, u128::from(i + 1), data.len() as u64, 2, 1, 0);
+                let file = shard_file(&rec, &data);
+                let slow = body(file.clone(), 8192).then(|b| async move {
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                    b
+                });
+                match c.put_shard(&rec, slow).await {
+                    Ok(_) => {
+                        acked.lock().unwrap().insert(key, file);
+                    }
+                    Err(_) => return,
+                }
+            }
+        }));
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while acked.lock().unwrap().len() < 40 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut d = d;
+    d.kill9();
+    runtime.block_on(async {
+        for w in writers {
+            let _ = tokio::time::timeout(Duration::from_secs(10), w).await;
+        }
+    });
+    let acked = acked.lock().unwrap().clone();
+    assert!(
+        acked.len() >= 40,
+        "only {} writes acknowledged before the kill",
+        acked.len()
+    );
+
+    let d = d.restart();
+    let c = d.client();
+    runtime.block_on(async {
+        // Every acknowledged shard is there, intact.
+        for (key, file) in &acked {
+            let got = c
+                .get_shard("crash", key, None, None)
+                .await
+                .unwrap()
+                .bytes()
+                .await
+                .unwrap();
+            assert_eq!(got, chunk_bytes(file), "{key}");
+        }
+        // Everything visible is complete: no record without its whole, valid shard.
+        let mut start = String::new();
+        let mut seen = 0;
+        loop {
+            let page = c.list("crash", &start, 100).await.unwrap();
+            let last = page.last().map(|r| r.key.clone());
+            for r in &page {
+                if Some(&r.key) == last.as_ref() && page.len() == 100 {
+                    continue;
+                }
+                let got = c
+                    .get_shard("crash", &r.key, None, None)
+                    .await
+                    .unwrap()
+                    .bytes()
+                    .await
+                    .unwrap();
+                assert_eq!(got.len() as u64, r.size.div_ceil(2), "{}", r.key);
+                seen += 1;
+            }
+            match last {
+                Some(k) if page.len() == 100 => start = k,
+                _ => break,
+            }
+        }
+        assert!(seen >= acked.len());
+        let info = c.info().await.unwrap();
+        assert_eq!(info.shard_count, seen as u64);
+    });
+    // Interrupted uploads were discarded and orphans swept (the sweep runs at start).
+    assert!(files_under(&dir.path().join("tmp")).is_empty());
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let files = || files_under(&dir.path().join("shards")).len();
+    let records = runtime.block_on(c.info()).unwrap().shard_count as usize;
+    while files() > records && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(
+        files() <= records,
+        "{} shard files for {records} records",
+        files()
+    );
+}
+
+#[test]
+fn a_byte_flipped_on_disk_is_reported_never_served() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = Daemon::start(dir.path(), &[]);
+    let c = d.client();
+    rt().block_on(async {
+        c.create_bucket("rot").await.unwrap();
+        let data = bytes(4 * 4096, 4);
+        let rec = record("rot", "victim", 1, data.len() as u64, 1, 1, 0);
+        let file = shard_file(&rec, &data);
+        c.put_shard(&rec, body(file.clone(), 4096)).await.unwrap();
+        let shards = files_under(&dir.path().join("shards"));
+        assert_eq!(shards.len(), 1);
+        let mut on_disk = std::fs::read(&shards[0]).unwrap();
+        assert_eq!(on_disk, file);
+        // Flip one byte inside stripe 2's chunk.
+        on_disk[64 + 2 * (4096 + 4) + 777] ^= 0x20;
+        std::fs::write(&shards[0], &on_disk).unwrap();
+
+        // From stripe 2: the first chunk is bad, so the answer is an error.
+        let err = c
+            .get_shard("rot", "victim", None, Some((2, 4)))
+            .await
+            .unwrap_err();
+        assert_eq!(err.code(), Some("CorruptShard"));
+        assert!(err.to_string().contains("stripe 2"), "{err}");
+        // Whole shard: stripes 0 and 1 are sent, then the body breaks instead of carrying
+        // bad bytes.
+        let resp = c.get_shard("rot", "victim", None, None).await.unwrap();
+        let got = resp.bytes().await;
+        assert!(got.is_err(), "a corrupt body was delivered whole");
+        // Undamaged stripes are still served.
+        let ok = c
+            .get_shard("rot", "victim", None, Some((0, 2)))
+            .await
+            .unwrap()
+            .bytes()
+            .await
+            .unwrap();
+        assert_eq!(ok, data[..2 * 4096]);
+        assert!(c.info().await.unwrap().heal_backlog >= 1);
+    });
+}
+
+/// A small tmpfs mounted for the test and unmounted when dropped.
+struct SmallFs {
+    dir: tempfile::TempDir,
+}
+
+impl SmallFs {
+    fn mount(size: &str) -> Result<Self, String> {
+        if std::env::var("USER").as_deref() != Ok("root") && !is_root() {
+            return Err("not running as root".into());
+        }
+        let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+        let out = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(dir.path())
+            .output()
+            .map_err(|e| e.to_string())?;
+        if !out.status.success() {
+            return Err(format!(
+                "mount failed: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            ));
+        }
+        Ok(Self { dir })
+    }
+}
+
+fn is_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| o.stdout.trim_ascii() == b"0")
+}
+
+impl Drop for SmallFs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(self.dir.path()).status();
+    }
+}
+
+#[test]
+fn a_full_file_system_refuses_writes_cleanly_and_recovers_after_deletes() {
+    let fs = match SmallFs::mount("48m") {
+        Ok(fs) => fs,
+        Err(why) => {
+            println!(
+                "SKIPPED a_full_file_system_refuses_writes_cleanly_and_recovers_after_deletes: {why}"
+            );
+            return;
+        }
+    };
+    let data_dir = fs.dir.path().join("drive");
+    let d = Daemon::start(
+        &data_dir,
+        &[
+            "reserve_bytes=8388608",
+            "rocksdb_write_buffer_bytes=1048576",
+        ],
+    );
+    let c = d.client();
+    rt().block_on(async {
+        c.create_bucket("full").await.unwrap();
+        let data = bytes(1 << 20, 5);
+        let mut stored = Vec::new();
+        let mut refused = None;
+        for i in 0..100u32 {
+            let rec = record("full", &format!("k{i}"), 1, data.len() as u64, 1, 0, 0);
+            let file = shard_file(&rec, &data);
+            match c.put_shard(&rec, body(file, 65536)).await {
+                Ok(_) => stored.push(rec.key.clone()),
+                Err(e) => {
+                    refused = Some(e);
+                    break;
+                }
+            }
+        }
+        let err = refused.expect("48 MiB filled up within 100 MiB of writes");
+        assert_eq!(err.code(), Some("InsufficientStorage"), "{err}");
+        assert!(err.to_string().contains("reserve"), "{err}");
+        assert!(stored.len() >= 10, "only {} writes fit", stored.len());
+        let info = c.info().await.unwrap();
+        assert!(info.free_bytes < info.reserve_bytes + (2 << 20));
+        // Reads and deletes keep working.
+        for key in &stored {
+            let got = c
+                .get_shard("full", key, None, None)
+                .await
+                .unwrap()
+                .bytes()
+                .await
+                .unwrap();
+            assert_eq!(got, data);
+        }
+        for key in stored.iter().take(5) {
+            c.delete("full", key, None).await.unwrap();
+        }
+        // And writes work again.
+        let rec = record("full", "after", 1, data.len() as u64, 1, 0, 0);
+        c.put_shard(&rec, body(shard_file(&rec, &data), 65536))
+            .await
+            .unwrap();
+        assert!(files_under(&data_dir.join("tmp")).is_empty());
+    });
+    drop(d);
+}
