@@ -229,7 +229,7 @@ proptest! {
     }
 }
 
-/// Feeds a file to a StreamVerifier in pieces of `piece` bytes.
+/// Feeds a file to a `StreamVerifier` in pieces of `piece` bytes.
 fn verify_stream(file: &[u8], piece: usize) -> Result<ShardHeader, Error> {
     let mut v = oed_ec::StreamVerifier::new();
     for p in file.chunks(piece.max(1)) {

@@ -1,0 +1,194 @@
+//! `oed-peer-load`: shard writes then reads through one drive's peer API, at a given size
+//! and concurrency; prints MiB/s, shards/s and latency percentiles. `benches/peer-bench`
+//! runs it next to raw disk throughput measured with dd in the same run.
+//!
+//! `OED_CLUSTER_SECRET=... oed-peer-load --url http://127.0.0.1:9400 --size-kib 1024
+//!  --concurrency 8 --count 256`
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use bytes::Bytes;
+use clap::Parser;
+use oed_daemon::peer::auth::PeerKey;
+use oed_daemon::peer::client::PeerClient;
+use oed_daemon::store::record::{ObjectRecord, VersionId};
+
+/// Peer-API shard write and read load against one drive.
+#[derive(Parser)]
+struct Args {
+    /// Base URL of the drive.
+    #[arg(long)]
+    url: String,
+    /// Shard payload size in KiB.
+    #[arg(long, default_value_t = 1024)]
+    size_kib: usize,
+    /// Requests in flight.
+    #[arg(long, default_value_t = 1)]
+    concurrency: usize,
+    /// Shards to write, then read.
+    #[arg(long, default_value_t = 128)]
+    count: usize,
+    /// Bucket to use (created if missing).
+    #[arg(long, default_value = "bench")]
+    bucket: String,
+    /// Skip the read phase.
+    #[arg(long)]
+    write_only: bool,
+    /// Skip the write phase (read shards an earlier run wrote).
+    #[arg(long)]
+    read_only: bool,
+}
+
+fn record(bucket: &str, i: usize, size: usize) -> ObjectRecord {
+    ObjectRecord {
+        bucket: bucket.into(),
+        key: format!("shard-{i:06}"),
+        version_id: VersionId(1),
+        size: size as u64,
+        etag: String::new(),
+        content_type: None,
+        user_meta: std::collections::BTreeMap::new(),
+        last_modified_ms: 0,
+        k: 1,
+        m: 0,
+        chunk_size: 1 << 20,
+        drives: Vec::new(),
+        shard_index: 0,
+    }
+}
+
+struct Phase {
+    bytes: u64,
+    elapsed: Duration,
+    latencies: Vec<Duration>,
+    errors: usize,
+}
+
+impl Phase {
+    fn print(&self, name: &str) {
+        let mut l = self.latencies.clone();
+        l.sort();
+        let pct = |p: f64| {
+            l.get(((l.len() as f64 - 1.0) * p).round() as usize)
+                .map_or(0.0, |d| d.as_secs_f64() * 1000.0)
+        };
+        let secs = self.elapsed.as_secs_f64();
+        println!(
+            "{name}: {:.1} MiB/s, {:.1} shards/s, latency ms p50 {:.1} p90 {:.1} p99 {:.1}, errors {}",
+            self.bytes as f64 / secs / f64::from(1 << 20),
+            l.len() as f64 / secs,
+            pct(0.5),
+            pct(0.9),
+            pct(0.99),
+            self.errors
+        );
+    }
+}
+
+async fn run<F, Fut>(args: &Args, op: F) -> Phase
+where
+    F: Fn(usize) -> Fut + Send + Sync + 'static,
+    Fut: std::future::Future<Output = anyhow::Result<u64>> + Send,
+{
+    let op = Arc::new(op);
+    let next = Arc::new(AtomicUsize::new(0));
+    let start = Instant::now();
+    let mut tasks = Vec::new();
+    for _ in 0..args.concurrency {
+        let (op, next, count) = (op.clone(), next.clone(), args.count);
+        tasks.push(tokio::spawn(async move {
+            let mut out = (0u64, Vec::new(), 0usize);
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= count {
+                    return out;
+                }
+                let t = Instant::now();
+                match op(i).await {
+                    Ok(b) => {
+                        out.0 += b;
+                        out.1.push(t.elapsed());
+                    }
+                    Err(e) => {
+                        eprintln!("shard {i}: {e:#}");
+                        out.2 += 1;
+                    }
+                }
+            }
+        }));
+    }
+    let mut phase = Phase {
+        bytes: 0,
+        elapsed: Duration::ZERO,
+        latencies: Vec::new(),
+        errors: 0,
+    };
+    for t in tasks {
+        if let Ok((b, l, e)) = t.await {
+            phase.bytes += b;
+            phase.latencies.extend(l);
+            phase.errors += e;
+        }
+    }
+    phase.elapsed = start.elapsed();
+    phase
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Arc::new(Args::parse());
+    let secret = std::env::var("OED_CLUSTER_SECRET").context("set OED_CLUSTER_SECRET")?;
+    let client = PeerClient::new(&args.url, PeerKey::derive(secret.trim().as_bytes()));
+    client.create_bucket(&args.bucket).await?;
+    let size = args.size_kib * 1024;
+    let rec = record(&args.bucket, 0, size);
+    let payload: Vec<u8> = (0..size).map(|i| (i * 7 + i / 4096) as u8).collect();
+    let file = Bytes::from(oed_ec::encode_object(rec.layout()?, 1, &payload)?.swap_remove(0));
+    println!(
+        "peer load: {} shards of {} KiB ({} bytes on disk each), concurrency {}",
+        args.count,
+        args.size_kib,
+        file.len(),
+        args.concurrency
+    );
+    if !args.read_only {
+        let (c, f, a) = (client.clone(), file.clone(), args.clone());
+        let put = run(&args, move |i| {
+            let (c, f, a) = (c.clone(), f.clone(), a.clone());
+            async move {
+                let rec = record(&a.bucket, i, a.size_kib * 1024);
+                let len = f.len() as u64;
+                let pieces: Vec<Result<Bytes, std::io::Error>> = (0..f.len())
+                    .step_by(256 * 1024)
+                    .map(|o| Ok(f.slice(o..(o + 256 * 1024).min(f.len()))))
+                    .collect();
+                c.put_shard(&rec, futures_util::stream::iter(pieces))
+                    .await?;
+                Ok(len)
+            }
+        })
+        .await;
+        put.print("PUT");
+    }
+    if !args.write_only {
+        let (c, a) = (client.clone(), args.clone());
+        let get = run(&args, move |i| {
+            let (c, a) = (c.clone(), a.clone());
+            async move {
+                let key = format!("shard-{i:06}");
+                let body = c
+                    .get_shard(&a.bucket, &key, None, None)
+                    .await?
+                    .bytes()
+                    .await?;
+                Ok(body.len() as u64)
+            }
+        })
+        .await;
+        get.print("GET");
+    }
+    Ok(())
+}
