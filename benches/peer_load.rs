@@ -68,11 +68,15 @@ struct Phase {
 }
 
 impl Phase {
+    #[allow(
+        clippy::cast_precision_loss,
+        reason = "byte and request counts far below 2^52"
+    )]
     fn print(&self, name: &str) {
         let mut l = self.latencies.clone();
         l.sort();
-        let pct = |p: f64| {
-            l.get(((l.len() as f64 - 1.0) * p).round() as usize)
+        let pct = |permille: usize| {
+            l.get(l.len().saturating_sub(1) * permille / 1000)
                 .map_or(0.0, |d| d.as_secs_f64() * 1000.0)
         };
         let secs = self.elapsed.as_secs_f64();
@@ -80,9 +84,9 @@ impl Phase {
             "{name}: {:.1} MiB/s, {:.1} shards/s, latency ms p50 {:.1} p90 {:.1} p99 {:.1}, errors {}",
             self.bytes as f64 / secs / f64::from(1 << 20),
             l.len() as f64 / secs,
-            pct(0.5),
-            pct(0.9),
-            pct(0.99),
+            pct(500),
+            pct(900),
+            pct(990),
             self.errors
         );
     }

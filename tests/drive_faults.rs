@@ -36,7 +36,7 @@ fn kill_9_during_writes_loses_nothing_acknowledged_and_shows_nothing_partial() {
                 let data = bytes(40_000 + (i as usize * 997) % 20_000, w * 1000 + i);
                 let rec = record("crash", &key, u128::from(i + 1), data.len() as u64, 2, 1, 0);
                 let file = shard_file(&rec, &data);
-                let slow = body(file.clone(), 8192).then(|b| async move {
+                let slow = body(&file, 8192).then(|b| async move {
                     tokio::time::sleep(Duration::from_millis(2)).await;
                     b
                 });
@@ -135,7 +135,7 @@ fn a_byte_flipped_on_disk_is_reported_never_served() {
         let data = bytes(4 * 4096, 4);
         let rec = record("rot", "victim", 1, data.len() as u64, 1, 1, 0);
         let file = shard_file(&rec, &data);
-        c.put_shard(&rec, body(file.clone(), 4096)).await.unwrap();
+        c.put_shard(&rec, body(&file, 4096)).await.unwrap();
         let shards = files_under(&dir.path().join("shards"));
         assert_eq!(shards.len(), 1);
         let mut on_disk = std::fs::read(&shards[0]).unwrap();
@@ -151,11 +151,16 @@ fn a_byte_flipped_on_disk_is_reported_never_served() {
             .unwrap_err();
         assert_eq!(err.code(), Some("CorruptShard"));
         assert!(err.to_string().contains("stripe 2"), "{err}");
-        // Whole shard: stripes 0 and 1 are sent, then the body breaks instead of carrying
-        // bad bytes.
-        let resp = c.get_shard("rot", "victim", None, None).await.unwrap();
-        let got = resp.bytes().await;
-        assert!(got.is_err(), "a corrupt body was delivered whole");
+        // Whole shard: stripes 0 and 1 are good, so the response starts, and then the
+        // connection is cut instead of carrying bad bytes. (When the cut comes before hyper
+        // has flushed the head, the client sees no response at all; both are refusals.)
+        match c.get_shard("rot", "victim", None, None).await {
+            Ok(resp) => assert!(
+                resp.bytes().await.is_err(),
+                "a corrupt body was delivered whole"
+            ),
+            Err(e) => assert!(e.code().is_none(), "unexpected error {e}"),
+        }
         // Undamaged stripes are still served.
         let ok = c
             .get_shard("rot", "victim", None, Some((0, 2)))
@@ -236,7 +241,7 @@ fn a_full_file_system_refuses_writes_cleanly_and_recovers_after_deletes() {
         for i in 0..100u32 {
             let rec = record("full", &format!("k{i}"), 1, data.len() as u64, 1, 0, 0);
             let file = shard_file(&rec, &data);
-            match c.put_shard(&rec, body(file, 65536)).await {
+            match c.put_shard(&rec, body(&file, 65536)).await {
                 Ok(_) => stored.push(rec.key.clone()),
                 Err(e) => {
                     refused = Some(e);
@@ -266,7 +271,7 @@ fn a_full_file_system_refuses_writes_cleanly_and_recovers_after_deletes() {
         }
         // And writes work again.
         let rec = record("full", "after", 1, data.len() as u64, 1, 0, 0);
-        c.put_shard(&rec, body(shard_file(&rec, &data), 65536))
+        c.put_shard(&rec, body(&shard_file(&rec, &data), 65536))
             .await
             .unwrap();
         assert!(files_under(&data_dir.join("tmp")).is_empty());

@@ -114,14 +114,9 @@ impl Daemon {
                 }
             }
         });
-        let addr = match rx.recv_timeout(Duration::from_secs(60)) {
-            Ok(a) => a,
-            Err(_) => {
-                let _ = child.kill();
-                panic!(
-                    "oedd exited, or did not report its address within 60 s (its stderr is above)"
-                );
-            }
+        let Ok(addr) = rx.recv_timeout(Duration::from_secs(60)) else {
+            let _ = child.kill();
+            panic!("oedd exited, or did not report its address within 60 s (its stderr is above)");
         };
         Self {
             child: Some(child),
@@ -254,7 +249,7 @@ pub fn chunk_bytes(file: &[u8]) -> Vec<u8> {
 
 /// A body stream of `data` in pieces of `piece` bytes.
 pub fn body(
-    data: Vec<u8>,
+    data: &[u8],
     piece: usize,
 ) -> impl futures_util::Stream<Item = Result<Bytes, std::io::Error>> + Send + Sync + 'static {
     let pieces: Vec<Result<Bytes, std::io::Error>> = data

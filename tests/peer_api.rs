@@ -3,7 +3,8 @@
 
 use std::time::Duration;
 
-use oed_daemon::store::record::VersionId;
+use oed_daemon::peer::client::PeerClient;
+use oed_daemon::store::record::{ObjectRecord, VersionId};
 use oed_tests::{Daemon, body, bytes, chunk_bytes, files_under, record, shard_file};
 use reqwest::{Method, StatusCode};
 
@@ -25,7 +26,7 @@ fn smoke_put_get_and_clean_stop() {
         let data = bytes(3 * 4 * 4096 + 99, 1);
         let rec = record("smoke", "obj", 7, data.len() as u64, 4, 2, 4);
         let file = shard_file(&rec, &data);
-        c.put_shard(&rec, body(file.clone(), 10_000)).await.unwrap();
+        c.put_shard(&rec, body(&file, 10_000)).await.unwrap();
         let got = c
             .get_shard("smoke", "obj", None, None)
             .await
@@ -64,17 +65,12 @@ fn every_operation_round_trips() {
         let big = bytes(5 * 2 * 4096 + 1234, 2);
         let rec_big = record("photos", "a/b/ünï code", 10, big.len() as u64, 2, 1, 2);
         let file_big = shard_file(&rec_big, &big);
-        let stored = c
-            .put_shard(&rec_big, body(file_big.clone(), 3000))
-            .await
-            .unwrap();
+        let stored = c.put_shard(&rec_big, body(&file_big, 3000)).await.unwrap();
         assert_eq!(stored, rec_big);
         let small = b"tiny".to_vec();
         let rec_small = record("photos", "tiny", 11, 4, 2, 1, 0);
         let file_small = shard_file(&rec_small, &small);
-        c.put_shard(&rec_small, body(file_small.clone(), 7))
-            .await
-            .unwrap();
+        c.put_shard(&rec_small, body(&file_small, 7)).await.unwrap();
 
         assert_eq!(c.stat("photos", "a/b/ünï code").await.unwrap(), rec_big);
         let whole = c
@@ -168,7 +164,7 @@ fn newest_version_wins_whatever_the_order() {
             let rec = record("b-1", "k", v, data.len() as u64, 1, 1, 0);
             let file = shard_file(&rec, &data);
             let c = c.clone();
-            async move { c.put_shard(&rec, body(file, 5000)).await }
+            async move { c.put_shard(&rec, body(&file, 5000)).await }
         };
         put(5, 5).await.unwrap();
         put(9, 9).await.unwrap();
@@ -189,31 +185,56 @@ fn newest_version_wins_whatever_the_order() {
     });
 }
 
-#[test]
-fn bad_requests_get_clear_errors_and_change_nothing() {
-    let dir = tempfile::tempdir().unwrap();
-    let d = Daemon::start(dir.path(), &["max_shard_bytes=100000"]);
-    let c = d.client();
-    rt().block_on(async {
-        c.create_bucket("bkt").await.unwrap();
+/// A drive holding one good shard, and a check that it is exactly as it was.
+struct Fixture {
+    dir: tempfile::TempDir,
+    d: Daemon,
+    data: Vec<u8>,
+    rec: ObjectRecord,
+    file: Vec<u8>,
+}
+
+impl Fixture {
+    fn new() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let d = Daemon::start(dir.path(), &["max_shard_bytes=100000"]);
         let data = bytes(2 * 4096 + 5, 3);
         let rec = record("bkt", "good", 1, data.len() as u64, 1, 1, 1);
         let file = shard_file(&rec, &data);
-        c.put_shard(&rec, body(file.clone(), 4096)).await.unwrap();
-        let expect_unchanged = || async {
-            assert_eq!(c.stat("bkt", "good").await.unwrap(), rec);
-            let got = c
-                .get_shard("bkt", "good", None, None)
-                .await
-                .unwrap()
-                .bytes()
-                .await
-                .unwrap();
-            assert_eq!(got, chunk_bytes(&file));
-            assert_eq!(c.list("bkt", "", 100).await.unwrap().len(), 1);
-            assert!(files_under(&dir.path().join("tmp")).is_empty());
-        };
+        let c = d.client();
+        rt().block_on(async {
+            c.create_bucket("bkt").await.unwrap();
+            c.put_shard(&rec, body(&file, 4096)).await.unwrap();
+        });
+        Self {
+            dir,
+            d,
+            data,
+            rec,
+            file,
+        }
+    }
 
+    async fn expect_unchanged(&self, c: &PeerClient) {
+        assert_eq!(c.stat("bkt", "good").await.unwrap(), self.rec);
+        let got = c
+            .get_shard("bkt", "good", None, None)
+            .await
+            .unwrap()
+            .bytes()
+            .await
+            .unwrap();
+        assert_eq!(got, chunk_bytes(&self.file));
+        assert_eq!(c.list("bkt", "", 100).await.unwrap().len(), 1);
+        assert!(files_under(&self.dir.path().join("tmp")).is_empty());
+    }
+}
+
+#[test]
+fn bad_authentication_is_refused_counted_and_changes_nothing() {
+    let f = Fixture::new();
+    let (d, c) = (&f.d, f.d.client());
+    rt().block_on(async {
         // Authentication: wrong secret (401), stale timestamp (403), no signature (401),
         // a body that does not match its signed digest (401).
         let wrong = d.client_with_secret("another-secret-0123456789");
@@ -259,6 +280,16 @@ fn bad_requests_get_clear_errors_and_change_nothing() {
             .await
             .unwrap();
         assert_eq!(resp.status(), StatusCode::UNAUTHORIZED);
+        f.expect_unchanged(&c).await;
+    });
+}
+
+#[test]
+fn bad_requests_get_clear_errors_and_change_nothing() {
+    let f = Fixture::new();
+    let (c, rec, file, data) = (f.d.client(), &f.rec, &f.file, &f.data);
+    rt().block_on(async {
+        let empty = oed_daemon::peer::auth::body_digest(b"");
 
         // Unknown route, bad names, missing bucket.
         let resp = c
@@ -274,24 +305,21 @@ fn bad_requests_get_clear_errors_and_change_nothing() {
         let mut r = rec.clone();
         r.bucket = "missing".into();
         assert_eq!(
-            c.put_shard(&r, body(file.clone(), 100))
-                .await
-                .unwrap_err()
-                .code(),
+            c.put_shard(&r, body(file, 100)).await.unwrap_err().code(),
             Some("NotFound")
         );
 
         // Oversized: the record promises a file over max_shard_bytes.
         let big = record("bkt", "good", 2, 200_000, 1, 1, 1);
-        let err = c.put_shard(&big, body(vec![0; 10], 10)).await.unwrap_err();
+        let err = c.put_shard(&big, body(&[0; 10], 10)).await.unwrap_err();
         assert_eq!(err.code(), Some("EntityTooLarge"));
 
         // A newer version whose body is truncated, corrupt, too long, or for another shard.
         let newer = record("bkt", "good", 3, data.len() as u64, 1, 1, 1);
-        let newer_file = shard_file(&newer, &data);
+        let newer_file = shard_file(&newer, data);
         let cut = newer_file[..newer_file.len() - 3].to_vec();
         assert_eq!(
-            c.put_shard(&newer, body(cut, 1000))
+            c.put_shard(&newer, body(&cut, 1000))
                 .await
                 .unwrap_err()
                 .code(),
@@ -300,7 +328,7 @@ fn bad_requests_get_clear_errors_and_change_nothing() {
         let mut flipped = newer_file.clone();
         flipped[100] ^= 1;
         assert_eq!(
-            c.put_shard(&newer, body(flipped, 1000))
+            c.put_shard(&newer, body(&flipped, 1000))
                 .await
                 .unwrap_err()
                 .code(),
@@ -309,15 +337,15 @@ fn bad_requests_get_clear_errors_and_change_nothing() {
         let mut longer = newer_file.clone();
         longer.extend_from_slice(b"extra");
         assert_eq!(
-            c.put_shard(&newer, body(longer, 1000))
+            c.put_shard(&newer, body(&longer, 1000))
                 .await
                 .unwrap_err()
                 .code(),
             Some("InvalidShard")
         );
-        let other_shard = shard_file(&record("bkt", "good", 3, data.len() as u64, 1, 1, 0), &data);
+        let other_shard = shard_file(&record("bkt", "good", 3, data.len() as u64, 1, 1, 0), data);
         assert_eq!(
-            c.put_shard(&newer, body(other_shard, 1000))
+            c.put_shard(&newer, body(&other_shard, 1000))
                 .await
                 .unwrap_err()
                 .code(),
@@ -326,12 +354,28 @@ fn bad_requests_get_clear_errors_and_change_nothing() {
         let mut bad_index = newer.clone();
         bad_index.shard_index = 2;
         assert_eq!(
-            c.put_shard(&bad_index, body(newer_file.clone(), 1000))
+            c.put_shard(&bad_index, body(&newer_file, 1000))
                 .await
                 .unwrap_err()
                 .code(),
             Some("BadRequest")
         );
+        f.expect_unchanged(&c).await;
+        // The drive still works after all of that.
+        c.put_shard(&newer, body(&newer_file, 1000)).await.unwrap();
+        assert_eq!(
+            c.stat("bkt", "good").await.unwrap().version_id,
+            VersionId(3)
+        );
+    });
+}
+
+#[test]
+fn malformed_queries_get_bad_request() {
+    let f = Fixture::new();
+    let c = f.d.client();
+    rt().block_on(async {
+        let empty = oed_daemon::peer::auth::body_digest(b"");
         let resp = c
             .request(
                 Method::PUT,
@@ -366,12 +410,6 @@ fn bad_requests_get_clear_errors_and_change_nothing() {
             .unwrap();
         assert_eq!(resp.status(), StatusCode::BAD_REQUEST);
 
-        expect_unchanged().await;
-        // The drive still works after all of that.
-        c.put_shard(&newer, body(newer_file, 1000)).await.unwrap();
-        assert_eq!(
-            c.stat("bkt", "good").await.unwrap().version_id,
-            VersionId(3)
-        );
+        f.expect_unchanged(&c).await;
     });
 }

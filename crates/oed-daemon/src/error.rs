@@ -74,7 +74,6 @@ impl Error {
     pub fn status_and_code(&self) -> (StatusCode, &'static str) {
         use oed_ec::Error as Ec;
         match self {
-            Error::Config(_) => (StatusCode::INTERNAL_SERVER_ERROR, "InternalError"),
             Error::BadRequest(_) => (StatusCode::BAD_REQUEST, "BadRequest"),
             Error::Unauthenticated(_) => (StatusCode::UNAUTHORIZED, "Unauthenticated"),
             Error::Expired(_) => (StatusCode::FORBIDDEN, "RequestTimeTooSkewed"),
@@ -87,19 +86,19 @@ impl Error {
                 (StatusCode::INSUFFICIENT_STORAGE, "InsufficientStorage")
             }
             Error::CorruptShard { .. } => (StatusCode::INTERNAL_SERVER_ERROR, "CorruptShard"),
-            Error::Shard(Ec::Io(e)) if e.kind() == std::io::ErrorKind::StorageFull => {
+            Error::Shard(Ec::Io(e)) | Error::Io(e)
+                if e.kind() == std::io::ErrorKind::StorageFull =>
+            {
                 (StatusCode::INSUFFICIENT_STORAGE, "InsufficientStorage")
             }
-            Error::Shard(Ec::Io(_)) => (StatusCode::INTERNAL_SERVER_ERROR, "InternalError"),
+            Error::Config(_)
+            | Error::Meta(_)
+            | Error::Record(_)
+            | Error::Io(_)
+            | Error::Shard(Ec::Io(_)) => (StatusCode::INTERNAL_SERVER_ERROR, "InternalError"),
             Error::Shard(Ec::Truncated { .. }) => (StatusCode::BAD_REQUEST, "IncompleteBody"),
             Error::Shard(Ec::CorruptChunk { .. }) => (StatusCode::BAD_REQUEST, "BadDigest"),
             Error::Shard(_) => (StatusCode::BAD_REQUEST, "InvalidShard"),
-            Error::Io(e) if e.kind() == std::io::ErrorKind::StorageFull => {
-                (StatusCode::INSUFFICIENT_STORAGE, "InsufficientStorage")
-            }
-            Error::Meta(_) | Error::Record(_) | Error::Io(_) => {
-                (StatusCode::INTERNAL_SERVER_ERROR, "InternalError")
-            }
         }
     }
 }

@@ -1,5 +1,9 @@
 //! `oedd`: parses the command line, sets up tracing and signals, binds, and calls the
 //! library.
+#![allow(
+    clippy::doc_markdown,
+    reason = "doc comments here are clap's --help text, read as plain text"
+)]
 
 use std::path::PathBuf;
 

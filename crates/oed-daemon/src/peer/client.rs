@@ -1,6 +1,8 @@
 //! A client of another drive's peer API: signs each request and maps error bodies back to
 //! a [`PeerError`]. The coordinator of the cluster uses it; so do the end-to-end tests.
 
+use std::fmt::Write as _;
+
 use bytes::Bytes;
 use futures_util::Stream;
 use reqwest::{Method, StatusCode};
@@ -79,7 +81,7 @@ fn q(s: &str) -> String {
         if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
             out.push(b as char);
         } else {
-            out.push_str(&format!("%{b:02X}"));
+            let _ = write!(out, "%{b:02X}");
         }
     }
     out
@@ -170,10 +172,10 @@ impl PeerClient {
     ) -> Result<reqwest::Response, PeerError> {
         let mut query = format!("bucket={}&key={}", q(bucket), q(key));
         if let Some(v) = version {
-            query.push_str(&format!("&version={v}"));
+            let _ = write!(query, "&version={v}");
         }
         if let Some((from, to)) = stripes {
-            query.push_str(&format!("&from={from}&to={to}"));
+            let _ = write!(query, "&from={from}&to={to}");
         }
         self.send(Method::GET, "shard", &query).await
     }
@@ -203,7 +205,7 @@ impl PeerClient {
     ) -> Result<(), PeerError> {
         let mut query = format!("bucket={}&key={}", q(bucket), q(key));
         if let Some(v) = version {
-            query.push_str(&format!("&version={v}"));
+            let _ = write!(query, "&version={v}");
         }
         self.send(Method::DELETE, "object", &query).await?;
         Ok(())
@@ -268,14 +270,14 @@ impl PeerClient {
 }
 
 async fn check(resp: reqwest::Response) -> Result<reqwest::Response, PeerError> {
-    let status = resp.status();
-    if status.is_success() {
-        return Ok(resp);
-    }
     #[derive(Deserialize)]
     struct Body {
         code: String,
         message: String,
+    }
+    let status = resp.status();
+    if status.is_success() {
+        return Ok(resp);
     }
     let text = resp.text().await.unwrap_or_default();
     let body: Body = serde_json::from_str(&text).unwrap_or(Body {

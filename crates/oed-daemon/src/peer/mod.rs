@@ -289,10 +289,9 @@ fn read_stripes(bytes: ShardBytes, from: u64, to: u64, tx: &mpsc::Sender<Result<
             match reader.read_chunk(&mut buf) {
                 Ok(Some(_)) => {}
                 Ok(None) => break,
-                Err(oed_ec::Error::CorruptChunk { stripe }) => {
-                    return Err(Error::CorruptShard { stripe });
-                }
-                Err(oed_ec::Error::Truncated { stripe }) => {
+                Err(
+                    oed_ec::Error::CorruptChunk { stripe } | oed_ec::Error::Truncated { stripe },
+                ) => {
                     return Err(Error::CorruptShard { stripe });
                 }
                 Err(e) => return Err(e.into()),

@@ -179,10 +179,10 @@ impl Store {
         if self.meta.bucket(&record.bucket)?.is_none() {
             return Err(Error::NotFound("bucket"));
         }
-        if let Some(existing) = self.meta.object(&record.bucket, &record.key)? {
-            if existing.version_id > record.version_id {
-                return Err(Error::Superseded);
-            }
+        if let Some(existing) = self.meta.object(&record.bucket, &record.key)?
+            && existing.version_id > record.version_id
+        {
+            return Err(Error::Superseded);
         }
         let layout = record.layout()?;
         let expected =
@@ -481,9 +481,9 @@ impl<'a> Upload<'a> {
 }
 
 async fn remove_if_exists(path: &Path) {
-    if let Err(e) = tokio::fs::remove_file(path).await {
-        if e.kind() != std::io::ErrorKind::NotFound {
-            tracing::warn!(path = %path.display(), error = %e, "could not remove file");
-        }
+    if let Err(e) = tokio::fs::remove_file(path).await
+        && e.kind() != std::io::ErrorKind::NotFound
+    {
+        tracing::warn!(path = %path.display(), error = %e, "could not remove file");
     }
 }

@@ -78,7 +78,7 @@ pub struct ObjectRecord {
     pub version_id: VersionId,
     /// Object length in bytes.
     pub size: u64,
-    /// The S3 ETag, as clients see it.
+    /// The S3 `ETag`, as clients see it.
     #[serde(default)]
     pub etag: String,
     /// Content type given at upload.
