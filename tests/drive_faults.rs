@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
-use oed_tests::{Daemon, body, bytes, chunk_bytes, files_under, record, shard_file};
+use oed_tests::{Daemon, body, bytes, chunk_bytes, files_under, read_shard, record, shard_file};
 
 fn rt() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
@@ -72,13 +72,7 @@ fn kill_9_during_writes_loses_nothing_acknowledged_and_shows_nothing_partial() {
     runtime.block_on(async {
         // Every acknowledged shard is there, intact.
         for (key, file) in &acked {
-            let got = c
-                .get_shard("crash", key, None, None)
-                .await
-                .unwrap()
-                .bytes()
-                .await
-                .unwrap();
+            let got = read_shard(&c, "crash", key).await;
             assert_eq!(got, chunk_bytes(file), "{key}");
         }
         // Everything visible is complete: no record without its whole, valid shard.
@@ -91,13 +85,7 @@ fn kill_9_during_writes_loses_nothing_acknowledged_and_shows_nothing_partial() {
                 if Some(&r.key) == last.as_ref() && page.len() == 100 {
                     continue;
                 }
-                let got = c
-                    .get_shard("crash", &r.key, None, None)
-                    .await
-                    .unwrap()
-                    .bytes()
-                    .await
-                    .unwrap();
+                let got = read_shard(&c, "crash", &r.key).await;
                 assert_eq!(got.len() as u64, r.size.div_ceil(2), "{}", r.key);
                 seen += 1;
             }
@@ -257,13 +245,7 @@ fn a_full_file_system_refuses_writes_cleanly_and_recovers_after_deletes() {
         assert!(info.free_bytes < info.reserve_bytes + (2 << 20));
         // Reads and deletes keep working.
         for key in &stored {
-            let got = c
-                .get_shard("full", key, None, None)
-                .await
-                .unwrap()
-                .bytes()
-                .await
-                .unwrap();
+            let got = read_shard(&c, "full", key).await;
             assert_eq!(got, data);
         }
         for key in stored.iter().take(5) {

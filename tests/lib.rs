@@ -247,6 +247,19 @@ pub fn chunk_bytes(file: &[u8]) -> Vec<u8> {
     out
 }
 
+/// The chunk bytes of the whole stored shard of `bucket`/`key`, as `GET shard` sends them.
+///
+/// # Panics
+/// When the request or the body fails.
+pub async fn read_shard(c: &PeerClient, bucket: &str, key: &str) -> Bytes {
+    c.get_shard(bucket, key, None, None)
+        .await
+        .expect("GET shard")
+        .bytes()
+        .await
+        .expect("shard body")
+}
+
 /// A body stream of `data` in pieces of `piece` bytes.
 pub fn body(
     data: &[u8],

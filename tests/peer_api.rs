@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use oed_daemon::peer::client::PeerClient;
 use oed_daemon::store::record::{ObjectRecord, VersionId};
-use oed_tests::{Daemon, body, bytes, chunk_bytes, files_under, record, shard_file};
+use oed_tests::{Daemon, body, bytes, chunk_bytes, files_under, read_shard, record, shard_file};
 use reqwest::{Method, StatusCode};
 
 fn rt() -> tokio::runtime::Runtime {
@@ -27,13 +27,7 @@ fn smoke_put_get_and_clean_stop() {
         let rec = record("smoke", "obj", 7, data.len() as u64, 4, 2, 4);
         let file = shard_file(&rec, &data);
         c.put_shard(&rec, body(&file, 10_000)).await.unwrap();
-        let got = c
-            .get_shard("smoke", "obj", None, None)
-            .await
-            .unwrap()
-            .bytes()
-            .await
-            .unwrap();
+        let got = read_shard(&c, "smoke", "obj").await;
         assert_eq!(got, chunk_bytes(&file));
     });
     assert!(
@@ -85,13 +79,7 @@ fn every_operation_round_trips() {
             .unwrap();
         let all = chunk_bytes(&file_big);
         assert_eq!(part.bytes().await.unwrap(), all[2 * 4096..4 * 4096]);
-        let tiny = c
-            .get_shard("photos", "tiny", None, None)
-            .await
-            .unwrap()
-            .bytes()
-            .await
-            .unwrap();
+        let tiny = read_shard(&c, "photos", "tiny").await;
         assert_eq!(tiny, chunk_bytes(&file_small));
         // Only the big shard has a file; the tiny one lives in RocksDB.
         assert_eq!(files_under(&dir.path().join("shards")).len(), 1);
@@ -217,13 +205,7 @@ impl Fixture {
 
     async fn expect_unchanged(&self, c: &PeerClient) {
         assert_eq!(c.stat("bkt", "good").await.unwrap(), self.rec);
-        let got = c
-            .get_shard("bkt", "good", None, None)
-            .await
-            .unwrap()
-            .bytes()
-            .await
-            .unwrap();
+        let got = read_shard(c, "bkt", "good").await;
         assert_eq!(got, chunk_bytes(&self.file));
         assert_eq!(c.list("bkt", "", 100).await.unwrap().len(), 1);
         assert!(files_under(&self.dir.path().join("tmp")).is_empty());
@@ -376,39 +358,39 @@ fn malformed_queries_get_bad_request() {
     let c = f.d.client();
     rt().block_on(async {
         let empty = oed_daemon::peer::auth::body_digest(b"");
-        let resp = c
-            .request(
+        for (method, op, query, digest) in [
+            (
                 Method::PUT,
                 "shard",
                 "record=%7Bnot-json",
                 "STREAMING-CRC32C",
-            )
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(resp.status(), StatusCode::BAD_REQUEST);
-        let resp = c
-            .request(
+            ),
+            (
                 Method::GET,
                 "shard",
                 "bucket=bkt&key=good&version=xyz",
-                &empty,
-            )
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(resp.status(), StatusCode::BAD_REQUEST);
-        let resp = c
-            .request(
+                empty.as_str(),
+            ),
+            (
                 Method::GET,
                 "shard",
                 "bucket=bkt&key=good&from=2&to=1",
-                &empty,
-            )
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(resp.status(), StatusCode::BAD_REQUEST);
+                empty.as_str(),
+            ),
+            (
+                Method::DELETE,
+                "object",
+                "bucket=bkt&key=good&version=-1",
+                empty.as_str(),
+            ),
+        ] {
+            let resp = c
+                .request(method.clone(), op, query, digest)
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(resp.status(), StatusCode::BAD_REQUEST, "{method} {query}");
+        }
 
         f.expect_unchanged(&c).await;
     });

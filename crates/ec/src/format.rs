@@ -62,7 +62,13 @@ pub struct ShardHeader {
 /// CRC instructions are used where the CPU has them.
 #[must_use]
 pub fn frame_crc(stripe: u64, chunk: &[u8]) -> u32 {
-    crc32c::crc32c_append(crc32c::crc32c(chunk), &stripe.to_le_bytes())
+    bind_stripe(crc32c::crc32c(chunk), stripe)
+}
+
+/// Completes a frame's CRC32C from the CRC32C of its chunk (for chunks checked in
+/// pieces, as [`StreamVerifier`] does).
+fn bind_stripe(chunk_crc: u32, stripe: u64) -> u32 {
+    crc32c::crc32c_append(chunk_crc, &stripe.to_le_bytes())
 }
 
 impl ShardHeader {
@@ -363,10 +369,13 @@ impl<R: Read> ShardReader<R> {
                 _ => Err(Error::TrailingData),
             };
         }
-        buf.resize(self.header.chunk_len(stripe), 0);
+        // The whole frame in one read; the CRC is then cut off the end.
+        let len = self.header.chunk_len(stripe);
+        buf.resize(len + CRC_LEN, 0);
         read_exact_or(&mut self.inner, buf, stripe)?;
         let mut crc = [0u8; CRC_LEN];
-        read_exact_or(&mut self.inner, &mut crc, stripe)?;
+        crc.copy_from_slice(&buf[len..]);
+        buf.truncate(len);
         self.next += 1;
         if u32::from_le_bytes(crc) != frame_crc(stripe, buf) {
             return Err(Error::CorruptChunk { stripe });
@@ -493,7 +502,7 @@ impl StreamVerifier {
             self.seen += n as u64;
             bytes = &bytes[n..];
             if self.crc_have == CRC_LEN {
-                let want = crc32c::crc32c_append(self.crc, &self.stripe.to_le_bytes());
+                let want = bind_stripe(self.crc, self.stripe);
                 if u32::from_le_bytes(self.stored_crc) != want {
                     return Err(Error::CorruptChunk {
                         stripe: self.stripe,

@@ -87,6 +87,15 @@ fn q(s: &str) -> String {
     out
 }
 
+/// `bucket=..&key=..[&version=..]`, encoded.
+fn key_query(bucket: &str, key: &str, version: Option<VersionId>) -> String {
+    let mut query = format!("bucket={}&key={}", q(bucket), q(key));
+    if let Some(v) = version {
+        let _ = write!(query, "&version={v}");
+    }
+    query
+}
+
 impl PeerClient {
     /// A client of the drive at `base` (for example `http://127.0.0.1:9400`).
     #[must_use]
@@ -170,10 +179,7 @@ impl PeerClient {
         version: Option<VersionId>,
         stripes: Option<(u64, u64)>,
     ) -> Result<reqwest::Response, PeerError> {
-        let mut query = format!("bucket={}&key={}", q(bucket), q(key));
-        if let Some(v) = version {
-            let _ = write!(query, "&version={v}");
-        }
+        let mut query = key_query(bucket, key, version);
         if let Some((from, to)) = stripes {
             let _ = write!(query, "&from={from}&to={to}");
         }
@@ -185,7 +191,7 @@ impl PeerClient {
     /// # Errors
     /// [`PeerError`] (`NotFound`).
     pub async fn stat(&self, bucket: &str, key: &str) -> Result<ObjectRecord, PeerError> {
-        let query = format!("bucket={}&key={}", q(bucket), q(key));
+        let query = key_query(bucket, key, None);
         Ok(self
             .send(Method::GET, "object", &query)
             .await?
@@ -203,10 +209,7 @@ impl PeerClient {
         key: &str,
         version: Option<VersionId>,
     ) -> Result<(), PeerError> {
-        let mut query = format!("bucket={}&key={}", q(bucket), q(key));
-        if let Some(v) = version {
-            let _ = write!(query, "&version={v}");
-        }
+        let query = key_query(bucket, key, version);
         self.send(Method::DELETE, "object", &query).await?;
         Ok(())
     }

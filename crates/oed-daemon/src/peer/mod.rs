@@ -16,7 +16,7 @@
 pub mod auth;
 pub mod client;
 
-use std::io::{BufReader, Read};
+use std::io::Read;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -183,6 +183,7 @@ async fn put_shard(
     Ok(Json(result?))
 }
 
+/// `bucket`, `key`, and optionally `version` and a stripe range (`GET shard` only).
 #[derive(Deserialize)]
 struct ObjectQuery {
     bucket: String,
@@ -305,7 +306,8 @@ fn read_stripes(bytes: ShardBytes, from: u64, to: u64, tx: &mpsc::Sender<Result<
     let result = match bytes {
         ShardBytes::Inline(data) => run(std::io::Cursor::new(data), from, to, tx),
         ShardBytes::File(path) => match std::fs::File::open(&path) {
-            Ok(f) => run(BufReader::with_capacity(256 * 1024, f), from, to, tx),
+            // No BufReader: each frame is one read straight into the chunk's buffer.
+            Ok(f) => run(f, from, to, tx),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 Err(Error::CorruptShard { stripe: from })
             }
@@ -317,16 +319,9 @@ fn read_stripes(bytes: ShardBytes, from: u64, to: u64, tx: &mpsc::Sender<Result<
     }
 }
 
-#[derive(Deserialize)]
-struct KeyQuery {
-    bucket: String,
-    key: String,
-    version: Option<String>,
-}
-
 async fn stat(
     State(state): State<Arc<PeerState>>,
-    Query(q): Query<KeyQuery>,
+    Query(q): Query<ObjectQuery>,
 ) -> Result<Json<ObjectRecord>> {
     let rec = state
         .store
@@ -338,12 +333,11 @@ async fn stat(
 
 async fn delete_object(
     State(state): State<Arc<PeerState>>,
-    Query(q): Query<KeyQuery>,
+    Query(q): Query<ObjectQuery>,
 ) -> Result<StatusCode> {
-    let version = q.version.as_deref().map(str::parse).transpose()?;
     state
         .store
-        .delete_object(&q.bucket, &q.key, version)
+        .delete_object(&q.bucket, &q.key, q.version()?)
         .await?;
     Ok(StatusCode::NO_CONTENT)
 }

@@ -16,7 +16,6 @@ use std::sync::Arc;
 use bytes::Bytes;
 use futures_util::{Stream, StreamExt};
 use sha2::{Digest, Sha256};
-use tokio::io::AsyncWriteExt;
 use tokio::sync::Mutex;
 
 use crate::config::{Config, FsyncPolicy};
@@ -193,8 +192,7 @@ impl Store {
         self.check_space(expected.file_len())?;
 
         let mut upload = Upload::new(self, expected.file_len() <= self.inline_threshold);
-        let received = upload.receive(body, &expected).await;
-        let staged = match received {
+        let staged = match upload.receive(body, &expected).await {
             Ok(()) => upload.stage().await,
             Err(e) => Err(e),
         };
@@ -365,18 +363,31 @@ impl Store {
     }
 }
 
-/// An upload being received: in memory while it may still be inlined, else a temp file.
+/// An upload being received: in memory when it will be inlined, else a temp file.
+///
+/// The body's pieces are written as they came (reference-counted `Bytes`, no copy into
+/// a buffer of ours), in batches of about [`WRITE_BATCH`] bytes on a blocking thread.
 struct Upload<'a> {
     store: &'a Store,
     inline: bool,
     mem: Vec<u8>,
-    temp: Option<(PathBuf, tokio::io::BufWriter<tokio::fs::File>)>,
-    header: Option<oed_ec::ShardHeader>,
+    /// The temp file's path, from the first batch on (so a failed upload can remove it).
+    path: Option<PathBuf>,
+    file: Option<std::fs::File>,
+    pending: Vec<Bytes>,
+    pending_len: usize,
 }
+
+/// Bytes collected before they are written to the temp file.
+const WRITE_BATCH: usize = 512 * 1024;
 
 enum Staged {
     Inline(Vec<u8>),
     File(PathBuf),
+}
+
+fn join_error(e: tokio::task::JoinError) -> Error {
+    Error::Io(std::io::Error::other(e))
 }
 
 impl<'a> Upload<'a> {
@@ -385,17 +396,23 @@ impl<'a> Upload<'a> {
             store,
             inline,
             mem: Vec::new(),
-            temp: None,
-            header: None,
+            path: None,
+            file: None,
+            pending: Vec::new(),
+            pending_len: 0,
         }
     }
 
+    /// Receives and checks the whole body: its header must be `expected` (checked as soon
+    /// as it has arrived, so a wrong upload is refused early), every frame's CRC32C must
+    /// match, and the file must end after its last frame.
     async fn receive<S, E>(&mut self, mut body: S, expected: &oed_ec::ShardHeader) -> Result<()>
     where
         S: Stream<Item = std::result::Result<Bytes, E>> + Unpin,
         E: Into<Box<dyn std::error::Error + Send + Sync>>,
     {
         let mut verifier = oed_ec::StreamVerifier::new();
+        let mut header_checked = false;
         while let Some(piece) = body.next().await {
             let piece = piece
                 .map_err(|e| Error::Shard(oed_ec::Error::Io(std::io::Error::other(e.into()))))?;
@@ -404,7 +421,7 @@ impl<'a> Upload<'a> {
                 return Err(Error::Shard(oed_ec::Error::TrailingData));
             }
             verifier.feed(&piece)?;
-            if let (None, Some(h)) = (&self.header, verifier.header()) {
+            if !header_checked && let Some(h) = verifier.header() {
                 if h != expected {
                     return Err(Error::BadRequest(
                         "shard header does not match the record (version, shard index, k, m, \
@@ -412,69 +429,88 @@ impl<'a> Upload<'a> {
                             .into(),
                     ));
                 }
-                self.header = Some(*h);
+                header_checked = true;
             }
-            self.write(&piece).await?;
+            self.write(piece).await?;
         }
         verifier.finish()?;
         Ok(())
     }
 
-    async fn write(&mut self, piece: &[u8]) -> Result<()> {
+    async fn write(&mut self, piece: Bytes) -> Result<()> {
         if self.inline {
-            self.mem.extend_from_slice(piece);
+            self.mem.extend_from_slice(&piece);
             return Ok(());
         }
-        if self.temp.is_none() {
-            let path = self
-                .store
-                .tmp
-                .join(format!("{:016x}.upload", rand::random::<u64>()));
-            let file = tokio::fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .open(&path)
-                .await?;
-            self.temp = Some((path, tokio::io::BufWriter::with_capacity(256 * 1024, file)));
-        }
-        if let Some((_, w)) = &mut self.temp {
-            w.write_all(piece).await?;
+        self.pending_len += piece.len();
+        self.pending.push(piece);
+        if self.pending_len >= WRITE_BATCH {
+            self.write_pending().await?;
         }
         Ok(())
     }
 
-    /// Finishes receiving: inline bytes stay in memory; a temp file is flushed and (by
-    /// policy) fsynced, so its data is on disk before any name points to it.
+    /// Writes the collected pieces to the temp file (created on the first call).
+    async fn write_pending(&mut self) -> Result<()> {
+        let pieces = std::mem::take(&mut self.pending);
+        self.pending_len = 0;
+        let path = self
+            .path
+            .get_or_insert_with(|| {
+                self.store
+                    .tmp
+                    .join(format!("{:016x}.upload", rand::random::<u64>()))
+            })
+            .clone();
+        let file = self.file.take();
+        let file = tokio::task::spawn_blocking(move || -> std::io::Result<std::fs::File> {
+            use std::io::Write;
+            let mut f = match file {
+                Some(f) => f,
+                None => std::fs::OpenOptions::new()
+                    .write(true)
+                    .create_new(true)
+                    .open(&path)?,
+            };
+            for p in &pieces {
+                f.write_all(p)?;
+            }
+            Ok(f)
+        })
+        .await
+        .map_err(join_error)??;
+        self.file = Some(file);
+        Ok(())
+    }
+
+    /// Finishes a received upload: inline bytes stay in memory; the temp file gets its
+    /// last batch and (by policy) an fsync, so its data is on disk before any name points
+    /// to it.
     async fn stage(&mut self) -> Result<Staged> {
-        if self.header.is_none() {
-            return Err(Error::Shard(oed_ec::Error::Truncated { stripe: 0 }));
-        }
         if self.inline {
             return Ok(Staged::Inline(std::mem::take(&mut self.mem)));
         }
-        let Some((path, mut w)) = self.temp.take() else {
+        // A verified shard file is at least a header long, so there is something to write.
+        self.write_pending().await?;
+        let (Some(path), Some(file)) = (self.path.take(), self.file.take()) else {
             return Err(Error::Shard(oed_ec::Error::Truncated { stripe: 0 }));
         };
-        let synced: Result<()> = async {
-            w.flush().await?;
-            if self.store.fsync {
-                w.get_ref().sync_all().await?;
-            }
-            Ok(())
-        }
-        .await;
-        drop(w);
-        match synced {
-            Ok(()) => Ok(Staged::File(path)),
-            Err(e) => {
+        if self.store.fsync {
+            let synced = tokio::task::spawn_blocking(move || file.sync_all())
+                .await
+                .map_err(join_error)
+                .and_then(|r| r.map_err(Error::from));
+            if let Err(e) = synced {
                 remove_if_exists(&path).await;
-                Err(e)
+                return Err(e);
             }
         }
+        Ok(Staged::File(path))
     }
 
     async fn discard(&mut self) {
-        if let Some((path, _)) = self.temp.take() {
+        self.file = None;
+        if let Some(path) = self.path.take() {
             remove_if_exists(&path).await;
         }
     }
