@@ -54,7 +54,7 @@ fn record(bucket: &str, i: usize, size: usize) -> ObjectRecord {
         last_modified_ms: 0,
         k: 1,
         m: 0,
-        chunk_size: 1 << 20,
+        chunk_size: oed_ec::layout::DEFAULT_CHUNK_SIZE,
         drives: Vec::new(),
         shard_index: 0,
     }
