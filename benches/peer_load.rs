@@ -57,6 +57,7 @@ fn record(bucket: &str, i: usize, size: usize) -> ObjectRecord {
         chunk_size: oed_ec::layout::DEFAULT_CHUNK_SIZE,
         drives: Vec::new(),
         shard_index: 0,
+        parts: Vec::new(),
     }
 }
 

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # OED's whole test suite, from a fresh Debian 12 machine with only the Rust toolchain:
 #   1. installs what is missing (cross gcc, qemu-user, libclang; rust targets),
-#   2. runs every test of the workspace on this machine,
+#   2. runs every test of the workspace on this machine, then the S3 end-to-end tests
+#      (tests/s3: a real cluster driven by boto3, the aws CLI and curl; Python packages
+#      are installed into ~/.cache/oed/venv when missing),
 #   3. builds for aarch64 and armv7 and runs the erasure-code tests there under qemu-user,
 #      so the ARM SIMD kernels are checked against the reference on every run,
 #   4. builds oedd for both ARM targets and runs the peer-API smoke test against each
@@ -24,6 +26,28 @@ step "host tests ($(uname -m), expecting the $host_kernel kernel)"
 OED_EXPECT_KERNEL=$host_kernel cargo test --workspace --locked
 
 target_root=${CARGO_TARGET_DIR:-target}
+
+step "S3 end-to-end tests (boto3, aws CLI, curl)"
+py_ready() { python3 -c "import boto3, pytest" 2>/dev/null && command -v aws >/dev/null; }
+if ! command -v python3 >/dev/null || ! command -v curl >/dev/null; then
+  sudo=(); [ "$(id -u)" -eq 0 ] || sudo=(sudo)
+  "${sudo[@]}" apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq --no-install-recommends python3 python3-venv curl >/dev/null
+fi
+if ! py_ready; then
+  venv=$HOME/.cache/oed/venv
+  if [ ! -x "$venv/bin/pip" ]; then
+    python3 -m venv "$venv" 2>/dev/null || {
+      sudo=(); [ "$(id -u)" -eq 0 ] || sudo=(sudo)
+      DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq --no-install-recommends python3-venv >/dev/null
+      python3 -m venv "$venv"
+    }
+  fi
+  "$venv/bin/pip" install -q boto3 awscli pytest
+  export PATH="$venv/bin:$PATH"
+fi
+cargo build --locked -p oed-daemon --bin oedd
+OED_TEST_OEDD_BIN="$(cd "$target_root" && pwd)/debug/oedd" python3 -m pytest -q -p no:cacheprovider tests/s3
 for pair in aarch64-unknown-linux-gnu:neon64 armv7-unknown-linux-gnueabihf:neon32; do
   t=${pair%%:*}
   step "$t: oed-ec tests under qemu (expecting the ${pair##*:} kernel)"

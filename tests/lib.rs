@@ -114,7 +114,7 @@ impl Daemon {
                 }
             }
         });
-        let Ok(addr) = rx.recv_timeout(Duration::from_secs(60)) else {
+        let Ok(addr) = rx.recv_timeout(Duration::from_mins(1)) else {
             let _ = child.kill();
             panic!("oedd exited, or did not report its address within 60 s (its stderr is above)");
         };
@@ -223,6 +223,7 @@ pub fn record(
         chunk_size: 4096,
         drives: Vec::new(),
         shard_index: shard,
+        parts: Vec::new(),
     }
 }
 

@@ -61,6 +61,19 @@ pub struct Config {
     pub clock_skew_seconds: u64,
     /// On SIGTERM, how long requests in flight may take to finish, in seconds. Default: 10.
     pub shutdown_grace_seconds: u64,
+    /// The S3 access key clients sign with. The S3 API is served only when its secret is
+    /// set: `OED_S3_SECRET_KEY`, or the file named by `s3_secret_key_file`. Default: "oed".
+    pub s3_access_key: String,
+    /// File holding the S3 secret key (surrounding white space is ignored). Default: none.
+    pub s3_secret_key_file: Option<PathBuf>,
+    /// How long another drive may take to accept or deliver one chunk before the
+    /// coordinator goes on without it (parity covers it), in seconds. Default: 10.
+    pub peer_timeout_seconds: u64,
+    /// `ETag`s of single-part uploads are MD5 digests of the body, as S3 defines them and
+    /// as some clients check. `false` uses a digest of the chunk CRC32Cs the drives compute
+    /// anyway, which saves an MD5 pass over every byte (about a third of the CPU a PUT
+    /// costs). A Content-MD5 sent by the client is checked either way. Default: true.
+    pub md5_etags: bool,
 }
 
 impl Default for Config {
@@ -81,13 +94,23 @@ impl Default for Config {
             rocksdb_write_buffer_bytes: 8 << 20,
             clock_skew_seconds: 300,
             shutdown_grace_seconds: 10,
+            s3_access_key: "oed".into(),
+            s3_secret_key_file: None,
+            peer_timeout_seconds: 10,
+            md5_etags: true,
         }
     }
 }
 
 /// `OED_*` variables that are not config fields: the secret (read on its own), the log
 /// filter, and knobs of the tests and benchmarks.
-const NOT_FIELDS: &[&str] = &["cluster_secret", "log", "expect_kernel", "bless"];
+const NOT_FIELDS: &[&str] = &[
+    "cluster_secret",
+    "s3_secret_key",
+    "log",
+    "expect_kernel",
+    "bless",
+];
 const NOT_FIELD_PREFIXES: &[&str] = &["test_", "bench_"];
 
 /// Budget for RocksDB's block cache plus its (two) memtables.
@@ -182,6 +205,12 @@ impl Config {
                 ROCKSDB_MEMORY_LIMIT
             ));
         }
+        if self.peer_timeout_seconds == 0 {
+            return bad("peer_timeout_seconds must be at least 1".into());
+        }
+        if self.s3_access_key.is_empty() {
+            return bad("s3_access_key must not be empty".into());
+        }
         if self.rocksdb_write_buffer_bytes < (1 << 20) {
             return bad("rocksdb_write_buffer_bytes must be at least 1 MiB".into());
         }
@@ -212,6 +241,28 @@ impl Config {
             ));
         }
         Ok(secret)
+    }
+
+    /// The S3 secret key, from `OED_S3_SECRET_KEY` or `s3_secret_key_file`; `None` when
+    /// neither is set (the drive then serves no S3).
+    ///
+    /// # Errors
+    /// [`Error::Config`] when the file cannot be read or the key is shorter than 8 bytes.
+    pub fn s3_secret(&self, env_secret: Option<String>) -> Result<Option<String>> {
+        let secret = match (env_secret, &self.s3_secret_key_file) {
+            (Some(s), _) => s,
+            (None, Some(path)) => std::fs::read_to_string(path).map_err(|e| {
+                Error::Config(format!("s3_secret_key_file {}: {e}", path.display()))
+            })?,
+            (None, None) => return Ok(None),
+        };
+        let secret = secret.trim().to_owned();
+        if secret.len() < 8 {
+            return Err(Error::Config(
+                "the S3 secret key must be at least 8 bytes long".into(),
+            ));
+        }
+        Ok(Some(secret))
     }
 
     /// The defaults as a commented TOML file.

@@ -41,6 +41,20 @@ pub enum Error {
         /// The configured reserve.
         reserve: u64,
     },
+    /// The request body ended before its declared length.
+    #[error("the body ended after {got} of its declared {expected} bytes")]
+    IncompleteBody {
+        /// Bytes received.
+        got: u64,
+        /// Bytes declared.
+        expected: u64,
+    },
+    /// The body does not match the Content-MD5 the client sent.
+    #[error("the body does not match its Content-MD5")]
+    BadDigest,
+    /// Too few drives answered to do what was asked; the message says how many.
+    #[error("not enough drives available: {0}")]
+    Unavailable(String),
     /// The drive is shutting down and takes no new requests.
     #[error("the drive is shutting down")]
     ShuttingDown,
@@ -78,7 +92,9 @@ impl Error {
             Error::Unauthenticated(_) => (StatusCode::UNAUTHORIZED, "Unauthenticated"),
             Error::Expired(_) => (StatusCode::FORBIDDEN, "RequestTimeTooSkewed"),
             Error::NotFound(_) => (StatusCode::NOT_FOUND, "NotFound"),
-            Error::ShuttingDown => (StatusCode::SERVICE_UNAVAILABLE, "ServiceUnavailable"),
+            Error::ShuttingDown | Error::Unavailable(_) => {
+                (StatusCode::SERVICE_UNAVAILABLE, "ServiceUnavailable")
+            }
             Error::Superseded => (StatusCode::CONFLICT, "Superseded"),
             Error::BucketNotEmpty => (StatusCode::CONFLICT, "BucketNotEmpty"),
             Error::TooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, "EntityTooLarge"),
@@ -96,8 +112,12 @@ impl Error {
             | Error::Record(_)
             | Error::Io(_)
             | Error::Shard(Ec::Io(_)) => (StatusCode::INTERNAL_SERVER_ERROR, "InternalError"),
-            Error::Shard(Ec::Truncated { .. }) => (StatusCode::BAD_REQUEST, "IncompleteBody"),
-            Error::Shard(Ec::CorruptChunk { .. }) => (StatusCode::BAD_REQUEST, "BadDigest"),
+            Error::Shard(Ec::Truncated { .. }) | Error::IncompleteBody { .. } => {
+                (StatusCode::BAD_REQUEST, "IncompleteBody")
+            }
+            Error::Shard(Ec::CorruptChunk { .. }) | Error::BadDigest => {
+                (StatusCode::BAD_REQUEST, "BadDigest")
+            }
             Error::Shard(_) => (StatusCode::BAD_REQUEST, "InvalidShard"),
         }
     }
@@ -107,16 +127,10 @@ impl IntoResponse for Error {
     fn into_response(self) -> Response {
         let (status, code) = self.status_and_code();
         let message = if status.is_server_error() {
-            let mut chain = self.to_string();
-            let mut src = std::error::Error::source(&self);
-            while let Some(s) = src {
-                chain.push_str(": ");
-                chain.push_str(&s.to_string());
-                src = s.source();
-            }
+            let chain = source_chain(&self);
             tracing::error!(error = %chain, code, "request failed");
             match code {
-                "InsufficientStorage" | "CorruptShard" => self.to_string(),
+                "InsufficientStorage" | "CorruptShard" | "ServiceUnavailable" => self.to_string(),
                 _ => "internal error; see the drive's log".to_owned(),
             }
         } else {
@@ -124,6 +138,19 @@ impl IntoResponse for Error {
         };
         error_response(status, code, &message)
     }
+}
+
+/// An error and its sources, as one line: `top: cause: root cause`.
+#[must_use]
+pub fn source_chain(e: &dyn std::error::Error) -> String {
+    let mut chain = e.to_string();
+    let mut src = e.source();
+    while let Some(s) = src {
+        chain.push_str(": ");
+        chain.push_str(&s.to_string());
+        src = s.source();
+    }
+    chain
 }
 
 /// The JSON error body every peer API error has: `{"code": "...", "message": "..."}`.

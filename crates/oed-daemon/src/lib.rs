@@ -10,11 +10,18 @@
 //!   ([`store::record`]), shard files, and the durable write.
 //! - [`peer`]: the authenticated peer API (`/_oed/peer/v1/`), its signing ([`peer::auth`])
 //!   and a client ([`peer::client`]).
+//! - [`cluster`]: the cluster map and placement, and the coordinator: the erasure-coded
+//!   write and read paths and the merged listing.
+//! - [`s3`]: the S3 API (through `s3s`), with handlers that call the cluster.
 //! - [`server`]: opening a drive and serving a listener with one shutdown path.
+//! - [`dev`]: `oedd dev`, a whole cluster of drives on one machine.
 
+pub mod cluster;
 pub mod config;
+pub mod dev;
 pub mod error;
 pub mod peer;
+pub mod s3;
 pub mod server;
 pub mod store;
 

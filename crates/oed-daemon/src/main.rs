@@ -27,8 +27,12 @@ enum Command {
     ///
     /// Settings come from the config file, then OED_<FIELD> environment variables (for
     /// example OED_DATA_DIR), then these flags. The cluster secret comes only from
-    /// OED_CLUSTER_SECRET or the file named by cluster_secret_file.
+    /// OED_CLUSTER_SECRET or the file named by cluster_secret_file, the S3 secret key only
+    /// from OED_S3_SECRET_KEY or the file named by s3_secret_key_file.
     Serve(ServeArgs),
+    /// Start a whole cluster on this machine (one oedd process per drive on 127.0.0.1)
+    /// and print its S3 endpoint and credentials. Ctrl-C stops it.
+    Dev(DevArgs),
     /// Print every setting with its default, as a TOML config file.
     ConfigDefaults,
     /// Print the version, target and the erasure-coding kernel this CPU runs.
@@ -54,12 +58,60 @@ struct ServeArgs {
     set: Vec<String>,
 }
 
+#[derive(Args)]
+struct DevArgs {
+    /// Drives to start.
+    #[arg(long, default_value_t = 6)]
+    drives: usize,
+    /// Data shards per stripe.
+    #[arg(long, default_value_t = 4)]
+    k: u16,
+    /// Parity shards per stripe.
+    #[arg(long, default_value_t = 2)]
+    m: u16,
+    /// Directory for the drives' data (kept afterwards); a temporary one (removed at the
+    /// end) by default.
+    #[arg(long)]
+    dir: Option<PathBuf>,
+    /// Do not fsync writes (faster on one shared disk; data may be lost on a crash).
+    #[arg(long)]
+    no_fsync: bool,
+}
+
 fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
         Command::Version => println!("{}", oed_daemon::build_info()),
         Command::ConfigDefaults => print!("{}", Config::defaults_toml()),
         Command::Serve(args) => serve(args)?,
+        Command::Dev(args) => dev(args)?,
     }
+    Ok(())
+}
+
+fn dev(args: DevArgs) -> anyhow::Result<()> {
+    let opts = oed_daemon::dev::DevOptions {
+        drives: args.drives,
+        k: args.k,
+        m: args.m,
+        dir: args.dir,
+        fsync: !args.no_fsync,
+        oedd: std::env::current_exe().context("locating the oedd binary")?,
+    };
+    let cluster = oed_daemon::dev::DevCluster::start(&opts)?;
+    println!("{}", cluster.banner());
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(async move {
+        let shutdown = CancellationToken::new();
+        let token = shutdown.clone();
+        tokio::spawn(async move {
+            wait_for_signal().await;
+            eprintln!("oedd dev: stopping the drives");
+            token.cancel();
+        });
+        cluster.run_until(shutdown).await;
+    });
     Ok(())
 }
 
@@ -110,20 +162,26 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
             .split_once('=')
             .with_context(|| format!("--set {kv:?}: expected FIELD=VALUE"))?;
         anyhow::ensure!(
-            k != "cluster_secret",
-            "the cluster secret is never taken from flags"
+            k != "cluster_secret" && k != "s3_secret_key",
+            "secrets are never taken from flags"
         );
         overrides.push((k.to_owned(), v.to_owned()));
     }
     let config = Config::load(args.config.as_deref(), std::env::vars(), &overrides)?;
     let secret = config.cluster_secret(std::env::var("OED_CLUSTER_SECRET").ok())?;
+    let s3_secret = config.s3_secret(std::env::var("OED_S3_SECRET_KEY").ok())?;
+    if s3_secret.is_none() {
+        tracing::warn!(
+            "no S3 secret (OED_S3_SECRET_KEY or s3_secret_key_file): serving the peer API only"
+        );
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(std::thread::available_parallelism().map_or(2, |n| n.get().min(4)))
         .max_blocking_threads(16)
         .enable_all()
         .build()?;
     runtime.block_on(async move {
-        let drive = Drive::open(&config, &secret)
+        let drive = Drive::open(&config, &secret, s3_secret.as_deref())
             .with_context(|| format!("opening the store in {}", config.data_dir.display()))?;
         let listener = tokio::net::TcpListener::bind(config.listen)
             .await

@@ -13,27 +13,52 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::cluster::Cluster;
+use crate::cluster::map::ClusterMap;
 use crate::config::Config;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::peer::{self, PeerState, auth::PeerKey};
 use crate::store::Store;
 
-/// A drive ready to serve: its store and the state its routes share.
+/// A drive ready to serve: its store, its view of the cluster, and the state its routes
+/// share.
 #[derive(Debug)]
 pub struct Drive {
     /// The local store.
     pub store: Arc<Store>,
+    /// The cluster, as this drive coordinates requests in it.
+    pub cluster: Arc<Cluster>,
     peer: Arc<PeerState>,
+    s3: Option<s3s::service::S3Service>,
     grace: Duration,
 }
 
 impl Drive {
-    /// Opens the store and prepares the routes.
+    /// Opens the store, reads the cluster map (a drive without one is a cluster of
+    /// itself, k = 1, m = 0) and prepares the routes. S3 is served when `s3_secret` is
+    /// given.
     ///
     /// # Errors
-    /// Those of [`Store::open`].
-    pub fn open(config: &Config, secret: &[u8]) -> Result<Self> {
+    /// Those of [`Store::open`]; [`Error::Config`] for a bad cluster map or a drive id
+    /// the map does not list.
+    pub fn open(config: &Config, secret: &[u8], s3_secret: Option<&str>) -> Result<Self> {
+        let map = match &config.cluster_map {
+            Some(path) => ClusterMap::load(path)?,
+            None => ClusterMap::single(&config.drive_id, &config.listen.to_string()),
+        };
+        if config.drive_id.is_empty() {
+            return Err(Error::Config("drive_id must be set".into()));
+        }
         let store = Store::open(config)?;
+        let cluster = Arc::new(Cluster::new(
+            map,
+            &config.drive_id,
+            store.clone(),
+            &PeerKey::derive(secret),
+            Duration::from_secs(config.peer_timeout_seconds),
+            config.md5_etags,
+        )?);
+        let s3 = s3_secret.map(|s| crate::s3::service(cluster.clone(), &config.s3_access_key, s));
         let peer = Arc::new(PeerState {
             store: store.clone(),
             drive_id: config.drive_id.clone(),
@@ -45,7 +70,9 @@ impl Drive {
         });
         Ok(Self {
             store,
+            cluster,
             peer,
+            s3,
             grace: Duration::from_secs(config.shutdown_grace_seconds),
         })
     }
@@ -71,7 +98,18 @@ impl Drive {
                 Err(e) => tracing::warn!(error = %e, "orphan sweep panicked"),
             }
         });
-        let app = peer::router(self.peer.clone()).layer(axum::middleware::from_fn(trace_request));
+        let app = peer::router(self.peer.clone());
+        let app = match self.s3.clone() {
+            Some(s3) => app.fallback_service(axum::error_handling::HandleError::new(
+                s3,
+                |e: s3s::HttpError| async move {
+                    tracing::error!(error = ?e, "S3 request failed before a handler ran");
+                    axum::http::StatusCode::INTERNAL_SERVER_ERROR
+                },
+            )),
+            None => app.fallback(|| async { Error::NotFound("route (S3 is off: no S3 secret)") }),
+        };
+        let app = app.layer(axum::middleware::from_fn(trace_request));
         let token = shutdown.clone();
         // Without TCP_NODELAY a response's last small segment waits for the client's delayed
         // ACK: a single-stream shard read stalled about 40 ms at p90 on loopback.

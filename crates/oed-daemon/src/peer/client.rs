@@ -107,6 +107,16 @@ impl PeerClient {
         }
     }
 
+    /// A client of the drive at `base` sharing `http`'s connection pool and timeouts.
+    #[must_use]
+    pub fn with_http(base: &str, key: PeerKey, http: reqwest::Client) -> Self {
+        Self {
+            base: base.trim_end_matches('/').to_owned(),
+            key,
+            http,
+        }
+    }
+
     /// A signed request builder; `query` must already be encoded.
     pub fn request(
         &self,
@@ -156,10 +166,41 @@ impl PeerClient {
     where
         S: Stream<Item = Result<Bytes, std::io::Error>> + Send + Sync + 'static,
     {
-        let query = format!("record={}", q(&serde_json::to_string(record)?));
+        self.put_shard_inner(record, shard_file, false).await
+    }
+
+    /// Like [`PeerClient::put_shard`], with the shard file followed by a JSON
+    /// [`RecordTail`](crate::store::record::RecordTail) that completes the record.
+    ///
+    /// # Errors
+    /// As [`PeerClient::put_shard`].
+    pub async fn put_shard_with_tail<S>(
+        &self,
+        record: &ObjectRecord,
+        body: S,
+    ) -> Result<ObjectRecord, PeerError>
+    where
+        S: Stream<Item = Result<Bytes, std::io::Error>> + Send + Sync + 'static,
+    {
+        self.put_shard_inner(record, body, true).await
+    }
+
+    async fn put_shard_inner<S>(
+        &self,
+        record: &ObjectRecord,
+        body: S,
+        tail: bool,
+    ) -> Result<ObjectRecord, PeerError>
+    where
+        S: Stream<Item = Result<Bytes, std::io::Error>> + Send + Sync + 'static,
+    {
+        let mut query = format!("record={}", q(&serde_json::to_string(record)?));
+        if tail {
+            query.push_str("&tail=true");
+        }
         let resp = self
             .request(Method::PUT, "shard", &query, auth::STREAMING)
-            .body(reqwest::Body::wrap_stream(shard_file))
+            .body(reqwest::Body::wrap_stream(body))
             .send()
             .await?;
         Ok(check(resp).await?.json().await?)

@@ -4,7 +4,7 @@
 //!
 //! | method and path | query | what |
 //! |---|---|---|
-//! | `PUT shard` | `record` (JSON) | store a shard; body: the shard file, streamed |
+//! | `PUT shard` | `record` (JSON)`[, tail=true]` | store a shard; body: the shard file, streamed (then a JSON record tail) |
 //! | `GET shard` | `bucket, key[, version][, from, to]` | chunk bytes of stripes `from..to`, each CRC-checked (binary) |
 //! | `GET object` | `bucket, key` | the object record (stat) |
 //! | `DELETE object` | `bucket, key[, version]` | delete record and shard |
@@ -16,13 +16,12 @@
 pub mod auth;
 pub mod client;
 
-use std::io::Read;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use axum::Json;
 use axum::Router;
-use axum::body::{Body, Bytes};
+use axum::body::Body;
 use axum::extract::{Query, Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::middleware::{self, Next};
@@ -30,11 +29,11 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use http_body_util::BodyExt;
 use serde::Deserialize;
-use tokio::sync::{Semaphore, mpsc};
+use tokio::sync::Semaphore;
 
 use crate::error::{Error, Result};
+use crate::store::Store;
 use crate::store::record::{ObjectRecord, VersionId};
-use crate::store::{ShardBytes, Store};
 use auth::PeerKey;
 
 /// Everything the peer API's handlers share.
@@ -68,7 +67,10 @@ pub fn router(state: Arc<PeerState>) -> Router {
         )
         .route("/_oed/peer/v1/buckets", get(buckets))
         .route("/_oed/peer/v1/info", get(info))
-        .fallback(|| async { Error::NotFound("route") })
+        .route(
+            "/_oed/{*rest}",
+            axum::routing::any(|| async { Error::NotFound("route") }),
+        )
         .route_layer(middleware::from_fn_with_state(state.clone(), authenticate))
         .layer(middleware::from_fn_with_state(state.clone(), limit))
         .with_state(state)
@@ -150,6 +152,8 @@ async fn check_auth(state: &PeerState, req: Request) -> Result<Request> {
 #[derive(Deserialize)]
 struct PutShardQuery {
     record: String,
+    /// The shard file is followed by a JSON `RecordTail`.
+    tail: Option<bool>,
 }
 
 /// How much of an unread upload is read and dropped before an early error answer.
@@ -162,7 +166,12 @@ async fn put_shard(
 ) -> Result<Json<ObjectRecord>> {
     let mut stream = body.into_data_stream();
     let result = match serde_json::from_str::<ObjectRecord>(&q.record) {
-        Ok(record) => state.store.put_shard(record, &mut stream).await,
+        Ok(record) => {
+            state
+                .store
+                .put_shard(record, &mut stream, q.tail.unwrap_or(false))
+                .await
+        }
         Err(e) => Err(Error::BadRequest(format!("record: {e}"))),
     };
     if result.is_err() {
@@ -199,9 +208,6 @@ impl ObjectQuery {
     }
 }
 
-/// Frames of a shard read on a blocking thread, checked, and handed to the response.
-type Chunks = mpsc::Receiver<Result<Bytes>>;
-
 async fn get_shard(
     State(state): State<Arc<PeerState>>,
     Query(q): Query<ObjectQuery>,
@@ -216,8 +222,7 @@ async fn get_shard(
             "stripe range {from}..{to} is empty or reversed"
         )));
     }
-    let (tx, mut rx): (_, Chunks) = mpsc::channel(2);
-    tokio::task::spawn_blocking(move || read_stripes(bytes, from, to, &tx));
+    let mut rx = crate::store::read_stripes(bytes, from, to);
     // The first chunk decides the status: a bad one is an error answer, not a short body.
     let first = match rx.recv().await {
         Some(Err(Error::CorruptShard { stripe })) => {
@@ -270,53 +275,6 @@ async fn get_shard(
 
 fn header_value(s: &str) -> HeaderValue {
     HeaderValue::from_str(s).unwrap_or_else(|_| HeaderValue::from_static("-"))
-}
-
-/// Reads and checks stripes `from..to` of a shard, sending each chunk on `tx`. Stops at
-/// the first error (after sending it) or when the receiver is gone.
-fn read_stripes(bytes: ShardBytes, from: u64, to: u64, tx: &mpsc::Sender<Result<Bytes>>) {
-    fn run<R: Read + std::io::Seek>(
-        r: R,
-        from: u64,
-        to: u64,
-        tx: &mpsc::Sender<Result<Bytes>>,
-    ) -> Result<()> {
-        let mut reader = oed_ec::ShardReader::new(r)?;
-        if from < to {
-            reader.seek_to_stripe(from)?;
-        }
-        for _ in from..to {
-            let mut buf = Vec::new();
-            match reader.read_chunk(&mut buf) {
-                Ok(Some(_)) => {}
-                Ok(None) => break,
-                Err(
-                    oed_ec::Error::CorruptChunk { stripe } | oed_ec::Error::Truncated { stripe },
-                ) => {
-                    return Err(Error::CorruptShard { stripe });
-                }
-                Err(e) => return Err(e.into()),
-            }
-            if tx.blocking_send(Ok(Bytes::from(buf))).is_err() {
-                return Ok(());
-            }
-        }
-        Ok(())
-    }
-    let result = match bytes {
-        ShardBytes::Inline(data) => run(std::io::Cursor::new(data), from, to, tx),
-        ShardBytes::File(path) => match std::fs::File::open(&path) {
-            // No BufReader: each frame is one read straight into the chunk's buffer.
-            Ok(f) => run(f, from, to, tx),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                Err(Error::CorruptShard { stripe: from })
-            }
-            Err(e) => Err(e.into()),
-        },
-    };
-    if let Err(e) = result {
-        let _ = tx.blocking_send(Err(e));
-    }
 }
 
 async fn stat(

@@ -16,12 +16,13 @@ use std::sync::Arc;
 use bytes::Bytes;
 use futures_util::{Stream, StreamExt};
 use sha2::{Digest, Sha256};
-use tokio::sync::Mutex;
+use std::io::Read;
+use tokio::sync::{Mutex, mpsc};
 
 use crate::config::{Config, FsyncPolicy};
 use crate::error::{Error, Result};
 use meta::MetaStore;
-use record::{BucketRecord, ObjectRecord, VersionId};
+use record::{BucketRecord, ObjectRecord, RecordTail, VersionId};
 
 /// Commit locks, striped by object key: two uploads of one key commit one at a time.
 const LOCK_STRIPES: usize = 64;
@@ -161,7 +162,9 @@ impl Store {
     ///
     /// `body` is the shard file (oed-ec format). Its header must agree with `record`
     /// (version, shard index, k, m, chunk size, object length) and every chunk's CRC32C
-    /// must match, or nothing is stored. When the key already has a newer version here,
+    /// must match, or nothing is stored. With `with_tail`, the file is followed by a
+    /// JSON [`RecordTail`] (at most [`record::MAX_TAIL_BYTES`]) whose fields complete the
+    /// record before it is committed; a body without one stores nothing. When the key already has a newer version here,
     /// nothing is stored and [`Error::Superseded`] is returned. After success the key's
     /// previous version's shard file, if any, is removed.
     ///
@@ -169,7 +172,12 @@ impl Store {
     /// [`Error::BadRequest`], [`Error::NotFound`] (bucket), [`Error::Shard`] (bad upload),
     /// [`Error::TooLarge`], [`Error::InsufficientStorage`], [`Error::Superseded`],
     /// [`Error::Io`], [`Error::Meta`]. On every error nothing visible has changed.
-    pub async fn put_shard<S, E>(&self, record: ObjectRecord, body: S) -> Result<ObjectRecord>
+    pub async fn put_shard<S, E>(
+        &self,
+        mut record: ObjectRecord,
+        body: S,
+        with_tail: bool,
+    ) -> Result<ObjectRecord>
     where
         S: Stream<Item = std::result::Result<Bytes, E>> + Unpin,
         E: Into<Box<dyn std::error::Error + Send + Sync>>,
@@ -192,8 +200,14 @@ impl Store {
         self.check_space(expected.file_len())?;
 
         let mut upload = Upload::new(self, expected.file_len() <= self.inline_threshold);
-        let staged = match upload.receive(body, &expected).await {
-            Ok(()) => upload.stage().await,
+        let staged = match upload.receive(body, &expected, with_tail).await {
+            Ok(tail) => {
+                if let Some(tail) = tail {
+                    record.etag = tail.etag;
+                    record.parts = tail.parts;
+                }
+                upload.stage().await
+            }
             Err(e) => Err(e),
         };
         let staged = match staged {
@@ -405,20 +419,36 @@ impl<'a> Upload<'a> {
 
     /// Receives and checks the whole body: its header must be `expected` (checked as soon
     /// as it has arrived, so a wrong upload is refused early), every frame's CRC32C must
-    /// match, and the file must end after its last frame.
-    async fn receive<S, E>(&mut self, mut body: S, expected: &oed_ec::ShardHeader) -> Result<()>
+    /// match, and the file must end after its last frame, where the tail follows when
+    /// `with_tail` is set.
+    async fn receive<S, E>(
+        &mut self,
+        mut body: S,
+        expected: &oed_ec::ShardHeader,
+        with_tail: bool,
+    ) -> Result<Option<RecordTail>>
     where
         S: Stream<Item = std::result::Result<Bytes, E>> + Unpin,
         E: Into<Box<dyn std::error::Error + Send + Sync>>,
     {
         let mut verifier = oed_ec::StreamVerifier::new();
         let mut header_checked = false;
+        let mut tail: Vec<u8> = Vec::new();
+        let file_len = expected.file_len();
         while let Some(piece) = body.next().await {
-            let piece = piece
+            let mut piece = piece
                 .map_err(|e| Error::Shard(oed_ec::Error::Io(std::io::Error::other(e.into()))))?;
-            if verifier.bytes_seen() + piece.len() as u64 > expected.file_len() {
+            let room = file_len - verifier.bytes_seen();
+            if piece.len() as u64 > room {
                 // Checked before the verifier sees it, so a huge body is refused early.
-                return Err(Error::Shard(oed_ec::Error::TrailingData));
+                let extra = piece.split_off(room as usize);
+                if !with_tail || tail.len() + extra.len() > record::MAX_TAIL_BYTES {
+                    return Err(Error::Shard(oed_ec::Error::TrailingData));
+                }
+                tail.extend_from_slice(&extra);
+            }
+            if piece.is_empty() {
+                continue;
             }
             verifier.feed(&piece)?;
             if !header_checked && let Some(h) = verifier.header() {
@@ -434,7 +464,12 @@ impl<'a> Upload<'a> {
             self.write(piece).await?;
         }
         verifier.finish()?;
-        Ok(())
+        if !with_tail {
+            return Ok(None);
+        }
+        serde_json::from_slice(&tail)
+            .map(Some)
+            .map_err(|e| Error::BadRequest(format!("record tail after the shard file: {e}")))
     }
 
     async fn write(&mut self, piece: Bytes) -> Result<()> {
@@ -513,6 +548,62 @@ impl<'a> Upload<'a> {
         if let Some(path) = self.path.take() {
             remove_if_exists(&path).await;
         }
+    }
+}
+
+/// Reads and checks stripes `from..to` of a shard on a blocking thread: each chunk's
+/// bytes (CRC32C checked, CRC stripped) arrive on the returned channel, two at most in
+/// flight. A bad or missing chunk arrives as [`Error::CorruptShard`] naming its stripe,
+/// and ends the stream. Reading stops when the receiver is dropped.
+#[must_use]
+pub fn read_stripes(bytes: ShardBytes, from: u64, to: u64) -> mpsc::Receiver<Result<Bytes>> {
+    let (tx, rx) = mpsc::channel(2);
+    tokio::task::spawn_blocking(move || read_stripes_into(bytes, from, to, &tx));
+    rx
+}
+
+fn read_stripes_into(bytes: ShardBytes, from: u64, to: u64, tx: &mpsc::Sender<Result<Bytes>>) {
+    fn run<R: Read + std::io::Seek>(
+        r: R,
+        from: u64,
+        to: u64,
+        tx: &mpsc::Sender<Result<Bytes>>,
+    ) -> Result<()> {
+        let mut reader = oed_ec::ShardReader::new(r)?;
+        if from < to {
+            reader.seek_to_stripe(from)?;
+        }
+        for _ in from..to {
+            let mut buf = Vec::new();
+            match reader.read_chunk(&mut buf) {
+                Ok(Some(_)) => {}
+                Ok(None) => break,
+                Err(
+                    oed_ec::Error::CorruptChunk { stripe } | oed_ec::Error::Truncated { stripe },
+                ) => {
+                    return Err(Error::CorruptShard { stripe });
+                }
+                Err(e) => return Err(e.into()),
+            }
+            if tx.blocking_send(Ok(Bytes::from(buf))).is_err() {
+                return Ok(());
+            }
+        }
+        Ok(())
+    }
+    let result = match bytes {
+        ShardBytes::Inline(data) => run(std::io::Cursor::new(data), from, to, tx),
+        ShardBytes::File(path) => match std::fs::File::open(&path) {
+            // No BufReader: each frame is one read straight into the chunk's buffer.
+            Ok(f) => run(f, from, to, tx),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                Err(Error::CorruptShard { stripe: from })
+            }
+            Err(e) => Err(e.into()),
+        },
+    };
+    if let Err(e) = result {
+        let _ = tx.blocking_send(Err(e));
     }
 }
 

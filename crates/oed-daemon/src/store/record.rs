@@ -101,9 +101,63 @@ pub struct ObjectRecord {
     pub drives: Vec<String>,
     /// The shard this drive holds.
     pub shard_index: u16,
+    /// For an object assembled by a multipart upload: its parts, in order. The object's
+    /// own shards then hold no data (`size` is 0) and [`ObjectRecord::object_size`] is the
+    /// sum of the parts.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub parts: Vec<PartRef>,
 }
 
+/// One part of a multipart object: an erasure-coded object of its own, under an internal
+/// key, read in place when the whole object is read.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PartRef {
+    /// Part number the client gave (1..=10000).
+    pub number: u32,
+    /// The part object's internal key.
+    pub key: String,
+    /// The part object's version.
+    pub version_id: VersionId,
+    /// Bytes in the part.
+    pub size: u64,
+    /// The part's `ETag` (hex, no quotes).
+    pub etag: String,
+    /// Data shards.
+    pub k: u16,
+    /// Parity shards.
+    pub m: u16,
+    /// Chunk size.
+    pub chunk_size: u32,
+    /// Drives holding the part's shards, in shard order.
+    pub drives: Vec<String>,
+}
+
+/// Fields of a record that are known only once the whole body has been received (the
+/// `ETag` is a digest of it). A shard upload may carry them after the shard file; they
+/// are applied before the record is committed.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RecordTail {
+    /// The object's `ETag`.
+    pub etag: String,
+    /// The parts of a multipart object (too many for the request line).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub parts: Vec<PartRef>,
+}
+
+/// Largest accepted [`RecordTail`], encoded: room for 10,000 parts.
+pub const MAX_TAIL_BYTES: usize = 4 << 20;
+
 impl ObjectRecord {
+    /// The object's length as clients see it: `size`, or the sum of the parts.
+    #[must_use]
+    pub fn object_size(&self) -> u64 {
+        if self.parts.is_empty() {
+            self.size
+        } else {
+            self.parts.iter().map(|p| p.size).sum()
+        }
+    }
+
     /// The erasure-coding layout of the object.
     ///
     /// # Errors

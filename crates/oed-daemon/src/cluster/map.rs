@@ -1,0 +1,322 @@
+//! The cluster map: which drives exist, where they listen, which failure domain
+//! (enclosure) each sits in, and the erasure-coding profile new objects get. One TOML
+//! file, the same on every drive; see `docs/cluster.md` for an example.
+
+use std::collections::{BTreeMap, HashSet};
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use crate::error::{Error, Result};
+
+/// The erasure-coding profile of new objects.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Profile {
+    /// Data shards per stripe.
+    pub k: u16,
+    /// Parity shards per stripe.
+    pub m: u16,
+    /// Chunk size in bytes: a power of two from 4 KiB to 16 MiB. Default 256 KiB.
+    #[serde(default = "default_chunk")]
+    pub chunk_size: u32,
+}
+
+fn default_chunk() -> u32 {
+    oed_ec::layout::DEFAULT_CHUNK_SIZE
+}
+
+/// One drive of the cluster.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DriveEntry {
+    /// The drive's id (its `drive_id` setting).
+    pub id: String,
+    /// Where its `oedd` listens, `host:port`.
+    pub address: String,
+    /// Failure domain (enclosure, shelf, power feed). Shards of one object spread over
+    /// domains first. Default: the drive's own id (every drive its own domain).
+    #[serde(default)]
+    pub domain: Option<String>,
+}
+
+impl DriveEntry {
+    /// The failure domain, defaulting to the drive id.
+    #[must_use]
+    pub fn domain(&self) -> &str {
+        self.domain.as_deref().unwrap_or(&self.id)
+    }
+
+    /// `http://address`.
+    #[must_use]
+    pub fn url(&self) -> String {
+        format!("http://{}", self.address)
+    }
+}
+
+/// The whole map.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClusterMap {
+    /// Name of the cluster (shown by `oedd dev` and in logs).
+    pub cluster_id: String,
+    /// Profile of new objects.
+    pub profile: Profile,
+    /// Every drive, at least `k + m` of them.
+    pub drives: Vec<DriveEntry>,
+}
+
+impl ClusterMap {
+    /// Reads and validates a map file.
+    ///
+    /// # Errors
+    /// [`Error::Config`] saying what is wrong (naming the file, the drive or the field).
+    pub fn load(path: &Path) -> Result<Self> {
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            Error::Config(format!("cluster_map: cannot read {}: {e}", path.display()))
+        })?;
+        let map: ClusterMap = toml::from_str(&text)
+            .map_err(|e| Error::Config(format!("cluster map {}: {e}", path.display())))?;
+        map.validate()
+            .map_err(|e| Error::Config(format!("cluster map {}: {e}", path.display())))?;
+        Ok(map)
+    }
+
+    /// A map of one drive holding whole objects (k = 1, m = 0): what a drive started
+    /// without a cluster map serves.
+    #[must_use]
+    pub fn single(drive_id: &str, address: &str) -> Self {
+        Self {
+            cluster_id: "single".into(),
+            profile: Profile {
+                k: 1,
+                m: 0,
+                chunk_size: default_chunk(),
+            },
+            drives: vec![DriveEntry {
+                id: drive_id.to_owned(),
+                address: address.to_owned(),
+                domain: None,
+            }],
+        }
+    }
+
+    /// Checks the profile against the drives and the drives against each other.
+    ///
+    /// # Errors
+    /// A message naming the problem.
+    pub fn validate(&self) -> std::result::Result<(), String> {
+        let p = self.profile;
+        oed_ec::Layout::new(p.k.into(), p.m.into(), p.chunk_size)
+            .map_err(|e| format!("profile: {e}"))?;
+        // A stripe is held in memory while it is coded: keep it within what a 32-bit
+        // drive with 1 GB can spare per request.
+        let stripe = u64::from(p.k + p.m) * u64::from(p.chunk_size);
+        if stripe > 64 << 20 {
+            return Err(format!(
+                "profile: (k + m) * chunk_size is {stripe} bytes; keep it within 64 MiB"
+            ));
+        }
+        let total = usize::from(p.k + p.m);
+        if self.drives.len() < total {
+            return Err(format!(
+                "profile k + m = {total} needs at least {total} drives; the map lists {}",
+                self.drives.len()
+            ));
+        }
+        let mut ids = HashSet::new();
+        let mut addrs = HashSet::new();
+        for d in &self.drives {
+            if d.id.is_empty()
+                || !d
+                    .id
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
+            {
+                return Err(format!(
+                    "drive id {:?}: use letters, digits, '-', '_' or '.'",
+                    d.id
+                ));
+            }
+            if !ids.insert(d.id.as_str()) {
+                return Err(format!("drive id {:?} is listed twice", d.id));
+            }
+            if d.address.parse::<std::net::SocketAddr>().is_err()
+                && d.address
+                    .rsplit_once(':')
+                    .is_none_or(|(h, port)| h.is_empty() || port.parse::<u16>().is_err())
+            {
+                return Err(format!(
+                    "drive {:?}: address {:?} is not host:port",
+                    d.id, d.address
+                ));
+            }
+            if !addrs.insert(d.address.as_str()) {
+                return Err(format!(
+                    "drive {:?}: address {} is used by another drive",
+                    d.id, d.address
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The index of drive `id` in [`ClusterMap::drives`].
+    #[must_use]
+    pub fn index_of(&self, id: &str) -> Option<usize> {
+        self.drives.iter().position(|d| d.id == id)
+    }
+
+    /// The `n` drives (indexes into [`ClusterMap::drives`]) that hold the shards of
+    /// `bucket`/`key`, in shard order.
+    ///
+    /// Rendezvous (highest-random-weight) hashing: every drive gets a score from a hash of
+    /// the object's name and the drive's id, so adding or removing a drive moves only the
+    /// objects that scored it highest. Domains are taken round-robin, each in the order of
+    /// its best-scoring drive, so the shards of one object spread over as many failure
+    /// domains as there are before two land in the same one.
+    #[must_use]
+    pub fn place(&self, bucket: &str, key: &str, n: usize) -> Vec<usize> {
+        let mut scored: Vec<(u64, usize)> = self
+            .drives
+            .iter()
+            .enumerate()
+            .map(|(i, d)| (score(bucket, key, &d.id), i))
+            .collect();
+        scored.sort_unstable_by(|a, b| b.cmp(a));
+        // Domains in the order of their best drive; each domain's drives by score.
+        let mut domains: BTreeMap<&str, (usize, Vec<usize>)> = BTreeMap::new();
+        for (rank, &(_, i)) in scored.iter().enumerate() {
+            let entry = domains
+                .entry(self.drives[i].domain())
+                .or_insert((rank, Vec::new()));
+            entry.1.push(i);
+        }
+        let mut order: Vec<(usize, Vec<usize>)> = domains.into_values().collect();
+        order.sort_unstable_by_key(|(rank, _)| *rank);
+        let mut out = Vec::with_capacity(n);
+        let mut round = 0;
+        while out.len() < n.min(self.drives.len()) {
+            for (_, drives) in &order {
+                if let Some(&i) = drives.get(round) {
+                    out.push(i);
+                    if out.len() == n {
+                        break;
+                    }
+                }
+            }
+            round += 1;
+        }
+        out
+    }
+}
+
+fn score(bucket: &str, key: &str, drive: &str) -> u64 {
+    let mut h = Sha256::new();
+    for part in [bucket, key, drive] {
+        h.update((part.len() as u64).to_le_bytes());
+        h.update(part.as_bytes());
+    }
+    let d = h.finalize();
+    u64::from_le_bytes(d[..8].try_into().unwrap_or_default())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn map(drives: &[(&str, &str)], k: u16, m: u16) -> ClusterMap {
+        ClusterMap {
+            cluster_id: "t".into(),
+            profile: Profile {
+                k,
+                m,
+                chunk_size: 4096,
+            },
+            drives: drives
+                .iter()
+                .enumerate()
+                .map(|(i, (id, dom))| DriveEntry {
+                    id: (*id).into(),
+                    address: format!("127.0.0.1:{}", 9000 + i),
+                    domain: Some((*dom).into()),
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn placement_is_stable_distinct_and_spreads_domains() {
+        let m = map(
+            &[
+                ("a", "e1"),
+                ("b", "e1"),
+                ("c", "e1"),
+                ("d", "e2"),
+                ("e", "e2"),
+                ("f", "e2"),
+                ("g", "e3"),
+                ("h", "e3"),
+            ],
+            2,
+            1,
+        );
+        m.validate().unwrap();
+        let mut first_drive = HashSet::new();
+        for i in 0..200 {
+            let key = format!("obj-{i}");
+            let p = m.place("bkt", &key, 3);
+            assert_eq!(
+                p,
+                m.place("bkt", &key, 3),
+                "placement must be deterministic"
+            );
+            let distinct: HashSet<_> = p.iter().collect();
+            assert_eq!(distinct.len(), 3);
+            let domains: HashSet<_> = p.iter().map(|&i| m.drives[i].domain()).collect();
+            assert_eq!(domains.len(), 3, "3 shards over 3 domains: {p:?}");
+            first_drive.insert(p[0]);
+        }
+        assert_eq!(first_drive.len(), 8, "every drive leads some objects");
+        // More shards than domains: domains are reused only after each got one.
+        let p = m.place("bkt", "x", 6);
+        let doms: Vec<_> = p.iter().map(|&i| m.drives[i].domain()).collect();
+        let firsts: HashSet<_> = doms[..3].iter().collect();
+        assert_eq!(firsts.len(), 3, "{doms:?}");
+    }
+
+    #[test]
+    fn removing_a_drive_moves_only_its_objects() {
+        let full = map(&[("a", "a"), ("b", "b"), ("c", "c"), ("d", "d")], 1, 0);
+        let less = map(&[("a", "a"), ("b", "b"), ("c", "c")], 1, 0);
+        for i in 0..100 {
+            let key = format!("k{i}");
+            let before = full.drives[full.place("b", &key, 1)[0]].id.clone();
+            let after = less.drives[less.place("b", &key, 1)[0]].id.clone();
+            if before != "d" {
+                assert_eq!(before, after);
+            }
+        }
+    }
+
+    #[test]
+    fn validation_names_the_problem() {
+        let mut m = map(&[("a", "x"), ("b", "x")], 2, 1);
+        assert!(m.validate().unwrap_err().contains("at least 3 drives"));
+        m.profile.m = 0;
+        m.validate().unwrap();
+        m.drives[1].id = "a".into();
+        assert!(m.validate().unwrap_err().contains("listed twice"));
+        m.drives[1].id = "b c".into();
+        assert!(m.validate().unwrap_err().contains("drive id"));
+        m.drives[1].id = "b".into();
+        m.drives[1].address = "nowhere".into();
+        assert!(m.validate().unwrap_err().contains("host:port"));
+        m.drives[1].address = m.drives[0].address.clone();
+        assert!(m.validate().unwrap_err().contains("used by another"));
+        m.drives[1].address = "127.0.0.1:1".into();
+        m.profile.chunk_size = 1000;
+        assert!(m.validate().unwrap_err().contains("profile"));
+    }
+}

@@ -1,0 +1,345 @@
+//! The cluster as a coordinator sees it: the map, a handle on every drive, and the
+//! operations that span drives. The drive that receives a client request coordinates it:
+//! it places the object ([`map::ClusterMap::place`]), streams its stripes to the drives
+//! ([`write`]), reads them back with parity when a drive fails ([`read`]), and merges the
+//! drives' listings ([`list`]).
+//!
+//! Which version of an object is current is decided by its [`VersionId`] (time, then
+//! random bits): every drive keeps the newest it was sent, and a reader takes the newest
+//! version that at least `k` drives hold, so a write that did not reach its quorum is
+//! never shown.
+
+pub mod drive;
+pub mod list;
+pub mod map;
+pub mod read;
+pub mod write;
+
+use std::collections::HashMap;
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures_util::future::join_all;
+
+use crate::error::{Error, Result};
+use crate::peer::auth::PeerKey;
+use crate::peer::client::PeerClient;
+use crate::store::Store;
+use crate::store::record::{BucketRecord, ObjectRecord};
+use drive::{DriveError, DriveHandle};
+use map::ClusterMap;
+
+/// Counters of what the coordinator did, read by the metrics and the tests.
+#[derive(Debug, Default)]
+pub struct ClusterStats {
+    /// Writes acknowledged with fewer than `k + m` shards stored.
+    pub degraded_writes: AtomicU64,
+    /// Stripes rebuilt from parity while reading.
+    pub degraded_stripes: AtomicU64,
+    /// Shards that failed while being written or read.
+    pub shard_failures: AtomicU64,
+}
+
+/// A drive's view of its cluster.
+#[derive(Debug)]
+pub struct Cluster {
+    /// The map.
+    pub map: ClusterMap,
+    /// This drive's index in the map.
+    pub local: usize,
+    drives: Vec<DriveHandle>,
+    store: Arc<Store>,
+    codecs: Mutex<HashMap<(u16, u16), Arc<oed_ec::Codec>>>,
+    /// How long one drive may take to take or give a chunk before it counts as failed.
+    pub timeout: Duration,
+    /// Whether single-part `ETag`s are MD5 digests (S3's rule) or a cheaper digest.
+    pub md5_etags: bool,
+    /// Counters.
+    pub stats: ClusterStats,
+}
+
+impl Cluster {
+    /// The cluster of `map`, seen from the drive `drive_id` whose store is `store`.
+    ///
+    /// # Errors
+    /// [`Error::Config`] when `drive_id` is not in the map.
+    pub fn new(
+        map: ClusterMap,
+        drive_id: &str,
+        store: Arc<Store>,
+        key: &PeerKey,
+        timeout: Duration,
+        md5_etags: bool,
+    ) -> Result<Self> {
+        let local = map.index_of(drive_id).ok_or_else(|| {
+            Error::Config(format!(
+                "drive_id {drive_id:?} is not one of the cluster map's drives"
+            ))
+        })?;
+        let http = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(2))
+            .tcp_nodelay(true)
+            .pool_idle_timeout(Duration::from_secs(30))
+            .build()
+            .map_err(|e| Error::Config(format!("HTTP client: {e}")))?;
+        let drives = map
+            .drives
+            .iter()
+            .enumerate()
+            .map(|(i, d)| {
+                if i == local {
+                    DriveHandle::Local(store.clone())
+                } else {
+                    DriveHandle::Remote(PeerClient::with_http(&d.url(), key.clone(), http.clone()))
+                }
+            })
+            .collect();
+        Ok(Self {
+            map,
+            local,
+            drives,
+            store,
+            codecs: Mutex::new(HashMap::new()),
+            timeout,
+            md5_etags,
+            stats: ClusterStats::default(),
+        })
+    }
+
+    /// This drive's store.
+    #[must_use]
+    pub fn store(&self) -> &Arc<Store> {
+        &self.store
+    }
+
+    /// The handle of drive `id`, if the map still has it.
+    #[must_use]
+    pub fn drive(&self, id: &str) -> Option<&DriveHandle> {
+        self.map.index_of(id).map(|i| &self.drives[i])
+    }
+
+    /// The codec for `k + m`, built once.
+    ///
+    /// # Errors
+    /// [`Error::Shard`] for an impossible profile.
+    pub fn codec(&self, k: u16, m: u16) -> Result<Arc<oed_ec::Codec>> {
+        let mut codecs = self
+            .codecs
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(c) = codecs.get(&(k, m)) {
+            return Ok(c.clone());
+        }
+        let c = Arc::new(oed_ec::Codec::new(k.into(), m.into())?);
+        codecs.insert((k, m), c.clone());
+        Ok(c)
+    }
+
+    /// The shards a write must store before it is acknowledged: `k + 1`, or `k` without
+    /// parity.
+    #[must_use]
+    pub fn write_quorum(k: u16, m: u16) -> usize {
+        usize::from(k) + usize::from(m.min(1))
+    }
+
+    /// The current record of `bucket`/`key`: the newest version that at least `k` of the
+    /// drives placed for it hold. `None` when there is none.
+    ///
+    /// # Errors
+    /// [`Error::Unavailable`] when too many drives fail to answer to be sure.
+    pub async fn head(&self, bucket: &str, key: &str) -> Result<Option<ObjectRecord>> {
+        let p = self.map.profile;
+        let placed = self.map.place(bucket, key, usize::from(p.k + p.m));
+        let answers = join_all(placed.iter().map(|&i| {
+            let d = &self.drives[i];
+            async move { tokio::time::timeout(self.timeout, d.stat(bucket, key)).await }
+        }))
+        .await;
+        let mut records = Vec::new();
+        let mut failed = 0;
+        for a in answers {
+            match a {
+                Ok(Ok(Some(r))) => records.push(r),
+                Ok(Ok(None)) => {}
+                Ok(Err(_)) | Err(_) => failed += 1,
+            }
+        }
+        let current = newest_readable(&records);
+        if current.is_none() && failed > usize::from(p.m) {
+            return Err(Error::Unavailable(format!(
+                "{failed} of the {} drives holding {key:?} did not answer",
+                placed.len()
+            )));
+        }
+        Ok(current)
+    }
+
+    /// Runs `op` on every drive at once, each bounded by the timeout.
+    async fn on_all<'a, T, F, Fut>(&'a self, op: F) -> Vec<Result<T, DriveError>>
+    where
+        F: Fn(&'a DriveHandle) -> Fut,
+        Fut: std::future::Future<Output = Result<T, DriveError>> + 'a,
+    {
+        join_all(self.drives.iter().map(|d| {
+            let fut = op(d);
+            async move {
+                tokio::time::timeout(self.timeout, fut)
+                    .await
+                    .unwrap_or_else(|_| Err(DriveError::Failed("timed out".into())))
+            }
+        }))
+        .await
+    }
+
+    /// Creates a bucket on every drive that answers; at least a majority must.
+    ///
+    /// # Errors
+    /// [`Error::Unavailable`] when fewer than a majority of drives stored it.
+    pub async fn create_bucket(&self, name: &str) -> Result<()> {
+        crate::store::record::check_bucket_name(name)?;
+        let results = self.on_all(|d| d.create_bucket(name)).await;
+        let ok = results.iter().filter(|r| r.is_ok()).count();
+        if ok * 2 <= self.drives.len() {
+            return Err(Error::Unavailable(format!(
+                "only {ok} of {} drives stored the bucket",
+                self.drives.len()
+            )));
+        }
+        Ok(())
+    }
+
+    /// Whether the bucket exists: this drive's record, else any drive's (which this drive
+    /// then copies, having missed its creation while down).
+    ///
+    /// # Errors
+    /// [`Error::Meta`].
+    pub async fn bucket_exists(&self, name: &str) -> Result<bool> {
+        if self.store.meta().bucket(name)?.is_some() {
+            return Ok(true);
+        }
+        let found = self
+            .on_all(DriveHandle::buckets)
+            .await
+            .into_iter()
+            .flatten()
+            .flatten()
+            .any(|b| b.name == name);
+        if found {
+            self.store.create_bucket(name)?;
+        }
+        Ok(found)
+    }
+
+    /// Every bucket any answering drive has, by name.
+    ///
+    /// # Errors
+    /// [`Error::Unavailable`] when no drive answers.
+    pub async fn buckets(&self) -> Result<Vec<BucketRecord>> {
+        let mut all = std::collections::BTreeMap::new();
+        let mut answered = false;
+        for list in self
+            .on_all(DriveHandle::buckets)
+            .await
+            .into_iter()
+            .flatten()
+        {
+            answered = true;
+            for b in list {
+                all.entry(b.name.clone()).or_insert(b);
+            }
+        }
+        if !answered {
+            return Err(Error::Unavailable("no drive answered".into()));
+        }
+        Ok(all.into_values().collect())
+    }
+
+    /// Deletes an empty bucket on every drive.
+    ///
+    /// # Errors
+    /// [`Error::NotFound`], [`Error::BucketNotEmpty`] (when any object, or an upload in
+    /// progress, is still in it), [`Error::Unavailable`].
+    pub async fn delete_bucket(&self, name: &str) -> Result<()> {
+        if !self.bucket_exists(name).await? {
+            return Err(Error::NotFound("bucket"));
+        }
+        let results = self.on_all(|d| d.delete_bucket(name)).await;
+        if results
+            .iter()
+            .any(|r| matches!(r, Err(DriveError::BucketNotEmpty)))
+        {
+            // Put the record back where it went, so the bucket stays whole.
+            let _ = self.on_all(|d| d.create_bucket(name)).await;
+            return Err(Error::BucketNotEmpty);
+        }
+        let failed = results
+            .iter()
+            .filter(|r| matches!(r, Err(DriveError::Failed(_))))
+            .count();
+        if failed * 2 >= self.drives.len() {
+            return Err(Error::Unavailable(format!(
+                "{failed} of {} drives did not delete the bucket",
+                self.drives.len()
+            )));
+        }
+        Ok(())
+    }
+
+    /// Deletes every shard of `record`'s version (and, for a multipart object, its parts).
+    /// Drives that are down keep theirs until scrub finds them.
+    pub async fn delete_record(&self, record: &ObjectRecord) {
+        let mut targets: Vec<(String, String, crate::store::record::VersionId, Vec<String>)> =
+            vec![(
+                record.bucket.clone(),
+                record.key.clone(),
+                record.version_id,
+                record.drives.clone(),
+            )];
+        for p in &record.parts {
+            targets.push((
+                record.bucket.clone(),
+                p.key.clone(),
+                p.version_id,
+                p.drives.clone(),
+            ));
+        }
+        for (bucket, key, version, drives) in &targets {
+            join_all(
+                drives
+                    .iter()
+                    .filter_map(|id| self.drive(id))
+                    .map(|d| async move {
+                        match tokio::time::timeout(
+                            self.timeout,
+                            d.delete(bucket, key, Some(*version)),
+                        )
+                        .await
+                        {
+                            Ok(Ok(()) | Err(DriveError::NotFound | DriveError::Superseded)) => {}
+                            Ok(Err(e)) => {
+                                tracing::warn!(%bucket, %key, error = %e, "shard not deleted");
+                            }
+                            Err(_) => tracing::warn!(%bucket, %key, "shard delete timed out"),
+                        }
+                    }),
+            )
+            .await;
+        }
+    }
+}
+
+/// The newest version among `records` that at least `k` of them hold.
+#[must_use]
+pub fn newest_readable(records: &[ObjectRecord]) -> Option<ObjectRecord> {
+    let mut by_version: std::collections::BTreeMap<_, (usize, &ObjectRecord)> =
+        std::collections::BTreeMap::new();
+    for r in records {
+        by_version.entry(r.version_id).or_insert((0, r)).0 += 1;
+    }
+    by_version
+        .into_values()
+        .rev()
+        .find(|(n, r)| *n >= usize::from(r.k))
+        .map(|(_, r)| r.clone())
+}

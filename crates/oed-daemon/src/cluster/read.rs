@@ -1,0 +1,396 @@
+//! The read path. On the healthy path the `k` data shards are streamed and their chunks
+//! sent on as they are, with no decoding. A drive that is down, too slow, or sends a chunk
+//! that fails its CRC32C (the drive checks every chunk before sending it and cuts the
+//! stream at a bad one) is dropped, and from that stripe on parity shards stand in: any
+//! `k` of the `k + m` chunks rebuild a stripe. A range reads only the stripes that hold
+//! it. When fewer than `k` chunks of a stripe can be had, the read fails: never wrong
+//! bytes.
+
+use std::ops::Range;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::task::{Context, Poll};
+
+use bytes::{Bytes, BytesMut};
+use futures_util::{Stream, StreamExt, future::join_all};
+use tokio::sync::mpsc;
+
+use super::Cluster;
+use super::drive::{DriveError, ShardStream};
+use crate::error::{Error, Result};
+use crate::store::record::{ObjectRecord, VersionId};
+
+/// One erasure-coded run of bytes: a whole object, or one part of a multipart object.
+#[derive(Clone, Debug)]
+pub struct Extent {
+    /// Key of the object holding it (a part's internal key for a part).
+    pub key: String,
+    /// Its version.
+    pub version_id: VersionId,
+    /// Its length.
+    pub size: u64,
+    /// Data shards.
+    pub k: u16,
+    /// Parity shards.
+    pub m: u16,
+    /// Chunk size.
+    pub chunk_size: u32,
+    /// Drives of shards `0..k+m`.
+    pub drives: Vec<String>,
+}
+
+/// The extents of `record` in object order: its parts, or itself.
+#[must_use]
+pub fn extents(record: &ObjectRecord) -> Vec<Extent> {
+    if record.parts.is_empty() {
+        return vec![Extent {
+            key: record.key.clone(),
+            version_id: record.version_id,
+            size: record.size,
+            k: record.k,
+            m: record.m,
+            chunk_size: record.chunk_size,
+            drives: record.drives.clone(),
+        }];
+    }
+    record
+        .parts
+        .iter()
+        .map(|p| Extent {
+            key: p.key.clone(),
+            version_id: p.version_id,
+            size: p.size,
+            k: p.k,
+            m: p.m,
+            chunk_size: p.chunk_size,
+            drives: p.drives.clone(),
+        })
+        .collect()
+}
+
+/// An object's bytes as they are read, for a response body. Dropping it stops the read.
+pub struct ObjectBody(mpsc::Receiver<std::io::Result<Bytes>>);
+
+impl Stream for ObjectBody {
+    type Item = std::io::Result<Bytes>;
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        self.0.poll_recv(cx)
+    }
+}
+
+/// A shard being read, chunk by chunk.
+struct ChunkReader {
+    stream: ShardStream,
+    buf: Bytes,
+}
+
+impl ChunkReader {
+    /// The next `n` bytes: a slice of what arrived when it holds them, else gathered.
+    async fn read(&mut self, n: usize) -> Result<Bytes, DriveError> {
+        if self.buf.len() >= n {
+            return Ok(self.buf.split_to(n));
+        }
+        let mut out = BytesMut::with_capacity(n);
+        out.extend_from_slice(&std::mem::take(&mut self.buf));
+        while out.len() < n {
+            let Some(piece) = self.stream.next().await else {
+                return Err(DriveError::Failed("shard ended early".into()));
+            };
+            let mut piece = piece?;
+            if out.is_empty() && piece.len() >= n {
+                self.buf = piece.split_off(n);
+                return Ok(piece);
+            }
+            let take = (n - out.len()).min(piece.len());
+            out.extend_from_slice(&piece[..take]);
+            self.buf = piece.split_off(take);
+        }
+        Ok(out.freeze())
+    }
+}
+
+enum Source {
+    Unopened,
+    Open(ChunkReader),
+    Failed,
+}
+
+struct ExtentReader {
+    cluster: Arc<Cluster>,
+    bucket: String,
+    ext: Extent,
+    layout: oed_ec::Layout,
+    codec: Arc<oed_ec::Codec>,
+    sources: Vec<Source>,
+    end_stripe: u64,
+}
+
+impl ExtentReader {
+    /// Opens the data shards at `first` (parity where a data shard cannot be opened).
+    async fn open(
+        cluster: Arc<Cluster>,
+        bucket: String,
+        ext: Extent,
+        stripes: Range<u64>,
+    ) -> Result<Self> {
+        let layout = oed_ec::Layout::new(ext.k.into(), ext.m.into(), ext.chunk_size)?;
+        let codec = cluster.codec(ext.k, ext.m)?;
+        let mut r = Self {
+            cluster,
+            bucket,
+            ext,
+            layout,
+            codec,
+            sources: (0..layout.total()).map(|_| Source::Unopened).collect(),
+            end_stripe: stripes.end,
+        };
+        let data: Vec<usize> = (0..layout.k()).collect();
+        r.open_sources(&data, stripes.start).await;
+        let open = r.count(|s| matches!(s, Source::Open(_)));
+        if open < layout.k() {
+            r.open_more(layout.k() - open, stripes.start).await?;
+        }
+        Ok(r)
+    }
+
+    fn count(&self, f: impl Fn(&Source) -> bool) -> usize {
+        self.sources.iter().filter(|s| f(s)).count()
+    }
+
+    async fn open_sources(&mut self, which: &[usize], at: u64) {
+        let end = self.end_stripe;
+        let timeout = self.cluster.timeout;
+        let (cluster, ext, bucket) = (&self.cluster, &self.ext, &self.bucket);
+        let opened = join_all(which.iter().map(|&i| {
+            let drive = cluster.drive(&ext.drives[i]);
+            let (key, version) = (&ext.key, ext.version_id);
+            async move {
+                let Some(d) = drive else {
+                    return Err(DriveError::Failed("drive is not in the cluster map".into()));
+                };
+                tokio::time::timeout(timeout, d.read_shard(bucket, key, version, at, end))
+                    .await
+                    .unwrap_or_else(|_| Err(DriveError::Failed("timed out".into())))
+            }
+        }))
+        .await;
+        for (&i, r) in which.iter().zip(opened) {
+            self.sources[i] = match r {
+                Ok(stream) => Source::Open(ChunkReader {
+                    stream,
+                    buf: Bytes::new(),
+                }),
+                Err(e) => {
+                    self.failed(i, &e);
+                    Source::Failed
+                }
+            };
+        }
+    }
+
+    /// Opens `n` more shards at stripe `at`, parity first, until enough are open.
+    async fn open_more(&mut self, mut n: usize, at: u64) -> Result<()> {
+        while n > 0 {
+            let candidates: Vec<usize> = (0..self.sources.len())
+                .rev()
+                .filter(|&i| matches!(self.sources[i], Source::Unopened))
+                .take(n)
+                .collect();
+            if candidates.is_empty() {
+                return Err(Error::Unavailable(format!(
+                    "fewer than k = {} shards of {:?} can be read",
+                    self.ext.k, self.ext.key
+                )));
+            }
+            self.open_sources(&candidates, at).await;
+            let opened = candidates
+                .iter()
+                .filter(|&&i| matches!(self.sources[i], Source::Open(_)))
+                .count();
+            n -= opened;
+        }
+        Ok(())
+    }
+
+    fn failed(&self, shard: usize, e: &DriveError) {
+        tracing::warn!(bucket = %self.bucket, key = %self.ext.key, shard, drive = %self.ext.drives[shard], error = %e, "shard unreadable; using parity");
+        self.cluster
+            .stats
+            .shard_failures
+            .fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The `k` data chunks of stripe `index`, rebuilt from parity where needed.
+    async fn stripe(&mut self, index: u64, size: u64) -> Result<Vec<Bytes>> {
+        let stripe = self
+            .layout
+            .stripe(size, index)
+            .ok_or_else(|| Error::BadRequest("read past the end".into()))?;
+        let cl = stripe.chunk_len;
+        let total = self.layout.total();
+        let k = self.layout.k();
+        let mut chunks: Vec<Option<Bytes>> = vec![None; total];
+        loop {
+            let timeout = self.cluster.timeout;
+            let reads = join_all(self.sources.iter_mut().enumerate().filter_map(|(i, s)| {
+                if chunks[i].is_some() {
+                    return None;
+                }
+                match s {
+                    Source::Open(r) => Some(async move {
+                        let got = tokio::time::timeout(timeout, r.read(cl))
+                            .await
+                            .unwrap_or_else(|_| Err(DriveError::Failed("timed out".into())));
+                        (i, got)
+                    }),
+                    _ => None,
+                }
+            }))
+            .await;
+            for (i, got) in reads {
+                match got {
+                    Ok(b) => chunks[i] = Some(b),
+                    Err(e) => {
+                        self.failed(i, &e);
+                        self.sources[i] = Source::Failed;
+                    }
+                }
+            }
+            let present = chunks.iter().filter(|c| c.is_some()).count();
+            if present >= k {
+                break;
+            }
+            self.open_more(k - present, index).await?;
+        }
+        if chunks[..k].iter().all(Option::is_some) {
+            return Ok(chunks.into_iter().take(k).flatten().collect());
+        }
+        self.cluster
+            .stats
+            .degraded_stripes
+            .fetch_add(1, Ordering::Relaxed);
+        let present: Vec<bool> = chunks.iter().map(Option::is_some).collect();
+        let mut bufs: Vec<Vec<u8>> = chunks
+            .iter()
+            .map(|c| c.as_ref().map_or_else(|| vec![0u8; cl], |b| b.to_vec()))
+            .collect();
+        let mut refs: Vec<&mut [u8]> = bufs.iter_mut().map(Vec::as_mut_slice).collect();
+        self.codec.reconstruct_data(&mut refs, &present)?;
+        Ok(bufs.into_iter().take(k).map(Bytes::from).collect())
+    }
+}
+
+impl Cluster {
+    /// Starts reading bytes `range` of `record` (clipped to its size). The shards of the
+    /// first extent are opened before this returns, so an object that cannot be read
+    /// fails here, before any response is sent; a failure later cuts the body short.
+    ///
+    /// # Errors
+    /// [`Error::Unavailable`] when fewer than `k` shards can be opened.
+    pub async fn read_object(
+        self: &Arc<Self>,
+        record: &ObjectRecord,
+        range: Range<u64>,
+    ) -> Result<ObjectBody> {
+        let exts = extents(record);
+        let size = record.object_size();
+        let range = range.start.min(size)..range.end.min(size);
+        // Each extent with the object offset it starts at.
+        let mut at = 0u64;
+        let mut plan = Vec::new();
+        for e in exts {
+            let start = at;
+            at += e.size;
+            if start < range.end && at > range.start && e.size > 0 {
+                let local = range.start.saturating_sub(start)..(range.end - start).min(e.size);
+                plan.push((e, local));
+            }
+        }
+        let (tx, rx) = mpsc::channel(4);
+        let Some((first, first_range)) = plan.first().cloned() else {
+            return Ok(ObjectBody(rx));
+        };
+        let bucket = record.bucket.clone();
+        let stripes = stripe_range(&first, &first_range)?;
+        // The first extent is opened here, so that a failure is an error answer.
+        let mut opened =
+            Some(ExtentReader::open(self.clone(), bucket.clone(), first, stripes).await?);
+        let cluster = self.clone();
+        tokio::spawn(async move {
+            for (ext, r) in plan {
+                let reader = if let Some(reader) = opened.take() {
+                    Ok(reader)
+                } else {
+                    match stripe_range(&ext, &r) {
+                        Ok(stripes) => {
+                            ExtentReader::open(
+                                cluster.clone(),
+                                bucket.clone(),
+                                ext.clone(),
+                                stripes,
+                            )
+                            .await
+                        }
+                        Err(e) => Err(e),
+                    }
+                };
+                let sent = match reader {
+                    Ok(reader) => send_extent(reader, r, &tx).await,
+                    Err(e) => Err(e),
+                };
+                if let Err(e) = sent {
+                    tracing::error!(%bucket, key = %ext.key, error = %e, "read failed part-way; the response is cut short");
+                    let _ = tx.send(Err(std::io::Error::other(e.to_string()))).await;
+                    return;
+                }
+                if tx.is_closed() {
+                    return;
+                }
+            }
+        });
+        Ok(ObjectBody(rx))
+    }
+}
+
+/// Sends bytes `range` of the extent `reader` reads, stripe by stripe.
+async fn send_extent(
+    mut reader: ExtentReader,
+    range: Range<u64>,
+    tx: &mpsc::Sender<std::io::Result<Bytes>>,
+) -> Result<()> {
+    let size = reader.ext.size;
+    let stripes = stripe_range(&reader.ext, &range)?;
+    for s in stripes {
+        let chunks = reader.stripe(s, size).await?;
+        let stripe = reader
+            .layout
+            .stripe(size, s)
+            .ok_or_else(|| Error::BadRequest("read past the end".into()))?;
+        for (i, chunk) in chunks.into_iter().enumerate() {
+            let r = stripe.chunk_range(i);
+            let (lo, hi) = (
+                stripe.object_offset + r.start as u64,
+                stripe.object_offset + r.end as u64,
+            );
+            let (a, b) = (lo.max(range.start), hi.min(range.end));
+            if a >= b {
+                continue;
+            }
+            if tx
+                .send(Ok(chunk.slice((a - lo) as usize..(b - lo) as usize)))
+                .await
+                .is_err()
+            {
+                return Ok(());
+            }
+        }
+    }
+    Ok(())
+}
+
+fn stripe_range(ext: &Extent, range: &Range<u64>) -> Result<Range<u64>> {
+    let layout = oed_ec::Layout::new(ext.k.into(), ext.m.into(), ext.chunk_size)?;
+    let ss = layout.stripe_size();
+    Ok(range.start / ss..range.end.div_ceil(ss))
+}

@@ -1,0 +1,381 @@
+//! The write path. The body is streamed, never held whole: it is cut into stripes of
+//! `k` chunks, each stripe is coded into `m` parity chunks, and chunk `i` of every stripe
+//! goes to the drive of shard `i` as the next frame of its shard file, all `k + m` uploads
+//! running at once (this drive's own without HTTP). At most two stripes per drive are in
+//! flight, so memory per request is a few stripes whatever the object's size.
+//!
+//! The `ETag` is known only when the body ends, so each shard upload ends with a record
+//! tail carrying it; a drive commits nothing without that tail. When the body is short,
+//! too long, fails its Content-MD5 or the client goes away, every upload is failed and
+//! nothing becomes visible.
+
+use std::collections::BTreeMap;
+use std::pin::Pin;
+use std::sync::atomic::Ordering;
+use std::task::{Context, Poll};
+
+use bytes::{Buf, Bytes, BytesMut};
+use futures_util::{Stream, StreamExt};
+use md5::Digest as _;
+use sha2::Digest as _;
+use tokio::sync::mpsc;
+
+use super::Cluster;
+use super::drive::DriveError;
+use crate::error::{Error, Result};
+use crate::store::record::{ObjectRecord, PartRef, RecordTail, VersionId, now_ms};
+
+/// What the client asked to store.
+#[derive(Clone, Debug, Default)]
+pub struct NewObject {
+    /// Bucket.
+    pub bucket: String,
+    /// Key.
+    pub key: String,
+    /// Exact body length (Content-Length, or the decoded length of an aws-chunked body).
+    pub size: u64,
+    /// Content type.
+    pub content_type: Option<String>,
+    /// `x-amz-meta-*`, names lower-cased.
+    pub user_meta: BTreeMap<String, String>,
+    /// The Content-MD5 the client sent, decoded: the body must match it.
+    pub content_md5: Option<[u8; 16]>,
+    /// For a completed multipart upload: its parts (the body is then empty) and `ETag`.
+    pub parts: Vec<PartRef>,
+    /// An `ETag` decided by the caller (multipart); computed from the body otherwise.
+    pub etag: Option<String>,
+}
+
+/// A stored object.
+#[derive(Clone, Debug)]
+pub struct Written {
+    /// Its record (shard index 0's).
+    pub record: ObjectRecord,
+    /// Shards that could not be stored (the write is degraded when this is not 0); they
+    /// are queued for heal.
+    pub missing: usize,
+}
+
+/// The receiving end of one shard upload, as a stream.
+struct ChunkChannel(mpsc::Receiver<std::io::Result<Bytes>>);
+
+impl Stream for ChunkChannel {
+    type Item = std::io::Result<Bytes>;
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        self.0.poll_recv(cx)
+    }
+}
+
+/// The `k + m` uploads of one write, as the coordinator feeds them.
+struct Uploads<'a> {
+    cluster: &'a Cluster,
+    senders: Vec<Option<mpsc::Sender<std::io::Result<Bytes>>>>,
+    tasks: Vec<tokio::task::JoinHandle<Result<(), DriveError>>>,
+    quorum: usize,
+}
+
+impl<'a> Uploads<'a> {
+    /// Starts one shard upload per drive in `placed`, each opened with its header.
+    fn start(
+        cluster: &'a Cluster,
+        record: &ObjectRecord,
+        placed: &[usize],
+        layout: oed_ec::Layout,
+    ) -> Result<Self> {
+        let mut up = Uploads {
+            cluster,
+            senders: Vec::with_capacity(placed.len()),
+            tasks: Vec::with_capacity(placed.len()),
+            quorum: Cluster::write_quorum(record.k, record.m),
+        };
+        for (i, &d) in placed.iter().enumerate() {
+            let (tx, rx) = mpsc::channel(4);
+            let mut rec = record.clone();
+            rec.shard_index = i as u16;
+            let header =
+                oed_ec::ShardHeader::new(rec.version_id.0, rec.shard_index, layout, rec.size)?;
+            let drive = cluster.drives[d].clone();
+            up.tasks.push(tokio::spawn(async move {
+                drive.put_shard(&rec, ChunkChannel(rx)).await
+            }));
+            // The channel is new and has room: this cannot wait.
+            let _ = tx.try_send(Ok(Bytes::copy_from_slice(&header.encode())));
+            up.senders.push(Some(tx));
+        }
+        Ok(up)
+    }
+
+    fn live(&self) -> usize {
+        self.senders.iter().filter(|s| s.is_some()).count()
+    }
+
+    /// Sends `pieces` to shard `i`; a drive that does not take them in time is dropped.
+    async fn send(&mut self, i: usize, pieces: [Bytes; 2]) {
+        let Some(tx) = &self.senders[i] else { return };
+        for p in pieces {
+            if p.is_empty() {
+                continue;
+            }
+            let sent = tokio::time::timeout(self.cluster.timeout, tx.send(Ok(p))).await;
+            if !matches!(sent, Ok(Ok(()))) {
+                tracing::warn!(
+                    shard = i,
+                    "shard upload failed or stalled; going on without it"
+                );
+                self.senders[i] = None;
+                return;
+            }
+        }
+    }
+
+    fn check_quorum(&self) -> Result<()> {
+        let live = self.live();
+        if live < self.quorum {
+            return Err(Error::Unavailable(format!(
+                "only {live} drives take shards; a write needs {}",
+                self.quorum
+            )));
+        }
+        Ok(())
+    }
+
+    /// Fails every upload: no drive commits anything.
+    async fn abort(mut self) {
+        for tx in self.senders.iter_mut().filter_map(Option::take) {
+            let _ = tx.try_send(Err(std::io::Error::other("write aborted")));
+        }
+        for t in self.tasks.drain(..) {
+            let _ = t.await;
+        }
+    }
+}
+
+impl Cluster {
+    /// Stores an object: see the module docs. Returns once all `k + m` shards are stored,
+    /// or, with drives down, once the write quorum is ([`Cluster::write_quorum`]).
+    ///
+    /// # Errors
+    /// [`Error::BadRequest`] (a bad key, or a body longer or shorter than `size`),
+    /// [`Error::BadDigest`] (Content-MD5), [`Error::Unavailable`] (too few drives stored
+    /// it). Nothing is visible after an error.
+    pub async fn put_object<S, E>(&self, obj: NewObject, mut body: S) -> Result<Written>
+    where
+        S: Stream<Item = std::result::Result<Bytes, E>> + Unpin,
+        E: std::fmt::Display,
+    {
+        let p = self.map.profile;
+        let layout = oed_ec::Layout::new(p.k.into(), p.m.into(), p.chunk_size)?;
+        let codec = self.codec(p.k, p.m)?;
+        let total = layout.total();
+        let placed = self.map.place(&obj.bucket, &obj.key, total);
+        let record = ObjectRecord {
+            bucket: obj.bucket.clone(),
+            key: obj.key.clone(),
+            version_id: VersionId::generate(),
+            size: obj.size,
+            etag: String::new(),
+            content_type: obj.content_type.clone(),
+            user_meta: obj.user_meta.clone(),
+            last_modified_ms: now_ms(),
+            k: p.k,
+            m: p.m,
+            chunk_size: p.chunk_size,
+            drives: placed
+                .iter()
+                .map(|&i| self.map.drives[i].id.clone())
+                .collect(),
+            shard_index: 0,
+            parts: Vec::new(),
+        };
+        record.validate()?;
+
+        let mut up = Uploads::start(self, &record, &placed, layout)?;
+
+        let streamed = self
+            .stream_stripes(&mut up, &obj, layout, &codec, &mut body)
+            .await;
+        let etag = match streamed {
+            Ok(etag) => etag,
+            Err(e) => {
+                up.abort().await;
+                return Err(e);
+            }
+        };
+        let tail = serde_json::to_vec(&RecordTail {
+            etag: etag.clone(),
+            parts: obj.parts.clone(),
+        })?;
+        let tail = Bytes::from(tail);
+        for i in 0..total {
+            up.send(i, [tail.clone(), Bytes::new()]).await;
+        }
+        up.senders.clear();
+
+        let mut stored = Vec::with_capacity(total);
+        for (i, t) in up.tasks.drain(..).enumerate() {
+            let r = t
+                .await
+                .unwrap_or_else(|e| Err(DriveError::Failed(e.to_string())));
+            match r {
+                // A newer write of the key won on that drive: this version is already
+                // superseded there, which is what a stored shard would become anyway.
+                Ok(()) | Err(DriveError::Superseded) => stored.push(true),
+                Err(e) => {
+                    tracing::warn!(bucket = %obj.bucket, key = %obj.key, shard = i, drive = %record.drives[i], error = %e, "shard not stored");
+                    stored.push(false);
+                }
+            }
+        }
+        let ok = stored.iter().filter(|s| **s).count();
+        let mut record = record;
+        record.etag = etag;
+        record.parts = obj.parts;
+        if ok < up.quorum {
+            self.stats
+                .shard_failures
+                .fetch_add((total - ok) as u64, Ordering::Relaxed);
+            self.delete_record(&record).await;
+            return Err(Error::Unavailable(format!(
+                "{ok} of {total} shards stored; a write needs {}",
+                up.quorum
+            )));
+        }
+        let missing = total - ok;
+        if missing > 0 {
+            self.stats.degraded_writes.fetch_add(1, Ordering::Relaxed);
+            self.stats
+                .shard_failures
+                .fetch_add(missing as u64, Ordering::Relaxed);
+            for (i, _) in stored.iter().enumerate().filter(|(_, s)| !**s) {
+                let mut rec = record.clone();
+                rec.shard_index = i as u16;
+                if let Err(e) = self
+                    .store
+                    .meta()
+                    .queue_heal(&rec, "write missed this drive")
+                {
+                    tracing::warn!(error = %e, "heal queue");
+                }
+            }
+        }
+        Ok(Written { record, missing })
+    }
+
+    /// Reads the body, cuts it into stripes and sends their chunks; returns the `ETag`.
+    async fn stream_stripes<S, E>(
+        &self,
+        up: &mut Uploads<'_>,
+        obj: &NewObject,
+        layout: oed_ec::Layout,
+        codec: &oed_ec::Codec,
+        body: &mut S,
+    ) -> Result<String>
+    where
+        S: Stream<Item = std::result::Result<Bytes, E>> + Unpin,
+        E: std::fmt::Display,
+    {
+        let stripe_size = layout.stripe_size() as usize;
+        let mut buf = BytesMut::with_capacity(stripe_size.min(obj.size as usize));
+        let mut received: u64 = 0;
+        let mut stripe: u64 = 0;
+        let mut md5 = (self.md5_etags || obj.content_md5.is_some()).then(md5::Md5::new);
+        let mut fast = sha2::Sha256::new();
+        fast.update(obj.size.to_le_bytes());
+        while let Some(piece) = body.next().await {
+            let mut piece = piece.map_err(|e| Error::BadRequest(format!("request body: {e}")))?;
+            received += piece.len() as u64;
+            if received > obj.size {
+                return Err(Error::BadRequest(format!(
+                    "the body is longer than its declared length of {} bytes",
+                    obj.size
+                )));
+            }
+            if let Some(h) = md5.as_mut() {
+                h.update(&piece);
+            }
+            while !piece.is_empty() {
+                let take = (stripe_size - buf.len()).min(piece.len());
+                buf.extend_from_slice(&piece[..take]);
+                piece.advance(take);
+                if buf.len() == stripe_size {
+                    let data = buf.split().freeze();
+                    self.send_stripe(up, layout, codec, obj.size, stripe, data, &mut fast)
+                        .await?;
+                    stripe += 1;
+                    buf.reserve(stripe_size.min((obj.size - received) as usize + piece.len()));
+                }
+            }
+        }
+        if received != obj.size {
+            return Err(Error::IncompleteBody {
+                got: received,
+                expected: obj.size,
+            });
+        }
+        if !buf.is_empty() {
+            let data = buf.split().freeze();
+            self.send_stripe(up, layout, codec, obj.size, stripe, data, &mut fast)
+                .await?;
+        }
+        let md5 = md5.map(|h| <[u8; 16]>::from(h.finalize()));
+        if let (Some(want), Some(got)) = (obj.content_md5, md5)
+            && want != got
+        {
+            return Err(Error::BadDigest);
+        }
+        if let Some(etag) = &obj.etag {
+            return Ok(etag.clone());
+        }
+        Ok(match md5 {
+            Some(d) if self.md5_etags => hex::encode(d),
+            _ => hex::encode(&fast.finalize()[..16]),
+        })
+    }
+
+    /// Codes one stripe and hands each drive its chunk and the chunk's CRC32C.
+    #[allow(clippy::too_many_arguments)]
+    async fn send_stripe(
+        &self,
+        up: &mut Uploads<'_>,
+        layout: oed_ec::Layout,
+        codec: &oed_ec::Codec,
+        size: u64,
+        index: u64,
+        data: Bytes,
+        fast: &mut sha2::Sha256,
+    ) -> Result<()> {
+        let stripe = layout
+            .stripe(size, index)
+            .ok_or_else(|| Error::BadRequest("body longer than declared".into()))?;
+        let cl = stripe.chunk_len;
+        let k = layout.k();
+        // The tail stripe's chunks are padded with zeros to equal length.
+        let data = if data.len() < k * cl {
+            let mut padded = BytesMut::with_capacity(k * cl);
+            padded.extend_from_slice(&data);
+            padded.resize(k * cl, 0);
+            padded.freeze()
+        } else {
+            data
+        };
+        let chunks: Vec<Bytes> = (0..k).map(|i| data.slice(i * cl..(i + 1) * cl)).collect();
+        let mut parity: Vec<Vec<u8>> = (0..layout.m()).map(|_| vec![0u8; cl]).collect();
+        {
+            let d: Vec<&[u8]> = chunks.iter().map(|c| &c[..]).collect();
+            let mut p: Vec<&mut [u8]> = parity.iter_mut().map(Vec::as_mut_slice).collect();
+            codec.encode(&d, &mut p)?;
+        }
+        let all = chunks
+            .into_iter()
+            .chain(parity.into_iter().map(Bytes::from));
+        for (i, chunk) in all.enumerate() {
+            let crc = oed_ec::frame_crc(index, &chunk);
+            if i < k {
+                fast.update(crc.to_le_bytes());
+            }
+            up.send(i, [chunk, Bytes::copy_from_slice(&crc.to_le_bytes())])
+                .await;
+        }
+        up.check_quorum()
+    }
+}

@@ -1,0 +1,303 @@
+//! `oedd dev`: a whole cluster on one machine, for trying OED out. It writes a cluster
+//! map, starts one `oedd serve` process per drive (each with its own data directory and
+//! port on 127.0.0.1, as on real drives), prints the S3 endpoint and credentials, and on
+//! Ctrl-C stops every drive with SIGTERM and waits for them.
+
+use std::fmt::Write as _;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use tokio_util::sync::CancellationToken;
+
+use crate::cluster::map::{ClusterMap, DriveEntry, Profile};
+use crate::error::{Error, Result};
+
+/// What `oedd dev` is asked for.
+#[derive(Clone, Debug)]
+pub struct DevOptions {
+    /// Drives to start.
+    pub drives: usize,
+    /// Data shards.
+    pub k: u16,
+    /// Parity shards.
+    pub m: u16,
+    /// Where the drives keep their data; a temporary directory (removed at the end)
+    /// when `None`.
+    pub dir: Option<PathBuf>,
+    /// Sync every write to disk (as production drives do).
+    pub fsync: bool,
+    /// The `oedd` binary to start for each drive.
+    pub oedd: PathBuf,
+}
+
+/// One running drive.
+struct DriveProcess {
+    id: String,
+    child: Child,
+}
+
+/// The cluster `oedd dev` started.
+pub struct DevCluster {
+    drives: Vec<DriveProcess>,
+    /// The S3 endpoint (the first drive; every drive serves S3).
+    pub endpoint: String,
+    /// Every drive's S3 endpoint.
+    pub endpoints: Vec<String>,
+    /// The S3 access key.
+    pub access_key: String,
+    /// The S3 secret key.
+    pub secret_key: String,
+    /// The data directory.
+    pub dir: PathBuf,
+    remove_dir: bool,
+}
+
+fn random_hex(bytes: usize) -> String {
+    (0..bytes).fold(String::new(), |mut s, _| {
+        let _ = write!(s, "{:02x}", rand::random::<u8>());
+        s
+    })
+}
+
+/// Free ports on 127.0.0.1 (bound and released; a drive binds its own a moment later).
+fn free_ports(n: usize) -> Result<Vec<u16>> {
+    let listeners = (0..n)
+        .map(|_| std::net::TcpListener::bind("127.0.0.1:0"))
+        .collect::<std::io::Result<Vec<_>>>()?;
+    listeners
+        .iter()
+        .map(|l| Ok(l.local_addr()?.port()))
+        .collect()
+}
+
+impl DevCluster {
+    /// Writes the map and starts the drives; returns once every drive listens.
+    ///
+    /// # Errors
+    /// [`Error::Config`] for an impossible profile; [`Error::Io`] when a drive cannot be
+    /// started or does not come up within 60 s (the drives started are stopped again).
+    pub fn start(opts: &DevOptions) -> Result<Self> {
+        if opts.drives < usize::from(opts.k + opts.m) {
+            return Err(Error::Config(format!(
+                "--drives {} is fewer than k + m = {}",
+                opts.drives,
+                opts.k + opts.m
+            )));
+        }
+        let (dir, remove_dir) = match &opts.dir {
+            Some(d) => (d.clone(), false),
+            None => (
+                std::env::temp_dir().join(format!("oed-dev-{}", random_hex(4))),
+                true,
+            ),
+        };
+        std::fs::create_dir_all(&dir)?;
+        let ports = free_ports(opts.drives)?;
+        let map = ClusterMap {
+            cluster_id: "dev".into(),
+            profile: Profile {
+                k: opts.k,
+                m: opts.m,
+                chunk_size: oed_ec::layout::DEFAULT_CHUNK_SIZE,
+            },
+            drives: ports
+                .iter()
+                .enumerate()
+                .map(|(i, p)| DriveEntry {
+                    id: format!("drive-{}", i + 1),
+                    address: format!("127.0.0.1:{p}"),
+                    domain: None,
+                })
+                .collect(),
+        };
+        map.validate().map_err(Error::Config)?;
+        let map_path = dir.join("cluster.toml");
+        std::fs::write(
+            &map_path,
+            toml::to_string(&map).map_err(|e| Error::Config(e.to_string()))?,
+        )?;
+        let cluster_secret = random_hex(16);
+        let secret_key = std::env::var("OED_S3_SECRET_KEY").unwrap_or_else(|_| random_hex(16));
+        let mut cluster = DevCluster {
+            drives: Vec::new(),
+            endpoint: String::new(),
+            endpoints: Vec::new(),
+            access_key: "oed".into(),
+            secret_key,
+            dir: dir.clone(),
+            remove_dir,
+        };
+        let mut waiting = Vec::new();
+        for d in &map.drives {
+            let (child, rx) = spawn_drive(
+                opts,
+                d,
+                &dir.join(&d.id),
+                &map_path,
+                &cluster_secret,
+                &cluster.access_key,
+                &cluster.secret_key,
+            )?;
+            waiting.push(rx);
+            cluster.drives.push(DriveProcess {
+                id: d.id.clone(),
+                child,
+            });
+        }
+        let deadline = Instant::now() + Duration::from_mins(1);
+        for (rx, d) in waiting.iter().zip(&map.drives) {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if rx.recv_timeout(left).is_err() {
+                cluster.stop(Duration::from_secs(5));
+                return Err(Error::Io(std::io::Error::other(format!(
+                    "{} did not start within 60 s (its log is above)",
+                    d.id
+                ))));
+            }
+            cluster.endpoints.push(d.url());
+        }
+        cluster.endpoint = cluster.endpoints[0].clone();
+        Ok(cluster)
+    }
+
+    /// What a user needs: the endpoint, the credentials and a line to paste.
+    #[must_use]
+    pub fn banner(&self) -> String {
+        format!(
+            "oedd dev: {n} drives, data in {dir}\n\
+             oedd dev: endpoint {ep}\n\
+             oedd dev: access key {ak}\n\
+             oedd dev: secret key {sk}\n\
+             \n\
+             Every drive serves S3 (also {others}). Try:\n\
+             \n  export AWS_ACCESS_KEY_ID={ak} AWS_SECRET_ACCESS_KEY={sk} AWS_DEFAULT_REGION=us-east-1\n  \
+             aws --endpoint-url {ep} s3 mb s3://demo\n  \
+             aws --endpoint-url {ep} s3 cp ./some-file s3://demo/\n  \
+             aws --endpoint-url {ep} s3 ls s3://demo\n\
+             \nCtrl-C stops the cluster.",
+            n = self.drives.len(),
+            dir = self.dir.display(),
+            ep = self.endpoint,
+            ak = self.access_key,
+            sk = self.secret_key,
+            others = self.endpoints[1..].join(", "),
+        )
+    }
+
+    /// Runs until `shutdown` is cancelled, reporting drives that exit on their own; then
+    /// stops every drive.
+    pub async fn run_until(mut self, shutdown: CancellationToken) {
+        let mut reported = vec![false; self.drives.len()];
+        loop {
+            tokio::select! {
+                () = shutdown.cancelled() => break,
+                () = tokio::time::sleep(Duration::from_millis(500)) => {}
+            }
+            for (d, seen) in self.drives.iter_mut().zip(reported.iter_mut()) {
+                if !*seen && let Ok(Some(status)) = d.child.try_wait() {
+                    eprintln!("oedd dev: {} exited ({status}); the others go on", d.id);
+                    *seen = true;
+                }
+            }
+        }
+        self.stop(Duration::from_secs(20));
+    }
+
+    /// SIGTERM to every drive, then waits up to `within` (SIGKILL after that); removes
+    /// a temporary data directory.
+    pub fn stop(&mut self, within: Duration) {
+        for d in &self.drives {
+            if let Some(pid) = rustix::process::Pid::from_raw(d.child.id().cast_signed()) {
+                let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
+            }
+        }
+        let deadline = Instant::now() + within;
+        for d in &mut self.drives {
+            loop {
+                match d.child.try_wait() {
+                    Ok(Some(_)) | Err(_) => break,
+                    Ok(None) if Instant::now() >= deadline => {
+                        eprintln!("oedd dev: {} did not stop in time; killing it", d.id);
+                        let _ = d.child.kill();
+                        let _ = d.child.wait();
+                        break;
+                    }
+                    Ok(None) => std::thread::sleep(Duration::from_millis(50)),
+                }
+            }
+        }
+        self.drives.clear();
+        if self.remove_dir {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+impl Drop for DevCluster {
+    fn drop(&mut self) {
+        if !self.drives.is_empty() {
+            self.stop(Duration::from_secs(10));
+        }
+    }
+}
+
+/// Starts one drive's `oedd serve`; the receiver gets its address once it listens.
+fn spawn_drive(
+    opts: &DevOptions,
+    d: &DriveEntry,
+    data: &Path,
+    map_path: &Path,
+    cluster_secret: &str,
+    access_key: &str,
+    secret_key: &str,
+) -> Result<(Child, std::sync::mpsc::Receiver<String>)> {
+    let mut cmd = Command::new(&opts.oedd);
+    cmd.arg("serve")
+        .arg("--data-dir")
+        .arg(data)
+        .args(["--listen", &d.address, "--drive-id", &d.id])
+        .arg("--set")
+        .arg(format!("cluster_map={}", toml_str(map_path)))
+        .arg("--set")
+        .arg(format!("s3_access_key={}", toml_str(Path::new(access_key))))
+        .arg("--set")
+        .arg(format!(
+            "fsync={}",
+            if opts.fsync {
+                "\"always\""
+            } else {
+                "\"never\""
+            }
+        ))
+        // Several drives share one disk here: keep the reserve small.
+        .arg("--set")
+        .arg("reserve_bytes=67108864")
+        .env("OED_CLUSTER_SECRET", cluster_secret)
+        .env("OED_S3_SECRET_KEY", secret_key)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit());
+    if std::env::var_os("OED_LOG").is_none() {
+        cmd.env("OED_LOG", "warn");
+    }
+    let mut child = cmd.spawn()?;
+    let stdout = child.stdout.take();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let Some(out) = stdout else { return };
+        for line in BufReader::new(out)
+            .lines()
+            .map_while(std::result::Result::ok)
+        {
+            if let Some(addr) = line.strip_prefix("oedd: listening on ") {
+                let _ = tx.send(addr.to_owned());
+            }
+        }
+    });
+    Ok((child, rx))
+}
+
+fn toml_str(p: &Path) -> String {
+    toml::Value::String(p.display().to_string()).to_string()
+}

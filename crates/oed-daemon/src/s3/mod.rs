@@ -1,0 +1,333 @@
+//! The S3 front end every drive serves. The `s3s` crate does the protocol: routing,
+//! SigV4 (headers, presigned URLs, aws-chunked streaming bodies), XML in and out. This
+//! module implements its [`S3`] trait with thin handlers that call the cluster: one file
+//! per group of operations ([`bucket`], [`object`], [`list`], [`multipart`]), and
+//! [`s3_error`], the one place OED's errors become S3 error codes.
+//!
+//! Keys beginning with U+0001 are the cluster's own (multipart uploads and their parts,
+//! see [`multipart`]); clients cannot create them, and listings never show them.
+
+pub mod bucket;
+pub mod list;
+pub mod multipart;
+pub mod object;
+
+use std::sync::Arc;
+
+use s3s::dto::{
+    AbortMultipartUploadInput, AbortMultipartUploadOutput, CompleteMultipartUploadInput,
+    CompleteMultipartUploadOutput, CopyObjectInput, CopyObjectOutput, CreateBucketInput,
+    CreateBucketOutput, CreateMultipartUploadInput, CreateMultipartUploadOutput, DeleteBucketInput,
+    DeleteBucketOutput, DeleteObjectInput, DeleteObjectOutput, DeleteObjectsInput,
+    DeleteObjectsOutput, GetBucketLocationInput, GetBucketLocationOutput, GetBucketVersioningInput,
+    GetBucketVersioningOutput, GetObjectInput, GetObjectOutput, HeadBucketInput, HeadBucketOutput,
+    HeadObjectInput, HeadObjectOutput, ListBucketsInput, ListBucketsOutput,
+    ListMultipartUploadsInput, ListMultipartUploadsOutput, ListObjectVersionsInput,
+    ListObjectVersionsOutput, ListObjectsInput, ListObjectsOutput, ListObjectsV2Input,
+    ListObjectsV2Output, ListPartsInput, ListPartsOutput, PutObjectInput, PutObjectOutput,
+    UploadPartCopyInput, UploadPartCopyOutput, UploadPartInput, UploadPartOutput,
+};
+use s3s::{S3, S3Error, S3ErrorCode, S3Request, S3Response, S3Result};
+
+use crate::cluster::Cluster;
+use crate::error::Error;
+
+/// The first character of the cluster's own keys.
+pub const INTERNAL_PREFIX: char = '\u{1}';
+/// Where clients' keys start in a listing: after every internal key.
+pub const USER_KEYS_START: &str = "\u{2}";
+
+/// The S3 service of one drive.
+#[derive(Clone, Debug)]
+pub struct OedS3 {
+    cluster: Arc<Cluster>,
+}
+
+impl OedS3 {
+    /// The S3 service coordinating through `cluster`.
+    #[must_use]
+    pub fn new(cluster: Arc<Cluster>) -> Self {
+        Self { cluster }
+    }
+}
+
+/// The `s3s` service with SigV4 checked against one access key and secret.
+#[must_use]
+pub fn service(
+    cluster: Arc<Cluster>,
+    access_key: &str,
+    secret_key: &str,
+) -> s3s::service::S3Service {
+    let mut b = s3s::service::S3ServiceBuilder::new(OedS3::new(cluster));
+    b.set_auth(s3s::auth::SimpleAuth::from_single(access_key, secret_key));
+    b.build()
+}
+
+/// The one place OED's errors become S3 errors. 5xx are logged with their source chain;
+/// their bodies say only what a client can act on.
+#[must_use]
+#[allow(
+    clippy::needless_pass_by_value,
+    reason = "errors are handed over, as map_err does"
+)]
+pub fn s3_error(e: Error) -> S3Error {
+    use S3ErrorCode as C;
+    let msg = e.to_string();
+    let (code, status) = match &e {
+        Error::BadRequest(_) | Error::Config(_) => (C::InvalidArgument, None),
+        Error::NotFound("bucket") => (C::NoSuchBucket, None),
+        Error::NotFound("upload") => (C::NoSuchUpload, None),
+        Error::NotFound(_) => (C::NoSuchKey, None),
+        Error::BucketNotEmpty => (C::BucketNotEmpty, None),
+        Error::TooLarge(_) => (C::EntityTooLarge, None),
+        Error::IncompleteBody { .. } => (C::IncompleteBody, None),
+        Error::BadDigest => (C::BadDigest, None),
+        Error::Unavailable(_) | Error::ShuttingDown => (C::ServiceUnavailable, None),
+        Error::InsufficientStorage { .. } => (
+            C::Custom("InsufficientStorage".into()),
+            Some(http::StatusCode::INSUFFICIENT_STORAGE),
+        ),
+        _ => {
+            let chain = crate::error::source_chain(&e);
+            tracing::error!(error = %chain, "S3 request failed");
+            return S3Error::with_message(C::InternalError, "internal error; see the drive's log");
+        }
+    };
+    let mut err = S3Error::with_message(code, msg);
+    if let Some(s) = status {
+        err.set_status_code(s);
+    }
+    err
+}
+
+/// `Result<T, Error>` to `S3Result<T>`.
+pub(crate) trait OrS3<T> {
+    fn or_s3(self) -> S3Result<T>;
+}
+
+impl<T> OrS3<T> for Result<T, Error> {
+    fn or_s3(self) -> S3Result<T> {
+        self.map_err(s3_error)
+    }
+}
+
+/// An S3 error with a message.
+pub(crate) fn err(code: S3ErrorCode, msg: impl Into<String>) -> S3Error {
+    S3Error::with_message(code, msg.into())
+}
+
+/// Checks a client's key: S3's rules, and not one of the cluster's own.
+pub(crate) fn check_user_key(key: &str) -> S3Result<()> {
+    if key.len() > 1024 {
+        return Err(err(
+            S3ErrorCode::KeyTooLongError,
+            format!("the key is {} bytes; at most 1024", key.len()),
+        ));
+    }
+    crate::store::record::check_key(key).or_s3()?;
+    if key.starts_with(INTERNAL_PREFIX) {
+        return Err(err(
+            S3ErrorCode::InvalidArgument,
+            "keys beginning with U+0001 are reserved",
+        ));
+    }
+    Ok(())
+}
+
+/// A size or count as the `i64` S3's types hold (saturating).
+pub(crate) fn s3_i64(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+/// A count as the `i32` S3's types hold (saturating).
+pub(crate) fn s3_i32(n: usize) -> i32 {
+    i32::try_from(n).unwrap_or(i32::MAX)
+}
+
+/// A client's `i32` count as a `usize`, negative as 0.
+pub(crate) fn from_s3_i32(n: i32) -> usize {
+    usize::try_from(n).unwrap_or(0)
+}
+
+/// The response's timestamp for a time in milliseconds since the epoch.
+pub(crate) fn timestamp(ms: u64) -> s3s::dto::Timestamp {
+    s3s::dto::Timestamp::from(std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms))
+}
+
+/// An `ETag` value as S3 sends it.
+pub(crate) fn etag(value: &str) -> s3s::dto::ETag {
+    s3s::dto::ETag::Strong(value.to_owned())
+}
+
+/// Whether the bucket exists, as an S3 error when not.
+pub(crate) async fn need_bucket(cluster: &Cluster, bucket: &str) -> S3Result<()> {
+    if cluster.bucket_exists(bucket).await.or_s3()? {
+        Ok(())
+    } else {
+        Err(err(
+            S3ErrorCode::NoSuchBucket,
+            format!("bucket {bucket:?} does not exist"),
+        ))
+    }
+}
+
+#[async_trait::async_trait]
+impl S3 for OedS3 {
+    async fn create_bucket(
+        &self,
+        req: S3Request<CreateBucketInput>,
+    ) -> S3Result<S3Response<CreateBucketOutput>> {
+        bucket::create(&self.cluster, req.input).await
+    }
+
+    async fn head_bucket(
+        &self,
+        req: S3Request<HeadBucketInput>,
+    ) -> S3Result<S3Response<HeadBucketOutput>> {
+        need_bucket(&self.cluster, &req.input.bucket).await?;
+        Ok(S3Response::new(HeadBucketOutput::default()))
+    }
+
+    async fn list_buckets(
+        &self,
+        _req: S3Request<ListBucketsInput>,
+    ) -> S3Result<S3Response<ListBucketsOutput>> {
+        bucket::list(&self.cluster).await
+    }
+
+    async fn delete_bucket(
+        &self,
+        req: S3Request<DeleteBucketInput>,
+    ) -> S3Result<S3Response<DeleteBucketOutput>> {
+        bucket::delete(&self.cluster, &req.input.bucket).await
+    }
+
+    async fn get_bucket_location(
+        &self,
+        req: S3Request<GetBucketLocationInput>,
+    ) -> S3Result<S3Response<GetBucketLocationOutput>> {
+        need_bucket(&self.cluster, &req.input.bucket).await?;
+        Ok(S3Response::new(GetBucketLocationOutput::default()))
+    }
+
+    async fn get_bucket_versioning(
+        &self,
+        req: S3Request<GetBucketVersioningInput>,
+    ) -> S3Result<S3Response<GetBucketVersioningOutput>> {
+        // Versioning is never enabled: S3 answers such a bucket with no status.
+        need_bucket(&self.cluster, &req.input.bucket).await?;
+        Ok(S3Response::new(GetBucketVersioningOutput::default()))
+    }
+
+    async fn put_object(
+        &self,
+        req: S3Request<PutObjectInput>,
+    ) -> S3Result<S3Response<PutObjectOutput>> {
+        object::put(&self.cluster, req).await
+    }
+
+    async fn get_object(
+        &self,
+        req: S3Request<GetObjectInput>,
+    ) -> S3Result<S3Response<GetObjectOutput>> {
+        object::get(&self.cluster, req.input).await
+    }
+
+    async fn head_object(
+        &self,
+        req: S3Request<HeadObjectInput>,
+    ) -> S3Result<S3Response<HeadObjectOutput>> {
+        object::head(&self.cluster, req.input).await
+    }
+
+    async fn delete_object(
+        &self,
+        req: S3Request<DeleteObjectInput>,
+    ) -> S3Result<S3Response<DeleteObjectOutput>> {
+        object::delete(&self.cluster, &req.input.bucket, &req.input.key).await
+    }
+
+    async fn delete_objects(
+        &self,
+        req: S3Request<DeleteObjectsInput>,
+    ) -> S3Result<S3Response<DeleteObjectsOutput>> {
+        object::delete_many(&self.cluster, req.input).await
+    }
+
+    async fn copy_object(
+        &self,
+        req: S3Request<CopyObjectInput>,
+    ) -> S3Result<S3Response<CopyObjectOutput>> {
+        object::copy(&self.cluster, req.input).await
+    }
+
+    async fn list_objects(
+        &self,
+        req: S3Request<ListObjectsInput>,
+    ) -> S3Result<S3Response<ListObjectsOutput>> {
+        list::v1(&self.cluster, req.input).await
+    }
+
+    async fn list_objects_v2(
+        &self,
+        req: S3Request<ListObjectsV2Input>,
+    ) -> S3Result<S3Response<ListObjectsV2Output>> {
+        list::v2(&self.cluster, req.input).await
+    }
+
+    async fn list_object_versions(
+        &self,
+        req: S3Request<ListObjectVersionsInput>,
+    ) -> S3Result<S3Response<ListObjectVersionsOutput>> {
+        list::versions(&self.cluster, req.input).await
+    }
+
+    async fn create_multipart_upload(
+        &self,
+        req: S3Request<CreateMultipartUploadInput>,
+    ) -> S3Result<S3Response<CreateMultipartUploadOutput>> {
+        multipart::create(&self.cluster, req.input).await
+    }
+
+    async fn upload_part(
+        &self,
+        req: S3Request<UploadPartInput>,
+    ) -> S3Result<S3Response<UploadPartOutput>> {
+        multipart::upload_part(&self.cluster, req.input).await
+    }
+
+    async fn upload_part_copy(
+        &self,
+        req: S3Request<UploadPartCopyInput>,
+    ) -> S3Result<S3Response<UploadPartCopyOutput>> {
+        multipart::upload_part_copy(&self.cluster, req.input).await
+    }
+
+    async fn complete_multipart_upload(
+        &self,
+        req: S3Request<CompleteMultipartUploadInput>,
+    ) -> S3Result<S3Response<CompleteMultipartUploadOutput>> {
+        multipart::complete(&self.cluster, req.input).await
+    }
+
+    async fn abort_multipart_upload(
+        &self,
+        req: S3Request<AbortMultipartUploadInput>,
+    ) -> S3Result<S3Response<AbortMultipartUploadOutput>> {
+        multipart::abort(&self.cluster, req.input).await
+    }
+
+    async fn list_parts(
+        &self,
+        req: S3Request<ListPartsInput>,
+    ) -> S3Result<S3Response<ListPartsOutput>> {
+        multipart::list_parts(&self.cluster, req.input).await
+    }
+
+    async fn list_multipart_uploads(
+        &self,
+        req: S3Request<ListMultipartUploadsInput>,
+    ) -> S3Result<S3Response<ListMultipartUploadsOutput>> {
+        multipart::list_uploads(&self.cluster, req.input).await
+    }
+}

@@ -1,0 +1,427 @@
+//! Object operations: put, get (ranges), head, delete, multi-delete, copy; user metadata,
+//! content type and conditional requests.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use base64::Engine as _;
+use bytes::Bytes;
+use futures_util::StreamExt;
+use s3s::dto::{
+    CopyObjectInput, CopyObjectOutput, CopyObjectResult, CopySource, DeleteObjectOutput,
+    DeleteObjectsInput, DeleteObjectsOutput, DeletedObject, ETagCondition, GetObjectInput,
+    GetObjectOutput, HeadObjectInput, HeadObjectOutput, PutObjectInput, PutObjectOutput,
+    StreamingBlob, Timestamp,
+};
+use s3s::{S3ErrorCode, S3Request, S3Response, S3Result};
+
+use super::{OrS3, check_user_key, err, etag, need_bucket, timestamp};
+use crate::cluster::Cluster;
+use crate::cluster::write::{NewObject, Written};
+use crate::store::record::ObjectRecord;
+
+/// The response header that says a write was stored with fewer than `k + m` shards.
+pub const DEGRADED_HEADER: &str = "x-oed-degraded";
+
+/// The request's declared body length: Content-Length, or for an aws-chunked body its
+/// decoded length (which `s3s` puts in its place).
+pub(crate) fn body_length(len: Option<i64>) -> S3Result<u64> {
+    let len = len.ok_or_else(|| {
+        err(
+            S3ErrorCode::MissingContentLength,
+            "the request needs a Content-Length",
+        )
+    })?;
+    u64::try_from(len).map_err(|_| err(S3ErrorCode::InvalidArgument, "negative Content-Length"))
+}
+
+/// A Content-MD5 header, decoded.
+pub(crate) fn content_md5(header: Option<&str>) -> S3Result<Option<[u8; 16]>> {
+    header
+        .map(|h| {
+            base64::engine::general_purpose::STANDARD
+                .decode(h.trim())
+                .ok()
+                .and_then(|d| <[u8; 16]>::try_from(d).ok())
+                .ok_or_else(|| {
+                    err(
+                        S3ErrorCode::InvalidDigest,
+                        "Content-MD5 is not the base64 of 16 bytes",
+                    )
+                })
+        })
+        .transpose()
+}
+
+/// User metadata with lower-cased names.
+pub(crate) fn user_meta(meta: Option<s3s::dto::Metadata>) -> BTreeMap<String, String> {
+    meta.into_iter()
+        .flatten()
+        .map(|(k, v)| (k.to_ascii_lowercase(), v))
+        .collect()
+}
+
+/// A client's body as the write path takes it (an empty one when there is none).
+pub(crate) fn body_stream(
+    body: Option<StreamingBlob>,
+) -> futures_util::stream::BoxStream<'static, Result<Bytes, s3s::StdError>> {
+    match body {
+        Some(b) => b.boxed(),
+        None => futures_util::stream::empty().boxed(),
+    }
+}
+
+/// Stores an object, and then drops what the version it replaced held beyond its own
+/// shards (the parts of a multipart object).
+pub(crate) async fn store(
+    cluster: &Cluster,
+    obj: NewObject,
+    body: impl futures_util::Stream<Item = Result<Bytes, impl std::fmt::Display>> + Unpin,
+) -> S3Result<Written> {
+    let (bucket, key) = (obj.bucket.clone(), obj.key.clone());
+    let (old, written) = tokio::join!(cluster.head(&bucket, &key), cluster.put_object(obj, body));
+    let written = written.or_s3()?;
+    if let Ok(Some(old)) = old
+        && !old.parts.is_empty()
+        && old.version_id < written.record.version_id
+    {
+        let parts_only = ObjectRecord {
+            drives: Vec::new(),
+            ..old
+        };
+        cluster.delete_record(&parts_only).await;
+    }
+    Ok(written)
+}
+
+pub(crate) async fn put(
+    cluster: &Cluster,
+    req: S3Request<PutObjectInput>,
+) -> S3Result<S3Response<PutObjectOutput>> {
+    let input = req.input;
+    check_user_key(&input.key)?;
+    need_bucket(cluster, &input.bucket).await?;
+    if input
+        .if_none_match
+        .as_ref()
+        .is_some_and(ETagCondition::is_any)
+        && cluster
+            .head(&input.bucket, &input.key)
+            .await
+            .or_s3()?
+            .is_some()
+    {
+        return Err(err(
+            S3ErrorCode::PreconditionFailed,
+            "If-None-Match: * and the object exists",
+        ));
+    }
+    let obj = NewObject {
+        bucket: input.bucket,
+        key: input.key,
+        size: body_length(input.content_length)?,
+        content_type: input.content_type,
+        user_meta: user_meta(input.metadata),
+        content_md5: content_md5(input.content_md5.as_deref())?,
+        ..Default::default()
+    };
+    let written = store(cluster, obj, body_stream(input.body)).await?;
+    let mut resp = S3Response::new(PutObjectOutput {
+        e_tag: Some(etag(&written.record.etag)),
+        ..Default::default()
+    });
+    mark_degraded(&mut resp.headers, &written);
+    Ok(resp)
+}
+
+/// Says in a response header how many shards a degraded write is missing.
+pub(crate) fn mark_degraded(headers: &mut http::HeaderMap, written: &Written) {
+    if written.missing > 0 {
+        headers.insert(
+            DEGRADED_HEADER,
+            http::HeaderValue::from(written.missing as u64),
+        );
+    }
+}
+
+/// The current record, or `NoSuchKey`.
+pub(crate) async fn record(cluster: &Cluster, bucket: &str, key: &str) -> S3Result<ObjectRecord> {
+    check_user_key(key)?;
+    if let Some(r) = cluster.head(bucket, key).await.or_s3()? {
+        return Ok(r);
+    }
+    need_bucket(cluster, bucket).await?;
+    Err(err(
+        S3ErrorCode::NoSuchKey,
+        format!("no object {key:?} in bucket {bucket:?}"),
+    ))
+}
+
+fn seconds(ts: &Timestamp) -> i64 {
+    time::OffsetDateTime::from(ts.clone()).unix_timestamp()
+}
+
+fn etag_matches(cond: &ETagCondition, rec: &ObjectRecord) -> bool {
+    match cond.as_etag() {
+        Some(e) => e.value() == rec.etag,
+        None => cond.is_any(),
+    }
+}
+
+/// Conditions on a read, in the order RFC 9110 gives them. HTTP dates have whole seconds.
+pub(crate) fn check_conditions(
+    rec: &ObjectRecord,
+    if_match: Option<&ETagCondition>,
+    if_none_match: Option<&ETagCondition>,
+    if_modified_since: Option<&Timestamp>,
+    if_unmodified_since: Option<&Timestamp>,
+    not_modified: S3ErrorCode,
+) -> S3Result<()> {
+    let modified = super::s3_i64(rec.last_modified_ms / 1000);
+    if let Some(c) = if_match {
+        if !etag_matches(c, rec) {
+            return Err(err(
+                S3ErrorCode::PreconditionFailed,
+                "If-Match did not match",
+            ));
+        }
+    } else if let Some(t) = if_unmodified_since
+        && modified > seconds(t)
+    {
+        return Err(err(
+            S3ErrorCode::PreconditionFailed,
+            "modified since If-Unmodified-Since",
+        ));
+    }
+    if let Some(c) = if_none_match {
+        if etag_matches(c, rec) {
+            return Err(err(not_modified, "If-None-Match matched"));
+        }
+    } else if let Some(t) = if_modified_since
+        && modified <= seconds(t)
+    {
+        return Err(err(not_modified, "not modified since If-Modified-Since"));
+    }
+    Ok(())
+}
+
+pub(crate) async fn get(
+    cluster: &Arc<Cluster>,
+    input: GetObjectInput,
+) -> S3Result<S3Response<GetObjectOutput>> {
+    let rec = record(cluster, &input.bucket, &input.key).await?;
+    check_conditions(
+        &rec,
+        input.if_match.as_ref(),
+        input.if_none_match.as_ref(),
+        input.if_modified_since.as_ref(),
+        input.if_unmodified_since.as_ref(),
+        S3ErrorCode::NotModified,
+    )?;
+    let size = rec.object_size();
+    let (range, content_range) = match &input.range {
+        Some(r) => {
+            let range = r.check(size)?;
+            let cr = format!("bytes {}-{}/{size}", range.start, range.end - 1);
+            (range, Some(cr))
+        }
+        None => (0..size, None),
+    };
+    let len = range.end - range.start;
+    let body = cluster.read_object(&rec, range).await.or_s3()?;
+    let mut resp = S3Response::new(GetObjectOutput {
+        body: Some(StreamingBlob::wrap(body)),
+        content_length: Some(super::s3_i64(len)),
+        content_range,
+        accept_ranges: Some("bytes".into()),
+        e_tag: Some(etag(&rec.etag)),
+        last_modified: Some(timestamp(rec.last_modified_ms)),
+        content_type: rec.content_type.clone(),
+        metadata: Some(rec.user_meta.clone().into_iter().collect()),
+        parts_count: (!rec.parts.is_empty()).then_some(super::s3_i32(rec.parts.len())),
+        ..Default::default()
+    });
+    if input.range.is_some() {
+        resp.status = Some(http::StatusCode::PARTIAL_CONTENT);
+    }
+    Ok(resp)
+}
+
+pub(crate) async fn head(
+    cluster: &Cluster,
+    input: HeadObjectInput,
+) -> S3Result<S3Response<HeadObjectOutput>> {
+    let rec = record(cluster, &input.bucket, &input.key).await?;
+    check_conditions(
+        &rec,
+        input.if_match.as_ref(),
+        input.if_none_match.as_ref(),
+        input.if_modified_since.as_ref(),
+        input.if_unmodified_since.as_ref(),
+        S3ErrorCode::NotModified,
+    )?;
+    Ok(S3Response::new(HeadObjectOutput {
+        content_length: Some(super::s3_i64(rec.object_size())),
+        accept_ranges: Some("bytes".into()),
+        e_tag: Some(etag(&rec.etag)),
+        last_modified: Some(timestamp(rec.last_modified_ms)),
+        content_type: rec.content_type.clone(),
+        metadata: Some(rec.user_meta.clone().into_iter().collect()),
+        parts_count: (!rec.parts.is_empty()).then_some(super::s3_i32(rec.parts.len())),
+        ..Default::default()
+    }))
+}
+
+/// Deletes the current version of a key; deleting what does not exist succeeds.
+async fn delete_key(cluster: &Cluster, bucket: &str, key: &str) -> S3Result<()> {
+    check_user_key(key)?;
+    match cluster.head(bucket, key).await.or_s3()? {
+        Some(rec) => cluster.delete_record(&rec).await,
+        None => need_bucket(cluster, bucket).await?,
+    }
+    Ok(())
+}
+
+pub(crate) async fn delete(
+    cluster: &Cluster,
+    bucket: &str,
+    key: &str,
+) -> S3Result<S3Response<DeleteObjectOutput>> {
+    delete_key(cluster, bucket, key).await?;
+    Ok(S3Response::new(DeleteObjectOutput::default()))
+}
+
+pub(crate) async fn delete_many(
+    cluster: &Cluster,
+    input: DeleteObjectsInput,
+) -> S3Result<S3Response<DeleteObjectsOutput>> {
+    need_bucket(cluster, &input.bucket).await?;
+    if input.delete.objects.len() > 1000 {
+        return Err(err(
+            S3ErrorCode::MalformedXML,
+            "at most 1000 keys per delete",
+        ));
+    }
+    let quiet = input.delete.quiet.unwrap_or(false);
+    let mut deleted = Vec::new();
+    let mut errors = Vec::new();
+    for o in input.delete.objects {
+        match delete_key(cluster, &input.bucket, &o.key).await {
+            Ok(()) if quiet => {}
+            Ok(()) => deleted.push(DeletedObject {
+                key: Some(o.key),
+                ..Default::default()
+            }),
+            Err(e) => errors.push(s3s::dto::Error {
+                code: Some(e.code().as_str().to_owned()),
+                key: Some(o.key),
+                message: e.message().map(str::to_owned),
+                version_id: None,
+            }),
+        }
+    }
+    Ok(S3Response::new(DeleteObjectsOutput {
+        deleted: Some(deleted),
+        errors: Some(errors),
+        ..Default::default()
+    }))
+}
+
+/// The current record of a copy source, checked against the `x-amz-copy-source-if-*`
+/// conditions (each failure is `PreconditionFailed`).
+pub(crate) async fn copy_source_record(
+    cluster: &Cluster,
+    src: &CopySource,
+    if_match: Option<&ETagCondition>,
+    if_none_match: Option<&ETagCondition>,
+    if_modified_since: Option<&Timestamp>,
+    if_unmodified_since: Option<&Timestamp>,
+) -> S3Result<ObjectRecord> {
+    let (bucket, key) = copy_source(src)?;
+    let rec = record(cluster, &bucket, &key).await?;
+    check_conditions(
+        &rec,
+        if_match,
+        if_none_match,
+        if_modified_since,
+        if_unmodified_since,
+        S3ErrorCode::PreconditionFailed,
+    )?;
+    Ok(rec)
+}
+
+/// The bucket and key of a copy source.
+fn copy_source(src: &CopySource) -> S3Result<(String, String)> {
+    match src {
+        CopySource::Bucket {
+            bucket,
+            key,
+            version_id,
+        } => {
+            if version_id.is_some() {
+                return Err(err(
+                    S3ErrorCode::InvalidArgument,
+                    "versioning is not enabled: copy sources take no versionId",
+                ));
+            }
+            Ok((bucket.to_string(), key.to_string()))
+        }
+        _ => Err(err(
+            S3ErrorCode::NotImplemented,
+            "access points and outposts are not supported",
+        )),
+    }
+}
+
+pub(crate) async fn copy(
+    cluster: &Arc<Cluster>,
+    input: CopyObjectInput,
+) -> S3Result<S3Response<CopyObjectOutput>> {
+    check_user_key(&input.key)?;
+    let src = copy_source_record(
+        cluster,
+        &input.copy_source,
+        input.copy_source_if_match.as_ref(),
+        input.copy_source_if_none_match.as_ref(),
+        input.copy_source_if_modified_since.as_ref(),
+        input.copy_source_if_unmodified_since.as_ref(),
+    )
+    .await?;
+    need_bucket(cluster, &input.bucket).await?;
+    let replace = input
+        .metadata_directive
+        .as_ref()
+        .is_some_and(|d| d.as_str() == "REPLACE");
+    if !replace && src.bucket == input.bucket && src.key == input.key {
+        return Err(err(
+            S3ErrorCode::InvalidRequest,
+            "copying an object onto itself must change its metadata (x-amz-metadata-directive: REPLACE)",
+        ));
+    }
+    let (content_type, user) = if replace {
+        (input.content_type, user_meta(input.metadata))
+    } else {
+        (src.content_type.clone(), src.user_meta.clone())
+    };
+    let size = src.object_size();
+    let body = cluster.read_object(&src, 0..size).await.or_s3()?;
+    let obj = NewObject {
+        bucket: input.bucket,
+        key: input.key,
+        size,
+        content_type,
+        user_meta: user,
+        ..Default::default()
+    };
+    let written = store(cluster, obj, body).await?;
+    let mut resp = S3Response::new(CopyObjectOutput {
+        copy_object_result: Some(CopyObjectResult {
+            e_tag: Some(etag(&written.record.etag)),
+            last_modified: Some(timestamp(written.record.last_modified_ms)),
+            ..Default::default()
+        }),
+        ..Default::default()
+    });
+    mark_degraded(&mut resp.headers, &written);
+    Ok(resp)
+}
