@@ -100,9 +100,79 @@ def test_sigv4_failures_are_refused_and_change_nothing(cluster, s3):
          "-w", "%{http_code}"] + sum((["-H", f"{k}: {v}"] for k, v in headers.items()), []) +
         [f"{cluster.endpoint()}/cli-auth/k"],
         capture_output=True, text=True, timeout=60)
-    assert out.stdout in ("400", "403"), out
+    assert out.stdout == "403", out
     anonymous = subprocess.run(["curl", "-sS", "-o", "/dev/null", "-w", "%{http_code}",
                                 f"{cluster.endpoint()}/cli-auth/k"],
                                capture_output=True, text=True, timeout=60)
     assert anonymous.stdout == "403"
     assert s3.get_object(Bucket="cli-auth", Key="k")["Body"].read() == b"original"
+
+
+def _hmac(key, msg):
+    import hmac
+    return hmac.new(key, msg.encode() if isinstance(msg, str) else msg, hashlib.sha256).digest()
+
+
+def aws_chunked_put(cluster, bucket, key, data, chunk=65536, tamper=False):
+    """PUT with `STREAMING-AWS4-HMAC-SHA256-PAYLOAD`: the body in aws-chunked frames, each
+    signed with the previous signature (what SDKs do to stream a signed upload). Returns
+    (status, body). With `tamper`, one byte of the second frame changes after signing."""
+    import datetime as dt
+    import http.client
+    now = dt.datetime.now(dt.timezone.utc)
+    amz_date, day = now.strftime("%Y%m%dT%H%M%SZ"), now.strftime("%Y%m%d")
+    host = cluster.addrs[0]
+    scope = f"{day}/us-east-1/s3/aws4_request"
+    pieces = [data[i:i + chunk] for i in range(0, len(data), chunk)] + [b""]
+    # The encoded length is known before signing: every frame's header has a fixed form.
+    frame_len = lambda n: len(f"{n:x};chunk-signature={'0' * 64}\r\n") + n + 2
+    headers = {
+        "host": host,
+        "x-amz-content-sha256": "STREAMING-AWS4-HMAC-SHA256-PAYLOAD",
+        "x-amz-date": amz_date,
+        "x-amz-decoded-content-length": str(len(data)),
+        "content-encoding": "aws-chunked",
+        "content-length": str(sum(frame_len(len(p)) for p in pieces)),
+    }
+    signed = sorted(headers)
+    canonical = "\n".join([
+        "PUT", f"/{bucket}/{key}", "",
+        *(f"{h}:{headers[h]}" for h in signed), "",
+        ";".join(signed), "STREAMING-AWS4-HMAC-SHA256-PAYLOAD"])
+    to_sign = "\n".join(["AWS4-HMAC-SHA256", amz_date, scope,
+                         hashlib.sha256(canonical.encode()).hexdigest()])
+    k = _hmac(("AWS4" + cluster.secret).encode(), day)
+    for part in ("us-east-1", "s3", "aws4_request"):
+        k = _hmac(k, part)
+    sig = _hmac(k, to_sign).hex()
+    headers["authorization"] = (f"AWS4-HMAC-SHA256 Credential=oed-test/{scope}, "
+                                f"SignedHeaders={';'.join(signed)}, Signature={sig}")
+    body, prev = b"", sig
+    empty = hashlib.sha256(b"").hexdigest()
+    for i, p in enumerate(pieces):
+        s = "\n".join(["AWS4-HMAC-SHA256-PAYLOAD", amz_date, scope, prev, empty,
+                       hashlib.sha256(p).hexdigest()])
+        prev = _hmac(k, s).hex()
+        if tamper and i == 1:
+            p = bytes([p[0] ^ 1]) + p[1:]
+        body += f"{len(p):x};chunk-signature={prev}\r\n".encode() + p + b"\r\n"
+    conn = http.client.HTTPConnection(host, timeout=60)
+    conn.request("PUT", f"/{bucket}/{key}", body=body, headers=headers)
+    r = conn.getresponse()
+    out = (r.status, r.read())
+    conn.close()
+    return out
+
+
+def test_aws_chunked_signed_streaming_upload(cluster, s3):
+    s3.create_bucket(Bucket="cli-chunked")
+    data = os.urandom(300_000)
+    status, body = aws_chunked_put(cluster, "cli-chunked", "streamed", data)
+    assert status == 200, body
+    got = s3.get_object(Bucket="cli-chunked", Key="streamed")
+    assert got["Body"].read() == data
+    assert got["ETag"] == '"%s"' % hashlib.md5(data).hexdigest()
+    status, body = aws_chunked_put(cluster, "cli-chunked", "streamed", os.urandom(300_000),
+                                   tamper=True)
+    assert status == 403 and b"SignatureDoesNotMatch" in body, (status, body)
+    assert s3.get_object(Bucket="cli-chunked", Key="streamed")["Body"].read() == data

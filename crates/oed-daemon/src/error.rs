@@ -49,6 +49,17 @@ pub enum Error {
         /// Bytes declared.
         expected: u64,
     },
+    /// The body is not the one the client signed: a frame of an aws-chunked body fails
+    /// its signature (`chunk: true`), or the body fails the SHA-256 in
+    /// `x-amz-content-sha256`.
+    #[error("the body does not match what was signed")]
+    BodySignature {
+        /// Whether a chunk signature failed (else the payload hash).
+        chunk: bool,
+    },
+    /// The request body broke off (the client or peer went away, or sent bad framing).
+    #[error("the request body broke off: {0}")]
+    BodyBroken(String),
     /// The body does not match the Content-MD5 the client sent.
     #[error("the body does not match its Content-MD5")]
     BadDigest,
@@ -112,9 +123,10 @@ impl Error {
             | Error::Record(_)
             | Error::Io(_)
             | Error::Shard(Ec::Io(_)) => (StatusCode::INTERNAL_SERVER_ERROR, "InternalError"),
-            Error::Shard(Ec::Truncated { .. }) | Error::IncompleteBody { .. } => {
-                (StatusCode::BAD_REQUEST, "IncompleteBody")
-            }
+            Error::BodySignature { .. } => (StatusCode::FORBIDDEN, "SignatureDoesNotMatch"),
+            Error::Shard(Ec::Truncated { .. })
+            | Error::IncompleteBody { .. }
+            | Error::BodyBroken(_) => (StatusCode::BAD_REQUEST, "IncompleteBody"),
             Error::Shard(Ec::CorruptChunk { .. }) | Error::BadDigest => {
                 (StatusCode::BAD_REQUEST, "BadDigest")
             }

@@ -142,7 +142,8 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("OED_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+                // s3s logs every refused request at error level; OED logs what matters.
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,s3s=off")),
         )
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))

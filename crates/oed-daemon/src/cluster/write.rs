@@ -282,7 +282,17 @@ impl Cluster {
         let mut fast = sha2::Sha256::new();
         fast.update(obj.size.to_le_bytes());
         while let Some(piece) = body.next().await {
-            let mut piece = piece.map_err(|e| Error::BadRequest(format!("request body: {e}")))?;
+            let mut piece = piece.map_err(|e| {
+                // s3s does not export its aws-chunked error type; its message names it.
+                let msg = e.to_string();
+                if msg.contains("SignatureMismatch") {
+                    Error::BodySignature { chunk: true }
+                } else if msg.contains("Sha256Mismatch") {
+                    Error::BodySignature { chunk: false }
+                } else {
+                    Error::BodyBroken(msg)
+                }
+            })?;
             received += piece.len() as u64;
             if received > obj.size {
                 return Err(Error::BadRequest(format!(

@@ -80,7 +80,14 @@ pub fn s3_error(e: Error) -> S3Error {
         Error::NotFound(_) => (C::NoSuchKey, None),
         Error::BucketNotEmpty => (C::BucketNotEmpty, None),
         Error::TooLarge(_) => (C::EntityTooLarge, None),
-        Error::IncompleteBody { .. } => (C::IncompleteBody, None),
+        Error::IncompleteBody { .. } | Error::BodyBroken(_) => (C::IncompleteBody, None),
+        // S3 answers a payload-hash mismatch with 400; the body is not the one signed,
+        // so OED refuses it as it refuses any other signature failure.
+        Error::BodySignature { chunk: true } => (C::SignatureDoesNotMatch, None),
+        Error::BodySignature { chunk: false } => (
+            C::Custom("XAmzContentSHA256Mismatch".into()),
+            Some(http::StatusCode::FORBIDDEN),
+        ),
         Error::BadDigest => (C::BadDigest, None),
         Error::Unavailable(_) | Error::ShuttingDown => (C::ServiceUnavailable, None),
         Error::InsufficientStorage { .. } => (

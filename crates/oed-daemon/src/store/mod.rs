@@ -436,8 +436,9 @@ impl<'a> Upload<'a> {
         let mut tail: Vec<u8> = Vec::new();
         let file_len = expected.file_len();
         while let Some(piece) = body.next().await {
-            let mut piece = piece
-                .map_err(|e| Error::Shard(oed_ec::Error::Io(std::io::Error::other(e.into()))))?;
+            // A body that breaks off is the sender's doing (a coordinator aborting a
+            // write, a peer gone), not a fault of this drive.
+            let mut piece = piece.map_err(|e| Error::BodyBroken(e.into().to_string()))?;
             let room = file_len - verifier.bytes_seen();
             if piece.len() as u64 > room {
                 // Checked before the verifier sees it, so a huge body is refused early.
