@@ -107,12 +107,6 @@ impl Cluster {
         })
     }
 
-    /// This drive's store.
-    #[must_use]
-    pub fn store(&self) -> &Arc<Store> {
-        &self.store
-    }
-
     /// The handle of drive `id`, if the map still has it.
     #[must_use]
     pub fn drive(&self, id: &str) -> Option<&DriveHandle> {
