@@ -2,8 +2,10 @@
 # OED's whole test suite, from a fresh Debian 12 machine with only the Rust toolchain:
 #   1. installs what is missing (cross gcc, qemu-user, libclang; rust targets),
 #   2. runs every test of the workspace on this machine, then the S3 end-to-end tests
-#      (tests/s3: a real cluster driven by boto3, the aws CLI and curl; Python packages
-#      are installed into ~/.cache/oed/venv when missing),
+#      (tests/s3: a real cluster driven by boto3, the aws CLI and curl, and scraped by
+#      Debian's Prometheus server; tests/sdk: the same with aws-sdk-s3 for Rust; Python
+#      packages go into ~/.cache/oed/venv, the prometheus package comes from apt, when
+#      missing),
 #   3. builds for aarch64 and armv7 and runs the erasure-code tests there under qemu-user,
 #      so the ARM SIMD kernels are checked against the reference on every run,
 #   4. builds oedd for both ARM targets and runs the peer-API smoke test against each
@@ -46,8 +48,17 @@ if ! py_ready; then
   "$venv/bin/pip" install -q boto3 awscli pytest
   export PATH="$venv/bin:$PATH"
 fi
+# The metrics tests run Debian's Prometheus server and promtool.
+if ! command -v promtool >/dev/null && [ ! -x /usr/bin/promtool ]; then
+  sudo=(); [ "$(id -u)" -eq 0 ] || sudo=(sudo)
+  "${sudo[@]}" apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq --no-install-recommends prometheus >/dev/null
+fi
 cargo build --locked -p oed-daemon --bin oedd
 OED_TEST_OEDD_BIN="$(cd "$target_root" && pwd)/debug/oedd" python3 -m pytest -q -p no:cacheprovider tests/s3
+step "S3 end-to-end tests (aws-sdk-s3 for Rust)"
+OED_TEST_OEDD_BIN="$(cd "$target_root" && pwd)/debug/oedd" \
+  cargo test --locked --manifest-path tests/sdk/Cargo.toml
 for pair in aarch64-unknown-linux-gnu:neon64 armv7-unknown-linux-gnueabihf:neon32; do
   t=${pair%%:*}
   step "$t: oed-ec tests under qemu (expecting the ${pair##*:} kernel)"

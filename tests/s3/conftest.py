@@ -35,15 +35,20 @@ def free_ports(n):
 
 
 class Cluster:
-    """`n` drives, EC k+m, chunk size `chunk`, in a temporary directory."""
+    """`n` drives, EC k+m, chunk size `chunk`, in a temporary directory. Each drive
+    serves /metrics on its own port (`metrics_addrs`); `extra(i)` gives more `--set`
+    settings for drive i."""
 
-    def __init__(self, n=6, k=4, m=2, chunk=65536):
+    def __init__(self, n=6, k=4, m=2, chunk=65536, extra=None):
         self.bin = os.environ.get("OED_TEST_OEDD_BIN", "target/debug/oedd")
         self.dir = Path(tempfile.mkdtemp(prefix="oed-s3-test-"))
         self.secret = secrets.token_hex(16)
         self.cluster_secret = secrets.token_hex(16)
         self.k, self.m = k, m
-        ports = free_ports(n)
+        ports = free_ports(2 * n)
+        self.metrics_addrs = [f"127.0.0.1:{p}" for p in ports[n:]]
+        ports = ports[:n]
+        self.extra = extra or (lambda i: [])
         self.ids = [f"drive-{i + 1}" for i in range(n)]
         self.addrs = [f"127.0.0.1:{p}" for p in ports]
         lines = [
@@ -81,6 +86,8 @@ class Cluster:
                 "--set", f's3_access_key="{ACCESS_KEY}"',
                 "--set", "reserve_bytes=0",
                 "--set", "peer_timeout_seconds=5",
+                "--set", f'metrics_listen="{self.metrics_addrs[i]}"',
+                *[a for kv in self.extra(i) for a in ("--set", kv)],
             ],
             env=env,
             stdout=subprocess.PIPE,

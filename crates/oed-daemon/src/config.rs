@@ -74,7 +74,35 @@ pub struct Config {
     /// anyway, which saves an MD5 pass over every byte (about a third of the CPU a PUT
     /// costs). A Content-MD5 sent by the client is checked either way. Default: true.
     pub md5_etags: bool,
+    /// Address of the Prometheus endpoint, `GET /metrics`, kept off the S3 port (where
+    /// `/metrics` would be a bucket). Default: none (no metrics endpoint).
+    pub metrics_listen: Option<SocketAddr>,
+    /// Where power readings come from: "auto" (hwmon, then RAPL, then `power_command` if
+    /// set, then the model), "hwmon", "rapl", "command", "model" or "none". A chosen
+    /// sensor that does not work falls back to the model, which is labelled
+    /// `method="modelled"`. Default: "auto".
+    pub power_source: PowerSource,
+    /// Use only the hwmon device with this `name` (or directory, as `hwmon3`).
+    /// Default: none (the first with a power or energy channel).
+    pub power_hwmon: Option<String>,
+    /// A shell command that prints the drive's power in watts (IPMI DCMI, a smart plug, a
+    /// lab meter); run once per sampler period. Default: none.
+    pub power_command: Option<String>,
+    /// How long `power_command` may run, in milliseconds. Default: 2000.
+    pub power_command_timeout_ms: u64,
+    /// Device profile of the power model: "arm-hdd", "arm-ssd", "oed-gen1",
+    /// "x86-server", or the path of a TOML profile (`oedd meter calibrate` writes one).
+    /// Default: "oed-gen1".
+    pub power_profile: String,
+    /// Period of the power and counter sampler, in milliseconds. Default: 1000.
+    pub meter_period_ms: u64,
+    /// Root of sysfs for the power sensors; only tests and containers change it.
+    /// Default: "/sys".
+    pub meter_sysfs_root: PathBuf,
 }
+
+/// Where power readings come from; see [`Config::power_source`].
+pub type PowerSource = oed_meter::power::Choice;
 
 impl Default for Config {
     fn default() -> Self {
@@ -98,6 +126,14 @@ impl Default for Config {
             s3_secret_key_file: None,
             peer_timeout_seconds: 10,
             md5_etags: true,
+            metrics_listen: None,
+            power_source: PowerSource::Auto,
+            power_hwmon: None,
+            power_command: None,
+            power_command_timeout_ms: 2000,
+            power_profile: "oed-gen1".into(),
+            meter_period_ms: 1000,
+            meter_sysfs_root: PathBuf::from("/sys"),
         }
     }
 }
@@ -210,6 +246,18 @@ impl Config {
         }
         if self.s3_access_key.is_empty() {
             return bad("s3_access_key must not be empty".into());
+        }
+        if self.meter_period_ms < 100 {
+            return bad("meter_period_ms must be at least 100".into());
+        }
+        if self.power_command_timeout_ms == 0 {
+            return bad("power_command_timeout_ms must be at least 1".into());
+        }
+        if let Err(e) = oed_meter::power::Profile::load(&self.power_profile) {
+            return bad(format!("power_profile: {e}"));
+        }
+        if self.power_source == PowerSource::Command && self.power_command.is_none() {
+            return bad("power_source = \"command\" needs power_command".into());
         }
         if self.rocksdb_write_buffer_bytes < (1 << 20) {
             return bad("rocksdb_write_buffer_bytes must be at least 1 MiB".into());
@@ -332,6 +380,31 @@ mod tests {
         )
         .unwrap_err();
         assert!(e.to_string().contains("rocksdb_block_cache_bytes"), "{e}");
+        for (var, value, field) in [
+            ("OED_POWER_PROFILE", "no-such-device", "power_profile"),
+            ("OED_POWER_SOURCE", "command", "power_command"),
+            ("OED_POWER_SOURCE", "solar", "power_source"),
+            ("OED_METER_PERIOD_MS", "10", "meter_period_ms"),
+            ("OED_METRICS_LISTEN", "here", "metrics_listen"),
+        ] {
+            let e = Config::load(None, env(&[(var, value)]), &[]).unwrap_err();
+            assert!(
+                e.to_string().contains(field) || e.to_string().contains(value),
+                "{var}={value}: {e}"
+            );
+        }
+        let c = Config::load(
+            None,
+            env(&[
+                ("OED_POWER_SOURCE", "hwmon"),
+                ("OED_POWER_PROFILE", "arm-ssd"),
+                ("OED_METRICS_LISTEN", "127.0.0.1:9410"),
+            ]),
+            &[],
+        )
+        .unwrap();
+        assert_eq!(c.power_source, PowerSource::Hwmon);
+        assert_eq!(c.metrics_listen, Some("127.0.0.1:9410".parse().unwrap()));
     }
 
     #[test]

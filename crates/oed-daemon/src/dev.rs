@@ -49,6 +49,8 @@ pub struct DevCluster {
     pub access_key: String,
     /// The S3 secret key.
     pub secret_key: String,
+    /// Every drive's `/metrics` URL.
+    pub metrics: Vec<String>,
     /// The data directory.
     pub dir: PathBuf,
     remove_dir: bool,
@@ -94,7 +96,8 @@ impl DevCluster {
             ),
         };
         std::fs::create_dir_all(&dir)?;
-        let ports = free_ports(opts.drives)?;
+        let all_ports = free_ports(2 * opts.drives)?;
+        let (ports, metric_ports) = all_ports.split_at(opts.drives);
         let map = ClusterMap {
             cluster_id: "dev".into(),
             profile: Profile {
@@ -124,21 +127,29 @@ impl DevCluster {
             drives: Vec::new(),
             endpoint: String::new(),
             endpoints: Vec::new(),
+            metrics: metric_ports
+                .iter()
+                .map(|p| format!("http://127.0.0.1:{p}/metrics"))
+                .collect(),
             access_key: "oed".into(),
             secret_key,
             dir: dir.clone(),
             remove_dir,
         };
+        std::fs::write(
+            dir.join("prometheus.yml"),
+            scrape_config(&map, metric_ports),
+        )?;
         let mut waiting = Vec::new();
-        for d in &map.drives {
+        for (d, metrics_port) in map.drives.iter().zip(metric_ports) {
             let (child, rx) = spawn_drive(
                 opts,
                 d,
+                *metrics_port,
                 &dir.join(&d.id),
                 &map_path,
                 &cluster_secret,
-                &cluster.access_key,
-                &cluster.secret_key,
+                (&cluster.access_key, &cluster.secret_key),
             )?;
             waiting.push(rx);
             cluster.drives.push(DriveProcess {
@@ -170,6 +181,7 @@ impl DevCluster {
              oedd dev: endpoint {ep}\n\
              oedd dev: access key {ak}\n\
              oedd dev: secret key {sk}\n\
+             oedd dev: metrics {metrics} (one per drive; Prometheus scrape config in {dir}/prometheus.yml)\n\
              \n\
              Every drive serves S3 (also {others}). Try:\n\
              \n  export AWS_ACCESS_KEY_ID={ak} AWS_SECRET_ACCESS_KEY={sk} AWS_DEFAULT_REGION=us-east-1\n  \
@@ -183,6 +195,7 @@ impl DevCluster {
             ak = self.access_key,
             sk = self.secret_key,
             others = self.endpoints[1..].join(", "),
+            metrics = self.metrics.join(" "),
         )
     }
 
@@ -247,17 +260,19 @@ impl Drop for DevCluster {
 fn spawn_drive(
     opts: &DevOptions,
     d: &DriveEntry,
+    metrics_port: u16,
     data: &Path,
     map_path: &Path,
     cluster_secret: &str,
-    access_key: &str,
-    secret_key: &str,
+    (access_key, secret_key): (&str, &str),
 ) -> Result<(Child, std::sync::mpsc::Receiver<String>)> {
     let mut cmd = Command::new(&opts.oedd);
     cmd.arg("serve")
         .arg("--data-dir")
         .arg(data)
         .args(["--listen", &d.address, "--drive-id", &d.id])
+        .arg("--set")
+        .arg(format!("metrics_listen=\"127.0.0.1:{metrics_port}\""))
         .arg("--set")
         .arg(format!("cluster_map={}", toml_str(map_path)))
         .arg("--set")
@@ -296,6 +311,23 @@ fn spawn_drive(
         }
     });
     Ok((child, rx))
+}
+
+/// A Prometheus configuration that scrapes every drive each 5 s, labelled by drive id.
+fn scrape_config(map: &ClusterMap, metric_ports: &[u16]) -> String {
+    let mut out = String::from(
+        "# Written by `oedd dev`: prometheus --config.file=prometheus.yml\n\
+         global:\n  scrape_interval: 5s\n\
+         scrape_configs:\n  - job_name: oed\n    static_configs:\n",
+    );
+    for (d, p) in map.drives.iter().zip(metric_ports) {
+        let _ = write!(
+            out,
+            "      - targets: [\"127.0.0.1:{p}\"]\n        labels: {{drive: \"{}\", cluster: \"{}\"}}\n",
+            d.id, map.cluster_id
+        );
+    }
+    out
 }
 
 fn toml_str(p: &Path) -> String {

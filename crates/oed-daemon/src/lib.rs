@@ -1,7 +1,7 @@
 //! `oed-daemon`: the `oedd` drive daemon as a library, with a thin `main.rs`.
 //!
 //! One `oedd` runs on each drive. This crate holds everything it does; `main.rs` only
-//! parses flags, sets up tracing, binds the listener and calls [`server::Drive::serve`].
+//! parses flags, sets up tracing, binds the listeners and calls [`server::Drive::serve`].
 //!
 //! # Layout
 //! - [`config`]: the documented [`config::Config`], from TOML, `OED_*` variables and flags.
@@ -13,13 +13,17 @@
 //! - [`cluster`]: the cluster map and placement, and the coordinator: the erasure-coded
 //!   write and read paths and the merged listing.
 //! - [`s3`]: the S3 API (through `s3s`), with handlers that call the cluster.
-//! - [`server`]: opening a drive and serving a listener with one shutdown path.
+//! - [`metrics`]: the drive's Prometheus registry (the meter's collectors from `oed-meter`,
+//!   request and traffic counters, the store's state at scrape time) and `/metrics`.
+//! - [`server`]: opening a drive and serving its listeners, with the meter's sampler, on
+//!   one shutdown path.
 //! - [`dev`]: `oedd dev`, a whole cluster of drives on one machine.
 
 pub mod cluster;
 pub mod config;
 pub mod dev;
 pub mod error;
+pub mod metrics;
 pub mod peer;
 pub mod s3;
 pub mod server;

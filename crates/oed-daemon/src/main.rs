@@ -33,6 +33,8 @@ enum Command {
     /// Start a whole cluster on this machine (one oedd process per drive on 127.0.0.1)
     /// and print its S3 endpoint and credentials. Ctrl-C stops it.
     Dev(DevArgs),
+    /// Show the power source this drive uses, or calibrate the power model against it.
+    Meter(MeterArgs),
     /// Print every setting with its default, as a TOML config file.
     ConfigDefaults,
     /// Print the version, target and the erasure-coding kernel this CPU runs.
@@ -56,6 +58,38 @@ struct ServeArgs {
     /// Any other setting, as FIELD=VALUE; repeatable.
     #[arg(long = "set", value_name = "FIELD=VALUE")]
     set: Vec<String>,
+}
+
+#[derive(Args)]
+struct MeterArgs {
+    /// Config file (TOML); its power_* and meter_* settings are used.
+    #[arg(long, short)]
+    config: Option<PathBuf>,
+    /// Any setting, as FIELD=VALUE; repeatable.
+    #[arg(long = "set", value_name = "FIELD=VALUE")]
+    set: Vec<String>,
+    #[command(subcommand)]
+    action: MeterAction,
+}
+
+#[derive(Subcommand)]
+enum MeterAction {
+    /// Detect the power source (saying why others were skipped) and print readings.
+    Show {
+        /// Readings to print, one per meter period.
+        #[arg(long, default_value_t = 3)]
+        readings: usize,
+    },
+    /// Fit the power model's coefficients against the drive's real power source while it
+    /// works, and print the profile as TOML (save it and point power_profile at it).
+    Calibrate {
+        /// How long to sample, in seconds; run a varied load meanwhile.
+        #[arg(long, default_value_t = 300)]
+        seconds: u64,
+        /// Name of the new profile.
+        #[arg(long, default_value = "calibrated")]
+        name: String,
+    },
 }
 
 #[derive(Args)]
@@ -84,6 +118,7 @@ fn main() -> anyhow::Result<()> {
         Command::ConfigDefaults => print!("{}", Config::defaults_toml()),
         Command::Serve(args) => serve(args)?,
         Command::Dev(args) => dev(args)?,
+        Command::Meter(args) => meter(args)?,
     }
     Ok(())
 }
@@ -137,8 +172,62 @@ fn limit_malloc_arenas() {
 #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
 fn limit_malloc_arenas() {}
 
-fn serve(args: ServeArgs) -> anyhow::Result<()> {
-    limit_malloc_arenas();
+fn meter(args: MeterArgs) -> anyhow::Result<()> {
+    init_tracing();
+    let overrides = parse_sets(args.set)?;
+    let config = Config::load(args.config.as_deref(), std::env::vars(), &overrides)?;
+    let meter_config = oed_daemon::server::meter_config(&config)?;
+    let period = std::time::Duration::from_millis(config.meter_period_ms);
+    match args.action {
+        MeterAction::Show { readings } => {
+            let registry = prometheus::Registry::new();
+            let mut meter = oed_meter::Meter::new(&meter_config, &registry)?;
+            println!(
+                "source: {} ({})",
+                meter.source_label(),
+                meter
+                    .method()
+                    .map_or("off", oed_meter::power::Method::as_str)
+            );
+            println!("data disk: {}", meter.device().unwrap_or("none found"));
+            meter.sample();
+            for _ in 0..readings {
+                std::thread::sleep(period);
+                let (activity, watts) = meter.sample();
+                match (activity, watts) {
+                    (Some(a), Some(w)) => println!(
+                        "{w:8.3} W   cpu {:5.1}%  disk {:5.1}%  net {:10.0} B/s",
+                        a.cpu_busy * 100.0,
+                        a.disk_busy * 100.0,
+                        a.network_bytes_per_second
+                    ),
+                    _ => println!("no reading (see the log above)"),
+                }
+            }
+        }
+        MeterAction::Calibrate { seconds, name } => {
+            let samples = usize::try_from((seconds * 1000 / config.meter_period_ms).max(3))?;
+            let base = meter_config.source.profile.clone();
+            eprintln!(
+                "sampling {samples} readings, one per {} ms",
+                config.meter_period_ms
+            );
+            let fit = oed_meter::calibrate(&meter_config, &base, samples, period, &name, |n| {
+                if n % 10 == 0 {
+                    eprint!("\r{n}/{samples}");
+                }
+            })?;
+            eprintln!(
+                "\rfitted on {} readings; RMS error {:.3} W",
+                fit.samples, fit.rmse_watts
+            );
+            print!("{}", fit.profile.to_toml());
+        }
+    }
+    Ok(())
+}
+
+fn init_tracing() {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("OED_LOG")
@@ -148,6 +237,26 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
+}
+
+fn parse_sets(set: Vec<String>) -> anyhow::Result<Vec<(String, String)>> {
+    let mut overrides = Vec::new();
+    for kv in set {
+        let (k, v) = kv
+            .split_once('=')
+            .with_context(|| format!("--set {kv:?}: expected FIELD=VALUE"))?;
+        anyhow::ensure!(
+            k != "cluster_secret" && k != "s3_secret_key",
+            "secrets are never taken from flags"
+        );
+        overrides.push((k.to_owned(), v.to_owned()));
+    }
+    Ok(overrides)
+}
+
+fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    limit_malloc_arenas();
+    init_tracing();
     let mut overrides = Vec::new();
     if let Some(d) = args.data_dir {
         overrides.push(("data_dir".to_owned(), toml_string(&d.display().to_string())));
@@ -158,16 +267,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
     if let Some(id) = args.drive_id {
         overrides.push(("drive_id".to_owned(), toml_string(&id)));
     }
-    for kv in args.set {
-        let (k, v) = kv
-            .split_once('=')
-            .with_context(|| format!("--set {kv:?}: expected FIELD=VALUE"))?;
-        anyhow::ensure!(
-            k != "cluster_secret" && k != "s3_secret_key",
-            "secrets are never taken from flags"
-        );
-        overrides.push((k.to_owned(), v.to_owned()));
-    }
+    overrides.extend(parse_sets(args.set)?);
     let config = Config::load(args.config.as_deref(), std::env::vars(), &overrides)?;
     let secret = config.cluster_secret(std::env::var("OED_CLUSTER_SECRET").ok())?;
     let s3_secret = config.s3_secret(std::env::var("OED_S3_SECRET_KEY").ok())?;
@@ -198,7 +298,17 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
             tracing::info!("shutting down");
             token.cancel();
         });
-        drive.serve(listener, shutdown).await?;
+        let metrics = match config.metrics_listen {
+            Some(at) => {
+                let l = tokio::net::TcpListener::bind(at)
+                    .await
+                    .with_context(|| format!("metrics_listen: cannot bind {at}"))?;
+                println!("oedd: metrics on http://{}/metrics", l.local_addr()?);
+                Some(l)
+            }
+            None => None,
+        };
+        drive.serve(listener, metrics, shutdown).await?;
         anyhow::Ok(())
     })
 }

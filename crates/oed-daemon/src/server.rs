@@ -17,6 +17,7 @@ use crate::cluster::Cluster;
 use crate::cluster::map::ClusterMap;
 use crate::config::Config;
 use crate::error::{Error, Result};
+use crate::metrics::DriveMetrics;
 use crate::peer::{self, PeerState, auth::PeerKey};
 use crate::store::Store;
 
@@ -31,6 +32,10 @@ pub struct Drive {
     peer: Arc<PeerState>,
     s3: Option<s3s::service::S3Service>,
     grace: Duration,
+    /// The drive's metrics registry.
+    pub metrics: DriveMetrics,
+    meter: Option<oed_meter::Meter>,
+    meter_period: Duration,
 }
 
 impl Drive {
@@ -50,6 +55,7 @@ impl Drive {
             return Err(Error::Config("drive_id must be set".into()));
         }
         let store = Store::open(config)?;
+        let metrics = DriveMetrics::new()?;
         let cluster = Arc::new(Cluster::new(
             map,
             &config.drive_id,
@@ -57,6 +63,7 @@ impl Drive {
             &PeerKey::derive(secret),
             Duration::from_secs(config.peer_timeout_seconds),
             config.md5_etags,
+            metrics.traffic.clone(),
         )?);
         let s3 = s3_secret.map(|s| crate::s3::service(cluster.clone(), &config.s3_access_key, s));
         let peer = Arc::new(PeerState {
@@ -67,22 +74,58 @@ impl Drive {
             max_body: config.max_request_body_bytes,
             slots: Arc::new(Semaphore::new(config.max_concurrent_requests)),
             auth_failures: AtomicU64::new(0),
+            traffic: metrics.traffic.clone(),
         });
+        metrics.watch(
+            store.clone(),
+            cluster.clone(),
+            peer.clone(),
+            &config.drive_id,
+        )?;
+        let meter = Some(oed_meter::Meter::new(
+            &meter_config(config)?,
+            &metrics.registry,
+        )?);
         Ok(Self {
             store,
             cluster,
             peer,
             s3,
             grace: Duration::from_secs(config.shutdown_grace_seconds),
+            metrics,
+            meter,
+            meter_period: Duration::from_millis(config.meter_period_ms),
         })
     }
 
-    /// Serves `listener` until `shutdown` is cancelled, then drains and flushes.
+    /// Serves `listener` (and `GET /metrics` on `metrics_listener`, when given) until
+    /// `shutdown` is cancelled, then drains and flushes. The meter's sampler runs
+    /// meanwhile.
     ///
     /// # Errors
     /// [`crate::Error::Io`] if the server fails; a flush failure at the end.
-    pub async fn serve(self, listener: TcpListener, shutdown: CancellationToken) -> Result<()> {
+    pub async fn serve(
+        mut self,
+        listener: TcpListener,
+        metrics_listener: Option<TcpListener>,
+        shutdown: CancellationToken,
+    ) -> Result<()> {
         let tasks = TaskTracker::new();
+        if let Some(meter) = self.meter.take() {
+            tasks.spawn(sample(meter, self.meter_period, shutdown.child_token()));
+        }
+        if let Some(l) = metrics_listener {
+            let app = crate::metrics::router(self.metrics.clone());
+            let token = shutdown.child_token();
+            tasks.spawn(async move {
+                let served = axum::serve(l, app)
+                    .with_graceful_shutdown(token.cancelled_owned())
+                    .await;
+                if let Err(e) = served {
+                    tracing::error!(error = %e, "metrics endpoint failed");
+                }
+            });
+        }
         let store = self.store.clone();
         let sweep_token = shutdown.child_token();
         tasks.spawn(async move {
@@ -109,7 +152,12 @@ impl Drive {
             )),
             None => app.fallback(|| async { Error::NotFound("route (S3 is off: no S3 secret)") }),
         };
-        let app = app.layer(axum::middleware::from_fn(trace_request));
+        let app = app
+            .layer(axum::middleware::from_fn_with_state(
+                self.metrics.traffic.clone(),
+                crate::metrics::metered,
+            ))
+            .layer(axum::middleware::from_fn(trace_request));
         let token = shutdown.clone();
         // Without TCP_NODELAY a response's last small segment waits for the client's delayed
         // ACK: a single-stream shard read stalled about 40 ms at p90 on loopback.
@@ -135,6 +183,52 @@ impl Drive {
         self.store.flush()?;
         tracing::info!("store flushed; stopped");
         Ok(())
+    }
+}
+
+/// The meter's settings from `config`.
+///
+/// # Errors
+/// [`Error::Config`] for a profile that does not load.
+pub fn meter_config(config: &Config) -> Result<oed_meter::MeterConfig> {
+    Ok(oed_meter::MeterConfig {
+        source: oed_meter::power::SourceConfig {
+            choice: config.power_source,
+            hwmon: config.power_hwmon.clone(),
+            command: config.power_command.clone(),
+            command_timeout: Duration::from_millis(config.power_command_timeout_ms),
+            profile: oed_meter::power::Profile::load(&config.power_profile)?,
+        },
+        data_dir: config.data_dir.clone(),
+        roots: oed_meter::Roots {
+            sys: config.meter_sysfs_root.clone(),
+            proc: "/proc".into(),
+        },
+    })
+}
+
+/// The meter's sampler: one reading per `period` until `token` is cancelled. Readings
+/// run on the blocking pool, since an external power command may take its time.
+async fn sample(meter: oed_meter::Meter, period: Duration, token: CancellationToken) {
+    let meter = Arc::new(std::sync::Mutex::new(meter));
+    let mut tick = tokio::time::interval(period);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            () = token.cancelled() => return,
+        }
+        let m = meter.clone();
+        let done = tokio::task::spawn_blocking(move || {
+            if let Ok(mut m) = m.lock() {
+                m.sample();
+            }
+        })
+        .await;
+        if done.is_err() {
+            tracing::error!("the meter's sampler panicked; power and counters stop updating");
+            return;
+        }
     }
 }
 

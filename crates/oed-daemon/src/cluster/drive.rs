@@ -115,7 +115,7 @@ impl DriveHandle {
                         let item = item.map_err(|e| {
                             if let Error::CorruptShard { stripe } = e {
                                 tracing::error!(bucket = %record.bucket, key = %record.key, stripe, "stored shard is corrupt");
-                                let _ = store.meta().queue_heal(&record, "crc32c mismatch on read");
+                                let _ = store.meta().queue_corrupt(&record);
                             }
                             DriveError::from(e)
                         });

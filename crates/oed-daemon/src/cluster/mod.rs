@@ -57,6 +57,8 @@ pub struct Cluster {
     pub md5_etags: bool,
     /// Counters.
     pub stats: ClusterStats,
+    /// Request, traffic and erasure coding counters.
+    pub traffic: oed_meter::traffic::Traffic,
 }
 
 impl Cluster {
@@ -71,6 +73,7 @@ impl Cluster {
         key: &PeerKey,
         timeout: Duration,
         md5_etags: bool,
+        traffic: oed_meter::traffic::Traffic,
     ) -> Result<Self> {
         let local = map.index_of(drive_id).ok_or_else(|| {
             Error::Config(format!(
@@ -104,6 +107,7 @@ impl Cluster {
             timeout,
             md5_etags,
             stats: ClusterStats::default(),
+            traffic,
         })
     }
 

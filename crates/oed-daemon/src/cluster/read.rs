@@ -19,7 +19,9 @@ use tokio::sync::mpsc;
 use super::Cluster;
 use super::drive::{DriveError, ShardStream};
 use crate::error::{Error, Result};
+use crate::metrics::BodyMeter;
 use crate::store::record::{ObjectRecord, VersionId};
+use oed_meter::traffic::{Class, Direction, EcOp};
 
 /// One erasure-coded run of bytes: a whole object, or one part of a multipart object.
 #[derive(Clone, Debug)]
@@ -176,6 +178,14 @@ impl ExtentReader {
         }))
         .await;
         for (&i, r) in which.iter().zip(opened) {
+            if r.is_ok()
+                && matches!(
+                    self.cluster.drive(&self.ext.drives[i]),
+                    Some(crate::cluster::drive::DriveHandle::Local(_))
+                )
+            {
+                self.cluster.traffic.shard_read(at);
+            }
             self.sources[i] = match r {
                 Ok(stream) => Source::Open(ChunkReader {
                     stream,
@@ -276,7 +286,13 @@ impl ExtentReader {
             .map(|c| c.as_ref().map_or_else(|| vec![0u8; cl], |b| b.to_vec()))
             .collect();
         let mut refs: Vec<&mut [u8]> = bufs.iter_mut().map(Vec::as_mut_slice).collect();
+        let started = std::time::Instant::now();
         self.codec.reconstruct_data(&mut refs, &present)?;
+        self.cluster.traffic.ec(
+            EcOp::Decode,
+            (k * cl) as u64,
+            started.elapsed().as_secs_f64(),
+        );
         Ok(bufs.into_iter().take(k).map(Bytes::from).collect())
     }
 }
@@ -317,6 +333,7 @@ impl Cluster {
         let mut opened =
             Some(ExtentReader::open(self.clone(), bucket.clone(), first, stripes).await?);
         let cluster = self.clone();
+        let mut meter = BodyMeter::new(self.traffic.clone(), Class::Client, Direction::Out);
         tokio::spawn(async move {
             for (ext, r) in plan {
                 let reader = if let Some(reader) = opened.take() {
@@ -336,7 +353,7 @@ impl Cluster {
                     }
                 };
                 let sent = match reader {
-                    Ok(reader) => send_extent(reader, r, &tx).await,
+                    Ok(reader) => send_extent(reader, r, &tx, &mut meter).await,
                     Err(e) => Err(e),
                 };
                 if let Err(e) = sent {
@@ -358,6 +375,7 @@ async fn send_extent(
     mut reader: ExtentReader,
     range: Range<u64>,
     tx: &mpsc::Sender<std::io::Result<Bytes>>,
+    meter: &mut BodyMeter,
 ) -> Result<()> {
     let size = reader.ext.size;
     let stripes = stripe_range(&reader.ext, &range)?;
@@ -384,6 +402,7 @@ async fn send_extent(
             {
                 return Ok(());
             }
+            meter.add((b - a) as usize);
         }
     }
     Ok(())

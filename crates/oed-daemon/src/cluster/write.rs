@@ -24,6 +24,7 @@ use super::Cluster;
 use super::drive::DriveError;
 use crate::error::{Error, Result};
 use crate::store::record::{ObjectRecord, PartRef, RecordTail, VersionId, now_ms};
+use oed_meter::traffic::{Class, Direction, EcOp};
 
 /// What the client asked to store.
 #[derive(Clone, Debug, Default)]
@@ -163,6 +164,7 @@ impl Cluster {
         S: Stream<Item = std::result::Result<Bytes, E>> + Unpin,
         E: std::fmt::Display,
     {
+        let started = std::time::Instant::now();
         let p = self.map.profile;
         let layout = oed_ec::Layout::new(p.k.into(), p.m.into(), p.chunk_size)?;
         let codec = self.codec(p.k, p.m)?;
@@ -240,25 +242,40 @@ impl Cluster {
                 up.quorum
             )));
         }
+        // A completed multipart upload writes no data here: its parts were counted.
+        if record.parts.is_empty() {
+            self.traffic.body(
+                Class::Client,
+                Direction::In,
+                record.size,
+                started.elapsed().as_secs_f64(),
+            );
+        }
         let missing = total - ok;
         if missing > 0 {
-            self.stats.degraded_writes.fetch_add(1, Ordering::Relaxed);
-            self.stats
-                .shard_failures
-                .fetch_add(missing as u64, Ordering::Relaxed);
-            for (i, _) in stored.iter().enumerate().filter(|(_, s)| !**s) {
-                let mut rec = record.clone();
-                rec.shard_index = i as u16;
-                if let Err(e) = self
-                    .store
-                    .meta()
-                    .queue_heal(&rec, "write missed this drive")
-                {
-                    tracing::warn!(error = %e, "heal queue");
-                }
-            }
+            self.queue_missing(&record, &stored);
         }
         Ok(Written { record, missing })
+    }
+
+    /// Counts a degraded write and queues its missing shards for heal.
+    fn queue_missing(&self, record: &ObjectRecord, stored: &[bool]) {
+        let missing = stored.iter().filter(|s| !**s).count();
+        self.stats.degraded_writes.fetch_add(1, Ordering::Relaxed);
+        self.stats
+            .shard_failures
+            .fetch_add(missing as u64, Ordering::Relaxed);
+        for (i, _) in stored.iter().enumerate().filter(|(_, s)| !**s) {
+            let mut rec = record.clone();
+            rec.shard_index = i as u16;
+            if let Err(e) = self
+                .store
+                .meta()
+                .queue_heal(&rec, "write missed this drive")
+            {
+                tracing::warn!(error = %e, "heal queue");
+            }
+        }
     }
 
     /// Reads the body, cuts it into stripes and sends their chunks; returns the `ETag`.
@@ -373,7 +390,13 @@ impl Cluster {
         {
             let d: Vec<&[u8]> = chunks.iter().map(|c| &c[..]).collect();
             let mut p: Vec<&mut [u8]> = parity.iter_mut().map(Vec::as_mut_slice).collect();
+            let started = std::time::Instant::now();
             codec.encode(&d, &mut p)?;
+            self.traffic.ec(
+                EcOp::Encode,
+                (k * cl) as u64,
+                started.elapsed().as_secs_f64(),
+            );
         }
         let all = chunks
             .into_iter()

@@ -32,9 +32,12 @@ use serde::Deserialize;
 use tokio::sync::Semaphore;
 
 use crate::error::{Error, Result};
+use crate::metrics::BodyMeter;
 use crate::store::Store;
 use crate::store::record::{ObjectRecord, VersionId};
 use auth::PeerKey;
+use futures_util::StreamExt as _;
+use oed_meter::traffic::{Class, Direction};
 
 /// Everything the peer API's handlers share.
 #[derive(Debug)]
@@ -53,6 +56,8 @@ pub struct PeerState {
     pub slots: Arc<Semaphore>,
     /// Requests refused for authentication since start.
     pub auth_failures: AtomicU64,
+    /// Traffic counters (class `peer`).
+    pub traffic: oed_meter::traffic::Traffic,
 }
 
 /// The peer API routes, with authentication and the concurrency limit applied.
@@ -164,7 +169,14 @@ async fn put_shard(
     Query(q): Query<PutShardQuery>,
     body: Body,
 ) -> Result<Json<ObjectRecord>> {
-    let mut stream = body.into_data_stream();
+    let started = std::time::Instant::now();
+    let received = Arc::new(AtomicU64::new(0));
+    let counting = received.clone();
+    let mut stream = body.into_data_stream().inspect(move |piece| {
+        if let Ok(b) = piece {
+            counting.fetch_add(b.len() as u64, Ordering::Relaxed);
+        }
+    });
     let result = match serde_json::from_str::<ObjectRecord>(&q.record) {
         Ok(record) => {
             state
@@ -189,6 +201,12 @@ async fn put_shard(
         };
         let _ = tokio::time::timeout(std::time::Duration::from_secs(5), drain).await;
     }
+    state.traffic.body(
+        Class::Peer,
+        Direction::In,
+        received.load(Ordering::Relaxed),
+        started.elapsed().as_secs_f64(),
+    );
     Ok(Json(result?))
 }
 
@@ -223,13 +241,12 @@ async fn get_shard(
         )));
     }
     let mut rx = crate::store::read_stripes(bytes, from, to);
+    state.traffic.shard_read(from);
+    let mut meter = BodyMeter::new(state.traffic.clone(), Class::Peer, Direction::Out);
     // The first chunk decides the status: a bad one is an error answer, not a short body.
     let first = match rx.recv().await {
         Some(Err(Error::CorruptShard { stripe })) => {
-            state
-                .store
-                .meta()
-                .queue_heal(&record, "crc32c mismatch on read")?;
+            state.store.meta().queue_corrupt(&record)?;
             tracing::error!(bucket = %record.bucket, key = %record.key, stripe, "stored shard is corrupt");
             return Err(Error::CorruptShard { stripe });
         }
@@ -238,23 +255,29 @@ async fn get_shard(
         None => None,
     };
     let store = state.store.clone();
+    if let Some(b) = &first {
+        meter.add(b.len());
+    }
     let body = futures_util::stream::unfold(
-        (first, rx, store, record.clone()),
-        |(first, mut rx, store, record)| async move {
+        (first, rx, store, record.clone(), meter),
+        |(first, mut rx, store, record, mut meter)| async move {
             if let Some(b) = first {
-                return Some((Ok(b), (None, rx, store, record)));
+                return Some((Ok(b), (None, rx, store, record, meter)));
             }
             match rx.recv().await? {
-                Ok(b) => Some((Ok(b), (None, rx, store, record))),
+                Ok(b) => {
+                    meter.add(b.len());
+                    Some((Ok(b), (None, rx, store, record, meter)))
+                }
                 Err(e) => {
                     if let Error::CorruptShard { stripe } = e {
                         tracing::error!(bucket = %record.bucket, key = %record.key, stripe, "stored shard is corrupt");
-                        let _ = store.meta().queue_heal(&record, "crc32c mismatch on read");
+                        let _ = store.meta().queue_corrupt(&record);
                     }
                     // Ends the body with an error: the client sees a broken transfer.
                     Some((
                         Err(std::io::Error::other(e.to_string())),
-                        (None, rx, store, record),
+                        (None, rx, store, record, meter),
                     ))
                 }
             }

@@ -26,6 +26,7 @@ pub struct MetaStore {
     db: DB,
     sync: bool,
     objects: AtomicU64,
+    checksum_failures: AtomicU64,
 }
 
 impl std::fmt::Debug for MetaStore {
@@ -67,6 +68,7 @@ impl MetaStore {
             db,
             sync: config.fsync == FsyncPolicy::Always,
             objects: AtomicU64::new(0),
+            checksum_failures: AtomicU64::new(0),
         };
         let count = store
             .db
@@ -275,6 +277,21 @@ impl MetaStore {
             serde_json::to_vec(&entry)?,
         );
         self.write(batch)
+    }
+
+    /// Queues a shard that failed its CRC32C check for heal, and counts it.
+    ///
+    /// # Errors
+    /// As [`MetaStore::queue_heal`]; it is counted either way.
+    pub fn queue_corrupt(&self, record: &ObjectRecord) -> Result<()> {
+        self.checksum_failures.fetch_add(1, Ordering::Relaxed);
+        self.queue_heal(record, "crc32c mismatch on read")
+    }
+
+    /// Shards found failing their CRC32C check since start.
+    #[must_use]
+    pub fn checksum_failures(&self) -> u64 {
+        self.checksum_failures.load(Ordering::Relaxed)
     }
 
     /// Entries in the heal queue.

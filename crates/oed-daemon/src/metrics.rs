@@ -1,0 +1,438 @@
+//! The drive's Prometheus metrics: one [`Registry`] per drive holding the meter's power,
+//! energy, host, disk, network and process collectors, the request and traffic counters,
+//! and the drive's state (capacity, objects, heal backlog, degraded I/O), which is read at
+//! scrape time. [`router`] serves them as `GET /metrics` on the metrics listener; the
+//! [`metered`] middleware counts every S3 and peer request by operation and status.
+
+// Prometheus samples are f64; counts past 2^52 lose their last digits there anyway.
+#![allow(clippy::cast_precision_loss)]
+
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use axum::extract::{Request, State};
+use axum::http::{HeaderValue, Method, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use oed_meter::process::{AtScrape, ProcessCollector, ScrapeTime};
+use oed_meter::traffic::{Class, Direction, Traffic};
+use prometheus::core::Collector;
+use prometheus::{Counter, Gauge, GaugeVec, Opts, Registry, TextEncoder};
+
+use crate::cluster::Cluster;
+use crate::error::{Error, Result};
+use crate::peer::PeerState;
+use crate::store::Store;
+
+/// A drive's registry and the handles the request path records into.
+#[derive(Clone)]
+pub struct DriveMetrics {
+    /// Everything `/metrics` shows.
+    pub registry: Registry,
+    /// Request and traffic counters.
+    pub traffic: Traffic,
+}
+
+impl std::fmt::Debug for DriveMetrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DriveMetrics").finish_non_exhaustive()
+    }
+}
+
+impl DriveMetrics {
+    /// A registry with the traffic counters and the process collector.
+    ///
+    /// # Errors
+    /// [`Error::Config`] if registration fails (a name taken twice: a bug).
+    pub fn new() -> Result<Self> {
+        let registry = Registry::new();
+        let traffic = Traffic::new(&registry)?;
+        let process = ProcessCollector::new(oed_meter::Roots::default())?;
+        registry.register(Box::new(AtScrape(process)))?;
+        Ok(Self { registry, traffic })
+    }
+
+    /// Adds the drive state collector (read at scrape time).
+    ///
+    /// # Errors
+    /// As [`DriveMetrics::new`].
+    pub fn watch(
+        &self,
+        store: Arc<Store>,
+        cluster: Arc<Cluster>,
+        peer: Arc<PeerState>,
+        drive_id: &str,
+    ) -> Result<()> {
+        let state = StateCollector::new(store, cluster, peer, drive_id)?;
+        self.registry.register(Box::new(AtScrape(state)))?;
+        Ok(())
+    }
+
+    /// The metrics in Prometheus' text format.
+    #[must_use]
+    pub fn render(&self) -> String {
+        TextEncoder::new()
+            .encode_to_string(&self.registry.gather())
+            .unwrap_or_else(|e| format!("# encoding failed: {e}\n"))
+    }
+}
+
+impl From<oed_meter::Error> for Error {
+    fn from(e: oed_meter::Error) -> Self {
+        Error::Config(format!("metrics: {e}"))
+    }
+}
+
+impl From<prometheus::Error> for Error {
+    fn from(e: prometheus::Error) -> Self {
+        Error::Config(format!("metrics: {e}"))
+    }
+}
+
+/// `GET /metrics`; anything else is 404.
+pub fn router(metrics: DriveMetrics) -> axum::Router {
+    axum::Router::new()
+        .route(
+            "/metrics",
+            axum::routing::get(|State(m): State<DriveMetrics>| async move {
+                let started = Instant::now();
+                let body = m.render();
+                m.traffic
+                    .request("metrics", "scrape", 200, started.elapsed().as_secs_f64());
+                (
+                    [(
+                        header::CONTENT_TYPE,
+                        HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
+                    )],
+                    body,
+                )
+            }),
+        )
+        .fallback(|| async {
+            (StatusCode::NOT_FOUND, "only GET /metrics is served here\n").into_response()
+        })
+        .with_state(metrics)
+}
+
+/// Counts each request in `oed_requests_total` and `oed_request_duration_seconds` by API
+/// and operation once its response head is ready.
+pub async fn metered(State(traffic): State<Traffic>, req: Request, next: Next) -> Response {
+    let started = Instant::now();
+    let (api, op) = classify(
+        req.method(),
+        req.uri().path(),
+        req.uri().query().unwrap_or(""),
+        req.headers().contains_key("x-amz-copy-source"),
+    );
+    let resp = next.run(req).await;
+    traffic.request(
+        api,
+        op,
+        resp.status().as_u16(),
+        started.elapsed().as_secs_f64(),
+    );
+    resp
+}
+
+/// The API and operation of a request, from its method, path and query alone (no body
+/// is read). S3 operations get their S3 names.
+#[must_use]
+pub fn classify(
+    method: &Method,
+    path: &str,
+    query: &str,
+    copy_source: bool,
+) -> (&'static str, &'static str) {
+    if let Some(rest) = path.strip_prefix("/_oed/peer/v1/") {
+        let op = match (method.as_str(), rest) {
+            ("PUT", "shard") => "PutShard",
+            ("GET", "shard") => "GetShard",
+            ("GET", "object") => "StatObject",
+            ("DELETE", "object") => "DeleteObject",
+            ("GET", "objects") => "ListObjects",
+            ("PUT", "bucket") => "CreateBucket",
+            ("DELETE", "bucket") => "DeleteBucket",
+            ("GET", "buckets") => "ListBuckets",
+            ("GET", "info") => "Info",
+            _ => "Other",
+        };
+        return ("peer", op);
+    }
+    if path.starts_with("/_oed/") {
+        return ("peer", "Other");
+    }
+    let has = |name: &str| {
+        query
+            .split('&')
+            .any(|kv| kv.split('=').next() == Some(name))
+    };
+    let trimmed = path.trim_start_matches('/');
+    let op = if trimmed.is_empty() {
+        match *method {
+            Method::GET => "ListBuckets",
+            _ => "Other",
+        }
+    } else if !trimmed.trim_end_matches('/').contains('/') {
+        // The bucket itself.
+        match *method {
+            Method::GET if has("uploads") => "ListMultipartUploads",
+            Method::GET if has("versions") => "ListObjectVersions",
+            Method::GET if has("location") => "GetBucketLocation",
+            Method::GET if has("versioning") => "GetBucketVersioning",
+            Method::GET if query.contains("list-type=2") => "ListObjectsV2",
+            Method::GET => "ListObjects",
+            Method::PUT => "CreateBucket",
+            Method::DELETE => "DeleteBucket",
+            Method::HEAD => "HeadBucket",
+            Method::POST if has("delete") => "DeleteObjects",
+            _ => "Other",
+        }
+    } else {
+        match *method {
+            Method::GET if has("uploadId") => "ListParts",
+            Method::GET => "GetObject",
+            Method::HEAD => "HeadObject",
+            Method::PUT if has("partNumber") && copy_source => "UploadPartCopy",
+            Method::PUT if has("partNumber") => "UploadPart",
+            Method::PUT if copy_source => "CopyObject",
+            Method::PUT => "PutObject",
+            Method::POST if has("uploads") => "CreateMultipartUpload",
+            Method::POST if has("uploadId") => "CompleteMultipartUpload",
+            Method::DELETE if has("uploadId") => "AbortMultipartUpload",
+            Method::DELETE => "DeleteObject",
+            _ => "Other",
+        }
+    };
+    ("s3", op)
+}
+
+/// Counts the bytes of one request body as they go and records them, with the time
+/// since it was made, when dropped: at the end of the body or when the client goes away.
+#[derive(Debug)]
+pub struct BodyMeter {
+    traffic: Traffic,
+    class: Class,
+    direction: Direction,
+    started: Instant,
+    bytes: u64,
+}
+
+impl BodyMeter {
+    /// Starts counting.
+    #[must_use]
+    pub fn new(traffic: Traffic, class: Class, direction: Direction) -> Self {
+        Self {
+            traffic,
+            class,
+            direction,
+            started: Instant::now(),
+            bytes: 0,
+        }
+    }
+
+    /// `n` more bytes.
+    pub fn add(&mut self, n: usize) {
+        self.bytes += n as u64;
+    }
+}
+
+impl Drop for BodyMeter {
+    fn drop(&mut self) {
+        self.traffic.body(
+            self.class,
+            self.direction,
+            self.bytes,
+            self.started.elapsed().as_secs_f64(),
+        );
+    }
+}
+
+/// The drive's state, read when Prometheus scrapes.
+struct StateCollector {
+    store: Arc<Store>,
+    cluster: Arc<Cluster>,
+    peer: Arc<PeerState>,
+    capacity: GaugeVec,
+    objects: Gauge,
+    heal_backlog: Gauge,
+    drives: Gauge,
+    info: GaugeVec,
+    /// Counters kept as atomics on the hot path, copied here on scrape.
+    counters: [Counter; 5],
+    last: Mutex<[u64; 5]>,
+}
+
+impl StateCollector {
+    fn new(
+        store: Arc<Store>,
+        cluster: Arc<Cluster>,
+        peer: Arc<PeerState>,
+        drive_id: &str,
+    ) -> prometheus::Result<Self> {
+        let counter = |n: &str, h: &str| Counter::with_opts(Opts::new(n, h));
+        let info = GaugeVec::new(
+            Opts::new(
+                "oed_drive_info",
+                "Always 1; the drive's id, cluster and version as labels.",
+            ),
+            &["drive", "cluster", "version"],
+        )?;
+        info.with_label_values(&[drive_id, &cluster.map.cluster_id, env!("CARGO_PKG_VERSION")])
+            .set(1.0);
+        Ok(Self {
+            capacity: GaugeVec::new(
+                Opts::new(
+                    "oed_filesystem_bytes",
+                    "The data file system: size, bytes free to the daemon, and the configured reserve (writes stop below it).",
+                ),
+                &["what"],
+            )?,
+            objects: Gauge::with_opts(Opts::new(
+                "oed_shards",
+                "Shards (object records) stored on this drive.",
+            ))?,
+            heal_backlog: Gauge::with_opts(Opts::new(
+                "oed_heal_backlog",
+                "Shards queued for heal on this drive (missed by a degraded write or failing their CRC32C).",
+            ))?,
+            drives: Gauge::with_opts(Opts::new(
+                "oed_cluster_drives",
+                "Drives in this drive's cluster map.",
+            ))?,
+            info,
+            counters: [
+                counter(
+                    "oed_degraded_writes_total",
+                    "Writes this drive coordinated that were acknowledged with shards missing (x-oed-degraded).",
+                )?,
+                counter(
+                    "oed_degraded_read_stripes_total",
+                    "Stripes this drive served from parity because a data shard could not be read.",
+                )?,
+                counter(
+                    "oed_peer_shard_failures_total",
+                    "Shard reads or writes to a drive that failed or timed out while this drive coordinated.",
+                )?,
+                counter(
+                    "oed_peer_auth_failures_total",
+                    "Peer requests to this drive refused for authentication.",
+                )?,
+                counter(
+                    "oed_shard_checksum_failures_total",
+                    "Shards on this drive found failing their CRC32C check (by reads now, by the scrubber when it runs); each is queued for heal.",
+                )?,
+            ],
+            last: Mutex::new([0; 5]),
+            store,
+            cluster,
+            peer,
+        })
+    }
+
+    fn all(&self) -> Vec<&dyn Collector> {
+        let mut v: Vec<&dyn Collector> = vec![
+            &self.capacity,
+            &self.objects,
+            &self.heal_backlog,
+            &self.drives,
+            &self.info,
+        ];
+        v.extend(self.counters.iter().map(|c| c as &dyn Collector));
+        v
+    }
+
+    fn refresh(&self) {
+        match self.store.capacity() {
+            Ok(c) => {
+                for (what, v) in [
+                    ("size", c.capacity_bytes),
+                    ("free", c.free_bytes),
+                    ("reserve", c.reserve_bytes),
+                ] {
+                    self.capacity.with_label_values(&[what]).set(v as f64);
+                }
+            }
+            Err(e) => tracing::debug!(error = %e, "capacity for metrics"),
+        }
+        self.objects.set(self.store.meta().object_count() as f64);
+        self.heal_backlog
+            .set(self.store.meta().heal_backlog() as f64);
+        self.drives.set(self.cluster.map.drives.len() as f64);
+        let stats = &self.cluster.stats;
+        let now = [
+            stats.degraded_writes.load(Ordering::Relaxed),
+            stats.degraded_stripes.load(Ordering::Relaxed),
+            stats.shard_failures.load(Ordering::Relaxed),
+            self.peer.auth_failures.load(Ordering::Relaxed),
+            self.store.meta().checksum_failures(),
+        ];
+        if let Ok(mut last) = self.last.lock() {
+            for ((c, l), n) in self.counters.iter().zip(last.iter_mut()).zip(now) {
+                if n > *l {
+                    c.inc_by((n - *l) as f64);
+                    *l = n;
+                }
+            }
+        }
+    }
+}
+
+impl ScrapeTime for StateCollector {
+    fn parts(&self) -> Vec<&dyn Collector> {
+        self.all()
+    }
+
+    fn refresh(&self) {
+        StateCollector::refresh(self);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn s3_and_peer_operations_are_named() {
+        let c = |m: Method, p: &str, q: &str| classify(&m, p, q, false).1;
+        assert_eq!(c(Method::GET, "/", ""), "ListBuckets");
+        assert_eq!(
+            c(Method::GET, "/b", "list-type=2&prefix=a"),
+            "ListObjectsV2"
+        );
+        assert_eq!(c(Method::GET, "/b/", "prefix=a"), "ListObjects");
+        assert_eq!(c(Method::GET, "/b", "uploads"), "ListMultipartUploads");
+        assert_eq!(c(Method::POST, "/b", "delete"), "DeleteObjects");
+        assert_eq!(c(Method::PUT, "/b", ""), "CreateBucket");
+        assert_eq!(c(Method::GET, "/b/k/x", ""), "GetObject");
+        assert_eq!(
+            c(Method::PUT, "/b/k", "partNumber=2&uploadId=u"),
+            "UploadPart"
+        );
+        assert_eq!(
+            classify(&Method::PUT, "/b/k", "partNumber=2&uploadId=u", true).1,
+            "UploadPartCopy"
+        );
+        assert_eq!(classify(&Method::PUT, "/b/k", "", true).1, "CopyObject");
+        assert_eq!(c(Method::POST, "/b/k", "uploads"), "CreateMultipartUpload");
+        assert_eq!(
+            c(Method::POST, "/b/k", "uploadId=u"),
+            "CompleteMultipartUpload"
+        );
+        assert_eq!(
+            c(Method::DELETE, "/b/k", "uploadId=u"),
+            "AbortMultipartUpload"
+        );
+        assert_eq!(c(Method::GET, "/b/k", "uploadId=u"), "ListParts");
+        // A key that merely contains the word is not a sub-resource.
+        assert_eq!(c(Method::GET, "/b/uploads", ""), "GetObject");
+        assert_eq!(
+            classify(&Method::PUT, "/_oed/peer/v1/shard", "record=x", false),
+            ("peer", "PutShard")
+        );
+        assert_eq!(
+            classify(&Method::GET, "/_oed/nothing", "", false),
+            ("peer", "Other")
+        );
+    }
+}
