@@ -12,8 +12,10 @@
 #                                      --target T` and `cargo run --target T` just work
 #                                      (binfmt_misc is not needed)
 #   CXXFLAGS_armv7_unknown_linux_gnueabihf
-#                                      forces in deploy/cross/armv7-no-uint128.h: RocksDB
-#                                      assumes __uint128_t, which 32-bit GCC lacks
+#                                      forces in deploy/cross/armv7-no-uint128.h (copied to
+#                                      ~/.cache/oed/ so the flag does not depend on where
+#                                      the clone is): RocksDB assumes __uint128_t, which
+#                                      32-bit GCC lacks
 # The Debian :arm64/:armhf multiarch libc packages must NOT be installed: a second libc
 # makes threaded programs hang under qemu. The sysroots of the cross gcc packages suffice.
 
@@ -31,7 +33,13 @@ cross_env() {
   export CC_armv7_unknown_linux_gnueabihf=arm-linux-gnueabihf-gcc
   export CXX_armv7_unknown_linux_gnueabihf=arm-linux-gnueabihf-g++
   export AR_armv7_unknown_linux_gnueabihf=arm-linux-gnueabihf-ar
-  export CXXFLAGS_armv7_unknown_linux_gnueabihf="-include $here/armv7-no-uint128.h"
+  # The flag names the header by a path outside the checkout: cargo rebuilds RocksDB's
+  # C++ (12+ minutes) whenever the flag's text changes, and a clone elsewhere would
+  # change it.
+  local stable=${XDG_CACHE_HOME:-$HOME/.cache}/oed/armv7-no-uint128.h
+  mkdir -p "$(dirname "$stable")"
+  cmp -s "$here/armv7-no-uint128.h" "$stable" 2>/dev/null || cp "$here/armv7-no-uint128.h" "$stable"
+  export CXXFLAGS_armv7_unknown_linux_gnueabihf="-include $stable"
   export CARGO_TARGET_ARMV7_UNKNOWN_LINUX_GNUEABIHF_LINKER=arm-linux-gnueabihf-gcc
   export CARGO_TARGET_ARMV7_UNKNOWN_LINUX_GNUEABIHF_RUNNER="qemu-arm-static -L /usr/arm-linux-gnueabihf -E LD_LIBRARY_PATH=/usr/arm-linux-gnueabihf/lib"
 }

@@ -294,7 +294,8 @@ fn spawn_drive(
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit());
     if std::env::var_os("OED_LOG").is_none() {
-        cmd.env("OED_LOG", "warn");
+        // s3s logs every refused request at error level; OED logs what matters.
+        cmd.env("OED_LOG", "warn,s3s=off");
     }
     let mut child = cmd.spawn()?;
     let stdout = child.stdout.take();

@@ -112,7 +112,8 @@ impl Drive {
     ) -> Result<()> {
         let tasks = TaskTracker::new();
         if let Some(meter) = self.meter.take() {
-            tasks.spawn(sample(meter, self.meter_period, shutdown.child_token()));
+            let (period, token) = (self.meter_period, shutdown.child_token());
+            tasks.spawn_blocking(move || sample(meter, period, &token));
         }
         if let Some(l) = metrics_listener {
             let app = crate::metrics::router(self.metrics.clone());
@@ -207,28 +208,21 @@ pub fn meter_config(config: &Config) -> Result<oed_meter::MeterConfig> {
     })
 }
 
-/// The meter's sampler: one reading per `period` until `token` is cancelled. Readings
-/// run on the blocking pool, since an external power command may take its time.
-async fn sample(meter: oed_meter::Meter, period: Duration, token: CancellationToken) {
-    let meter = Arc::new(std::sync::Mutex::new(meter));
-    let mut tick = tokio::time::interval(period);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            _ = tick.tick() => {}
-            () = token.cancelled() => return,
+/// The meter's sampler: one reading per `period` until `token` is cancelled, on a
+/// thread of its own. Readings block (procfs reads, an external power command), and
+/// queued behind shard I/O on the shared blocking pool they would come seconds late
+/// under load.
+fn sample(mut meter: oed_meter::Meter, period: Duration, token: &CancellationToken) {
+    // Short sleeps, so shutdown does not wait for a whole period.
+    let step = period.min(Duration::from_millis(100));
+    let mut next = std::time::Instant::now();
+    while !token.is_cancelled() {
+        let now = std::time::Instant::now();
+        if now >= next {
+            meter.sample();
+            next = now + period;
         }
-        let m = meter.clone();
-        let done = tokio::task::spawn_blocking(move || {
-            if let Ok(mut m) = m.lock() {
-                m.sample();
-            }
-        })
-        .await;
-        if done.is_err() {
-            tracing::error!("the meter's sampler panicked; power and counters stop updating");
-            return;
-        }
+        std::thread::sleep(step.min(next.saturating_duration_since(std::time::Instant::now())));
     }
 }
 
