@@ -2,8 +2,6 @@
 //! storage bytes this process caused (`/proc/self/io`). They reflect live state, so they
 //! are read when Prometheus scrapes, not by the sampler.
 
-use std::sync::Mutex;
-
 use prometheus::core::{Collector, Desc};
 use prometheus::proto::MetricFamily;
 use prometheus::{Counter, Gauge, Opts};
@@ -22,8 +20,6 @@ pub struct ProcessCollector {
     start: Gauge,
     storage_read: Counter,
     storage_written: Counter,
-    /// Last totals of the counters above, to add their growth.
-    last: Mutex<(f64, u64, u64)>,
 }
 
 impl std::fmt::Debug for ProcessCollector {
@@ -68,7 +64,6 @@ impl ProcessCollector {
                 "oed_process_storage_written_bytes_total",
                 "Bytes the daemon caused to be written to storage, from /proc/self/io.",
             )?,
-            last: Mutex::new((0.0, 0, 0)),
         })
     }
 
@@ -93,20 +88,12 @@ impl ProcessCollector {
                 return;
             }
         };
-        let Ok(mut last) = self.last.lock() else {
-            return;
-        };
-        if s.cpu_seconds > last.0 {
-            self.cpu.inc_by(s.cpu_seconds - last.0);
-            last.0 = s.cpu_seconds;
+        advance(&self.cpu, s.cpu_seconds);
+        if let Some(r) = s.storage_read_bytes {
+            advance(&self.storage_read, r as f64);
         }
-        if let Some(r) = s.storage_read_bytes.filter(|r| *r > last.1) {
-            self.storage_read.inc_by((r - last.1) as f64);
-            last.1 = r;
-        }
-        if let Some(w) = s.storage_written_bytes.filter(|w| *w > last.2) {
-            self.storage_written.inc_by((w - last.2) as f64);
-            last.2 = w;
+        if let Some(w) = s.storage_written_bytes {
+            advance(&self.storage_written, w as f64);
         }
         self.resident.set(s.resident_bytes as f64);
         self.virtual_bytes.set(s.virtual_bytes as f64);
@@ -126,6 +113,15 @@ impl ScrapeTime for ProcessCollector {
 
     fn refresh(&self) {
         ProcessCollector::refresh(self);
+    }
+}
+
+/// Raises `counter` to `total`, a count kept elsewhere that only grows (an atomic of the
+/// daemon, a per-process kernel counter), so the counter's own value is the only state.
+pub fn advance(counter: &Counter, total: f64) {
+    let now = counter.get();
+    if total > now {
+        counter.inc_by(total - now);
     }
 }
 

@@ -100,14 +100,12 @@ pub struct Meter {
     roots: Roots,
     source: Option<Source>,
     label: String,
-    method: Option<Method>,
     device: Option<String>,
     ticks_per_second: f64,
     metrics: Metrics,
     prev: Previous,
     last_power: Option<(Instant, f64)>,
     failing: bool,
-    energy_joules: f64,
 }
 
 impl std::fmt::Debug for Meter {
@@ -205,7 +203,6 @@ impl Meter {
             roots: config.roots.clone(),
             source,
             label,
-            method,
             device,
             ticks_per_second: rustix::param::clock_ticks_per_second() as f64,
             metrics: Metrics {
@@ -220,7 +217,6 @@ impl Meter {
             prev: Previous::default(),
             last_power: None,
             failing: false,
-            energy_joules: 0.0,
         })
     }
 
@@ -233,7 +229,7 @@ impl Meter {
     /// Measured or modelled; `None` when power metering is off.
     #[must_use]
     pub fn method(&self) -> Option<Method> {
-        self.method
+        self.source.as_ref().map(Source::method)
     }
 
     /// The data directory's block device, if it has one.
@@ -245,7 +241,7 @@ impl Meter {
     /// Joules counted so far.
     #[must_use]
     pub fn energy_joules(&self) -> f64 {
-        self.energy_joules
+        self.metrics.energy.as_ref().map_or(0.0, Counter::get)
     }
 
     /// One tick. Returns the activity of the interval since the previous tick (`None` on
@@ -265,10 +261,10 @@ impl Meter {
                     tracing::info!(source = %self.label, "power readings work again");
                     self.failing = false;
                 }
-                let joules = match (s.joules, self.method, activity) {
+                let joules = match (s.joules, source.method(), activity) {
                     (Some(j), _, _) => Some(j),
                     // The model gives the average over the activity interval.
-                    (None, Some(Method::Modelled), Some(a)) => Some(s.watts * a.seconds),
+                    (None, Method::Modelled, Some(a)) => Some(s.watts * a.seconds),
                     // An instantaneous reading: the trapezoid from the previous one.
                     (None, _, _) => self.last_power.map(|(t, w)| {
                         f64::midpoint(w, s.watts) * now.duration_since(t).as_secs_f64()
@@ -283,7 +279,6 @@ impl Meter {
                     && j >= 0.0
                 {
                     c.inc_by(j);
-                    self.energy_joules += j;
                 }
                 Some(s.watts)
             }

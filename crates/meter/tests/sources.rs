@@ -246,7 +246,6 @@ fn external_command_prints_watts() {
         assert_eq!(s.method(), Method::Modelled, "{cmd}");
         assert!(skipped[0].contains(why), "{cmd}: {skipped:?}");
     }
-    assert_eq!(oed_meter::power::model::Profile::built_in_names().len(), 4);
 }
 
 #[test]
@@ -451,12 +450,9 @@ fn calibration_runs_against_a_measured_source_only() {
     .unwrap();
     assert_eq!(seen, 5);
     assert_eq!(fit.profile.name, "here");
-    // A constant 5 W is all idle draw, whatever the host did meanwhile.
-    assert!(
-        (fit.profile.idle_watts - 5.0).abs() < 0.5,
-        "{:?}",
-        fit.profile
-    );
+    // Whatever the host did meanwhile, the fitted model gives the constant 5 W back.
+    assert!(fit.rmse_watts < 0.01, "{fit:?}");
+    assert_eq!(fit.samples, 5);
     cfg.source.choice = Choice::Model;
     let e =
         oed_meter::calibrate(&cfg, &base, 5, Duration::from_millis(1), "x", |_| {}).unwrap_err();

@@ -7,15 +7,15 @@
 // Prometheus samples are f64; counts past 2^52 lose their last digits there anyway.
 #![allow(clippy::cast_precision_loss)]
 
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use axum::extract::{Request, State};
 use axum::http::{HeaderValue, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use oed_meter::process::{AtScrape, ProcessCollector, ScrapeTime};
+use oed_meter::process::{AtScrape, ProcessCollector, ScrapeTime, advance};
 use oed_meter::traffic::{Class, Direction, Traffic};
 use prometheus::core::Collector;
 use prometheus::{Counter, Gauge, GaugeVec, Opts, Registry, TextEncoder};
@@ -260,7 +260,6 @@ struct StateCollector {
     info: GaugeVec,
     /// Counters kept as atomics on the hot path, copied here on scrape.
     counters: [Counter; 5],
-    last: Mutex<[u64; 5]>,
 }
 
 impl StateCollector {
@@ -323,7 +322,6 @@ impl StateCollector {
                     "Shards on this drive found failing their CRC32C check (by reads now, by the scrubber when it runs); each is queued for heal.",
                 )?,
             ],
-            last: Mutex::new([0; 5]),
             store,
             cluster,
             peer,
@@ -367,13 +365,8 @@ impl StateCollector {
             self.peer.auth_failures.load(Ordering::Relaxed),
             self.store.meta().checksum_failures(),
         ];
-        if let Ok(mut last) = self.last.lock() {
-            for ((c, l), n) in self.counters.iter().zip(last.iter_mut()).zip(now) {
-                if n > *l {
-                    c.inc_by((n - *l) as f64);
-                    *l = n;
-                }
-            }
+        for (c, n) in self.counters.iter().zip(now) {
+            advance(c, n as f64);
         }
     }
 }

@@ -11,7 +11,7 @@ use futures_util::{Stream, StreamExt};
 use crate::error::Error;
 use crate::peer::client::{PeerClient, PeerError};
 use crate::store::Store;
-use crate::store::record::{BucketRecord, ObjectRecord, VersionId};
+use crate::store::record::{BucketRecord, ObjectRecord, PartRef, VersionId};
 
 /// Bytes of a shard read, chunk after chunk.
 pub type ShardStream = Pin<Box<dyn Stream<Item = Result<Bytes, DriveError>> + Send>>;
@@ -73,22 +73,23 @@ pub enum DriveHandle {
 
 impl DriveHandle {
     /// Stores a shard whose file (followed by a JSON record tail) comes from `body`.
+    /// Returns the parts of the version it replaced there, if that was a multipart object.
     ///
     /// # Errors
     /// [`DriveError`]; nothing is stored then.
-    pub async fn put_shard<S>(&self, record: &ObjectRecord, body: S) -> Result<(), DriveError>
+    pub async fn put_shard<S>(
+        &self,
+        record: &ObjectRecord,
+        body: S,
+    ) -> Result<Vec<PartRef>, DriveError>
     where
         S: Stream<Item = Result<Bytes, std::io::Error>> + Send + Sync + Unpin + 'static,
     {
-        match self {
-            DriveHandle::Local(store) => {
-                store.put_shard(record.clone(), body, true).await?;
-            }
-            DriveHandle::Remote(c) => {
-                c.put_shard_with_tail(record, body).await?;
-            }
-        }
-        Ok(())
+        let stored = match self {
+            DriveHandle::Local(store) => store.put_shard(record.clone(), body, true).await?,
+            DriveHandle::Remote(c) => c.put_shard_with_tail(record, body).await?,
+        };
+        Ok(stored.replaced_parts)
     }
 
     /// Reads stripes `from..to` of the shard of `bucket`/`key` at `version`.

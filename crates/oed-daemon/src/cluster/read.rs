@@ -20,55 +20,18 @@ use super::Cluster;
 use super::drive::{DriveError, ShardStream};
 use crate::error::{Error, Result};
 use crate::metrics::BodyMeter;
-use crate::store::record::{ObjectRecord, VersionId};
+use crate::store::record::{ObjectRecord, PartRef};
 use oed_meter::traffic::{Class, Direction, EcOp};
 
-/// One erasure-coded run of bytes: a whole object, or one part of a multipart object.
-#[derive(Clone, Debug)]
-pub struct Extent {
-    /// Key of the object holding it (a part's internal key for a part).
-    pub key: String,
-    /// Its version.
-    pub version_id: VersionId,
-    /// Its length.
-    pub size: u64,
-    /// Data shards.
-    pub k: u16,
-    /// Parity shards.
-    pub m: u16,
-    /// Chunk size.
-    pub chunk_size: u32,
-    /// Drives of shards `0..k+m`.
-    pub drives: Vec<String>,
-}
-
-/// The extents of `record` in object order: its parts, or itself.
+/// The erasure-coded runs of `record`'s bytes in object order: its parts, or the whole
+/// object as its only part.
 #[must_use]
-pub fn extents(record: &ObjectRecord) -> Vec<Extent> {
+pub fn extents(record: &ObjectRecord) -> Vec<PartRef> {
     if record.parts.is_empty() {
-        return vec![Extent {
-            key: record.key.clone(),
-            version_id: record.version_id,
-            size: record.size,
-            k: record.k,
-            m: record.m,
-            chunk_size: record.chunk_size,
-            drives: record.drives.clone(),
-        }];
+        vec![PartRef::of(1, record)]
+    } else {
+        record.parts.clone()
     }
-    record
-        .parts
-        .iter()
-        .map(|p| Extent {
-            key: p.key.clone(),
-            version_id: p.version_id,
-            size: p.size,
-            k: p.k,
-            m: p.m,
-            chunk_size: p.chunk_size,
-            drives: p.drives.clone(),
-        })
-        .collect()
 }
 
 /// An object's bytes as they are read, for a response body. Dropping it stops the read.
@@ -121,7 +84,7 @@ enum Source {
 struct ExtentReader {
     cluster: Arc<Cluster>,
     bucket: String,
-    ext: Extent,
+    ext: PartRef,
     layout: oed_ec::Layout,
     codec: Arc<oed_ec::Codec>,
     sources: Vec<Source>,
@@ -133,7 +96,7 @@ impl ExtentReader {
     async fn open(
         cluster: Arc<Cluster>,
         bucket: String,
-        ext: Extent,
+        ext: PartRef,
         stripes: Range<u64>,
     ) -> Result<Self> {
         let layout = oed_ec::Layout::new(ext.k.into(), ext.m.into(), ext.chunk_size)?;
@@ -408,7 +371,7 @@ async fn send_extent(
     Ok(())
 }
 
-fn stripe_range(ext: &Extent, range: &Range<u64>) -> Result<Range<u64>> {
+fn stripe_range(ext: &PartRef, range: &Range<u64>) -> Result<Range<u64>> {
     let layout = oed_ec::Layout::new(ext.k.into(), ext.m.into(), ext.chunk_size)?;
     let ss = layout.stripe_size();
     Ok(range.start / ss..range.end.div_ceil(ss))

@@ -55,6 +55,9 @@ pub struct Written {
     /// Shards that could not be stored (the write is degraded when this is not 0); they
     /// are queued for heal.
     pub missing: usize,
+    /// Parts of the multipart version this write replaced, as the drives reported them;
+    /// nothing references them any more.
+    pub replaced_parts: Vec<PartRef>,
 }
 
 /// The receiving end of one shard upload, as a stream.
@@ -71,7 +74,7 @@ impl Stream for ChunkChannel {
 struct Uploads<'a> {
     cluster: &'a Cluster,
     senders: Vec<Option<mpsc::Sender<std::io::Result<Bytes>>>>,
-    tasks: Vec<tokio::task::JoinHandle<Result<(), DriveError>>>,
+    tasks: Vec<tokio::task::JoinHandle<Result<Vec<PartRef>, DriveError>>>,
     quorum: usize,
 }
 
@@ -214,6 +217,7 @@ impl Cluster {
         up.senders.clear();
 
         let mut stored = Vec::with_capacity(total);
+        let mut replaced_parts = Vec::new();
         for (i, t) in up.tasks.drain(..).enumerate() {
             let r = t
                 .await
@@ -221,7 +225,14 @@ impl Cluster {
             match r {
                 // A newer write of the key won on that drive: this version is already
                 // superseded there, which is what a stored shard would become anyway.
-                Ok(()) | Err(DriveError::Superseded) => stored.push(true),
+                Ok(parts) => {
+                    // Every drive that held the replaced version reports the same parts.
+                    if replaced_parts.is_empty() {
+                        replaced_parts = parts;
+                    }
+                    stored.push(true);
+                }
+                Err(DriveError::Superseded) => stored.push(true),
                 Err(e) => {
                     tracing::warn!(bucket = %obj.bucket, key = %obj.key, shard = i, drive = %record.drives[i], error = %e, "shard not stored");
                     stored.push(false);
@@ -255,7 +266,11 @@ impl Cluster {
         if missing > 0 {
             self.queue_missing(&record, &stored);
         }
-        Ok(Written { record, missing })
+        Ok(Written {
+            record,
+            missing,
+            replaced_parts,
+        })
     }
 
     /// Counts a degraded write and queues its missing shards for heal.

@@ -178,19 +178,19 @@ impl PeerClient {
         &self,
         record: &ObjectRecord,
         body: S,
-    ) -> Result<ObjectRecord, PeerError>
+    ) -> Result<crate::store::Stored, PeerError>
     where
         S: Stream<Item = Result<Bytes, std::io::Error>> + Send + Sync + 'static,
     {
         self.put_shard_inner(record, body, true).await
     }
 
-    async fn put_shard_inner<S>(
+    async fn put_shard_inner<S, T: serde::de::DeserializeOwned>(
         &self,
         record: &ObjectRecord,
         body: S,
         tail: bool,
-    ) -> Result<ObjectRecord, PeerError>
+    ) -> Result<T, PeerError>
     where
         S: Stream<Item = Result<Bytes, std::io::Error>> + Send + Sync + 'static,
     {

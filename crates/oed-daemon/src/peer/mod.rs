@@ -168,7 +168,7 @@ async fn put_shard(
     State(state): State<Arc<PeerState>>,
     Query(q): Query<PutShardQuery>,
     body: Body,
-) -> Result<Json<ObjectRecord>> {
+) -> Result<Json<crate::store::Stored>> {
     let started = std::time::Instant::now();
     let received = Arc::new(AtomicU64::new(0));
     let counting = received.clone();

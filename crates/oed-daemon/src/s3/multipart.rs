@@ -270,17 +270,7 @@ fn resolve_parts(
                 ),
             ));
         }
-        parts.push(PartRef {
-            number: n.unsigned_abs(),
-            key: rec.key.clone(),
-            version_id: rec.version_id,
-            size: rec.size,
-            etag: rec.etag.clone(),
-            k: rec.k,
-            m: rec.m,
-            chunk_size: rec.chunk_size,
-            drives: rec.drives.clone(),
-        });
+        parts.push(PartRef::of(n.unsigned_abs(), rec));
     }
     Ok(parts)
 }

@@ -78,16 +78,13 @@ pub(crate) async fn store(
     obj: NewObject,
     body: impl futures_util::Stream<Item = Result<Bytes, impl std::fmt::Display>> + Unpin,
 ) -> S3Result<Written> {
-    let (bucket, key) = (obj.bucket.clone(), obj.key.clone());
-    let (old, written) = tokio::join!(cluster.head(&bucket, &key), cluster.put_object(obj, body));
-    let written = written.or_s3()?;
-    if let Ok(Some(old)) = old
-        && !old.parts.is_empty()
-        && old.version_id < written.record.version_id
-    {
+    let written = cluster.put_object(obj, body).await.or_s3()?;
+    if !written.replaced_parts.is_empty() {
+        // A record with no drives: only its parts are deleted.
         let parts_only = ObjectRecord {
             drives: Vec::new(),
-            ..old
+            parts: written.replaced_parts.clone(),
+            ..written.record.clone()
         };
         cluster.delete_record(&parts_only).await;
     }

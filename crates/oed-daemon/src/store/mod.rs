@@ -22,7 +22,20 @@ use tokio::sync::{Mutex, mpsc};
 use crate::config::{Config, FsyncPolicy};
 use crate::error::{Error, Result};
 use meta::MetaStore;
-use record::{BucketRecord, ObjectRecord, RecordTail, VersionId};
+use record::{BucketRecord, ObjectRecord, PartRef, RecordTail, VersionId};
+
+/// A committed shard: its record, and the parts of the version it replaced on this drive
+/// when that was a multipart object (nothing else references them any more; the
+/// coordinator deletes them). The peer API answers a shard upload with this, as JSON.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Stored {
+    /// The committed record.
+    #[serde(flatten)]
+    pub record: ObjectRecord,
+    /// Parts of the replaced version.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub replaced_parts: Vec<PartRef>,
+}
 
 /// Commit locks, striped by object key: two uploads of one key commit one at a time.
 const LOCK_STRIPES: usize = 64;
@@ -166,7 +179,8 @@ impl Store {
     /// JSON [`RecordTail`] (at most [`record::MAX_TAIL_BYTES`]) whose fields complete the
     /// record before it is committed; a body without one stores nothing. When the key already has a newer version here,
     /// nothing is stored and [`Error::Superseded`] is returned. After success the key's
-    /// previous version's shard file, if any, is removed.
+    /// previous version's shard file, if any, is removed, and that version's parts are
+    /// returned in [`Stored::replaced_parts`].
     ///
     /// # Errors
     /// [`Error::BadRequest`], [`Error::NotFound`] (bucket), [`Error::Shard`] (bad upload),
@@ -177,7 +191,7 @@ impl Store {
         mut record: ObjectRecord,
         body: S,
         with_tail: bool,
-    ) -> Result<ObjectRecord>
+    ) -> Result<Stored>
     where
         S: Stream<Item = std::result::Result<Bytes, E>> + Unpin,
         E: Into<Box<dyn std::error::Error + Send + Sync>>,
@@ -256,13 +270,21 @@ impl Store {
             }
             return Err(e);
         }
+        let mut replaced_parts = Vec::new();
         if let Some(prev) = previous {
             let old = self.shard_path(&prev.bucket, &prev.key, prev.version_id, prev.shard_index);
             if old != final_path || inline.is_some() {
                 remove_if_exists(&old).await;
             }
+            // The same version sent again keeps its parts.
+            if prev.version_id != record.version_id {
+                replaced_parts = prev.parts;
+            }
         }
-        Ok(record)
+        Ok(Stored {
+            record,
+            replaced_parts,
+        })
     }
 
     /// Where the bytes of the stored shard of `bucket`/`key` are, with its record.

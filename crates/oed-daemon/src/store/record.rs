@@ -132,6 +132,24 @@ pub struct PartRef {
     pub drives: Vec<String>,
 }
 
+impl PartRef {
+    /// `record`'s object as part `number` of another.
+    #[must_use]
+    pub fn of(number: u32, record: &ObjectRecord) -> Self {
+        Self {
+            number,
+            key: record.key.clone(),
+            version_id: record.version_id,
+            size: record.size,
+            etag: record.etag.clone(),
+            k: record.k,
+            m: record.m,
+            chunk_size: record.chunk_size,
+            drives: record.drives.clone(),
+        }
+    }
+}
+
 /// Fields of a record that are known only once the whole body has been received (the
 /// `ETag` is a digest of it). A shard upload may carry them after the shard file; they
 /// are applied before the record is committed.
