@@ -74,6 +74,14 @@ pub struct Config {
     /// anyway, which saves an MD5 pass over every byte (about a third of the CPU a PUT
     /// costs). A Content-MD5 sent by the client is checked either way. Default: true.
     pub md5_etags: bool,
+    /// Memory for the object data of the GETs and PUTs this drive coordinates, in bytes.
+    /// Each holds about two stripes' worth while it runs (a 4 MiB GET of a 4+2 profile
+    /// with 256 KiB chunks: 2 MiB; a PUT: 4 MiB); requests beyond wait for a share, so
+    /// memory stays bounded however many clients there are. Default: 12 MiB.
+    pub coordinator_buffer_bytes: u64,
+    /// How long a request may wait for its share of `coordinator_buffer_bytes` before it
+    /// is refused with 503 `SlowDown` (clients retry it later), in seconds. Default: 30.
+    pub coordinator_wait_seconds: u64,
     /// Address of the Prometheus endpoint, `GET /metrics`, kept off the S3 port (where
     /// `/metrics` would be a bucket). Default: none (no metrics endpoint).
     pub metrics_listen: Option<SocketAddr>,
@@ -126,6 +134,8 @@ impl Default for Config {
             s3_secret_key_file: None,
             peer_timeout_seconds: 10,
             md5_etags: true,
+            coordinator_buffer_bytes: 16 << 20,
+            coordinator_wait_seconds: 30,
             metrics_listen: None,
             power_source: PowerSource::Auto,
             power_hwmon: None,
@@ -240,6 +250,12 @@ impl Config {
                 self.rocksdb_block_cache_bytes + 2 * self.rocksdb_write_buffer_bytes,
                 ROCKSDB_MEMORY_LIMIT
             ));
+        }
+        if self.coordinator_buffer_bytes < 1 << 20 {
+            return bad("coordinator_buffer_bytes must be at least 1 MiB (1048576)".into());
+        }
+        if self.coordinator_wait_seconds == 0 {
+            return bad("coordinator_wait_seconds must be at least 1".into());
         }
         if self.peer_timeout_seconds == 0 {
             return bad("peer_timeout_seconds must be at least 1".into());
@@ -386,6 +402,16 @@ mod tests {
             ("OED_POWER_SOURCE", "solar", "power_source"),
             ("OED_METER_PERIOD_MS", "10", "meter_period_ms"),
             ("OED_METRICS_LISTEN", "here", "metrics_listen"),
+            (
+                "OED_COORDINATOR_BUFFER_BYTES",
+                "65536",
+                "coordinator_buffer_bytes",
+            ),
+            (
+                "OED_COORDINATOR_WAIT_SECONDS",
+                "0",
+                "coordinator_wait_seconds",
+            ),
         ] {
             let e = Config::load(None, env(&[(var, value)]), &[]).unwrap_err();
             assert!(

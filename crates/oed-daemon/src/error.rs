@@ -66,6 +66,10 @@ pub enum Error {
     /// Too few drives answered to do what was asked; the message says how many.
     #[error("not enough drives available: {0}")]
     Unavailable(String),
+    /// The drive's memory for data in flight stayed taken for too long; the client should
+    /// retry later.
+    #[error("{0}")]
+    SlowDown(String),
     /// The drive is shutting down and takes no new requests.
     #[error("the drive is shutting down")]
     ShuttingDown,
@@ -106,6 +110,7 @@ impl Error {
             Error::ShuttingDown | Error::Unavailable(_) => {
                 (StatusCode::SERVICE_UNAVAILABLE, "ServiceUnavailable")
             }
+            Error::SlowDown(_) => (StatusCode::SERVICE_UNAVAILABLE, "SlowDown"),
             Error::Superseded => (StatusCode::CONFLICT, "Superseded"),
             Error::BucketNotEmpty => (StatusCode::CONFLICT, "BucketNotEmpty"),
             Error::TooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, "EntityTooLarge"),
@@ -142,7 +147,9 @@ impl IntoResponse for Error {
             let chain = source_chain(&self);
             tracing::error!(error = %chain, code, "request failed");
             match code {
-                "InsufficientStorage" | "CorruptShard" | "ServiceUnavailable" => self.to_string(),
+                "InsufficientStorage" | "CorruptShard" | "ServiceUnavailable" | "SlowDown" => {
+                    self.to_string()
+                }
                 _ => "internal error; see the drive's log".to_owned(),
             }
         } else {

@@ -257,9 +257,10 @@ struct StateCollector {
     objects: Gauge,
     heal_backlog: Gauge,
     drives: Gauge,
+    buffer: GaugeVec,
     info: GaugeVec,
     /// Counters kept as atomics on the hot path, copied here on scrape.
-    counters: [Counter; 5],
+    counters: [Counter; 6],
 }
 
 impl StateCollector {
@@ -299,6 +300,13 @@ impl StateCollector {
                 "oed_cluster_drives",
                 "Drives in this drive's cluster map.",
             ))?,
+            buffer: GaugeVec::new(
+                Opts::new(
+                    "oed_coordinator_buffer_bytes",
+                    "Memory for object data of the requests this drive coordinates: the limit (coordinator_buffer_bytes) and what requests hold now.",
+                ),
+                &["what"],
+            )?,
             info,
             counters: [
                 counter(
@@ -321,6 +329,10 @@ impl StateCollector {
                     "oed_shard_checksum_failures_total",
                     "Shards on this drive found failing their CRC32C check (by reads now, by the scrubber when it runs); each is queued for heal.",
                 )?,
+                counter(
+                    "oed_slowdown_total",
+                    "Requests this drive refused with 503 SlowDown: no share of coordinator_buffer_bytes came free within coordinator_wait_seconds.",
+                )?,
             ],
             store,
             cluster,
@@ -334,6 +346,7 @@ impl StateCollector {
             &self.objects,
             &self.heal_backlog,
             &self.drives,
+            &self.buffer,
             &self.info,
         ];
         v.extend(self.counters.iter().map(|c| c as &dyn Collector));
@@ -357,6 +370,13 @@ impl StateCollector {
         self.heal_backlog
             .set(self.store.meta().heal_backlog() as f64);
         self.drives.set(self.cluster.map.drives.len() as f64);
+        let budget = &self.cluster.budget;
+        for (what, v) in [
+            ("limit", budget.limit_bytes()),
+            ("held", budget.held_bytes()),
+        ] {
+            self.buffer.with_label_values(&[what]).set(v as f64);
+        }
         let stats = &self.cluster.stats;
         let now = [
             stats.degraded_writes.load(Ordering::Relaxed),
@@ -364,6 +384,7 @@ impl StateCollector {
             stats.shard_failures.load(Ordering::Relaxed),
             self.peer.auth_failures.load(Ordering::Relaxed),
             self.store.meta().checksum_failures(),
+            budget.refused.load(Ordering::Relaxed),
         ];
         for (c, n) in self.counters.iter().zip(now) {
             advance(c, n as f64);

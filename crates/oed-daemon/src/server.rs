@@ -58,11 +58,9 @@ impl Drive {
         let metrics = DriveMetrics::new()?;
         let cluster = Arc::new(Cluster::new(
             map,
-            &config.drive_id,
+            config,
             store.clone(),
             &PeerKey::derive(secret),
-            Duration::from_secs(config.peer_timeout_seconds),
-            config.md5_etags,
             metrics.traffic.clone(),
         )?);
         let s3 = s3_secret.map(|s| crate::s3::service(cluster.clone(), &config.s3_access_key, s));

@@ -9,6 +9,7 @@
 //! version that at least `k` drives hold, so a write that did not reach its quorum is
 //! never shown.
 
+pub mod budget;
 pub mod drive;
 pub mod list;
 pub mod map;
@@ -55,6 +56,8 @@ pub struct Cluster {
     pub timeout: Duration,
     /// Whether single-part `ETag`s are MD5 digests (S3's rule) or a cheaper digest.
     pub md5_etags: bool,
+    /// Memory for the object data of the requests this drive coordinates.
+    pub budget: budget::Budget,
     /// Counters.
     pub stats: ClusterStats,
     /// Request, traffic and erasure coding counters.
@@ -62,19 +65,20 @@ pub struct Cluster {
 }
 
 impl Cluster {
-    /// The cluster of `map`, seen from the drive `drive_id` whose store is `store`.
+    /// The cluster of `map`, seen from the drive `config` describes, whose store is
+    /// `store`.
     ///
     /// # Errors
-    /// [`Error::Config`] when `drive_id` is not in the map.
+    /// [`Error::Config`] when the drive is not in the map.
     pub fn new(
         map: ClusterMap,
-        drive_id: &str,
+        config: &crate::config::Config,
         store: Arc<Store>,
         key: &PeerKey,
-        timeout: Duration,
-        md5_etags: bool,
         traffic: oed_meter::traffic::Traffic,
     ) -> Result<Self> {
+        let drive_id = config.drive_id.as_str();
+        let timeout = Duration::from_secs(config.peer_timeout_seconds);
         let local = map.index_of(drive_id).ok_or_else(|| {
             Error::Config(format!(
                 "drive_id {drive_id:?} is not one of the cluster map's drives"
@@ -84,6 +88,7 @@ impl Cluster {
             .connect_timeout(Duration::from_secs(2))
             .tcp_nodelay(true)
             .pool_idle_timeout(Duration::from_secs(30))
+            .pool_max_idle_per_host(16)
             .build()
             .map_err(|e| Error::Config(format!("HTTP client: {e}")))?;
         let drives = map
@@ -105,7 +110,11 @@ impl Cluster {
             store,
             codecs: Mutex::new(HashMap::new()),
             timeout,
-            md5_etags,
+            md5_etags: config.md5_etags,
+            budget: budget::Budget::new(
+                config.coordinator_buffer_bytes,
+                Duration::from_secs(config.coordinator_wait_seconds),
+            ),
             stats: ClusterStats::default(),
             traffic,
         })

@@ -12,11 +12,12 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::task::{Context, Poll};
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use futures_util::{Stream, StreamExt, future::join_all};
 use tokio::sync::mpsc;
 
 use super::Cluster;
+use super::budget::{Budget, Share};
 use super::drive::{DriveError, ShardStream};
 use crate::error::{Error, Result};
 use crate::metrics::BodyMeter;
@@ -50,29 +51,38 @@ struct ChunkReader {
     buf: Bytes,
 }
 
+/// One chunk as it arrived: pieces of the stream, sent on as they are.
+type Pieces = Vec<Bytes>;
+
 impl ChunkReader {
-    /// The next `n` bytes: a slice of what arrived when it holds them, else gathered.
-    async fn read(&mut self, n: usize) -> Result<Bytes, DriveError> {
-        if self.buf.len() >= n {
-            return Ok(self.buf.split_to(n));
-        }
-        let mut out = BytesMut::with_capacity(n);
-        out.extend_from_slice(&std::mem::take(&mut self.buf));
-        while out.len() < n {
-            let Some(piece) = self.stream.next().await else {
-                return Err(DriveError::Failed("shard ended early".into()));
-            };
-            let mut piece = piece?;
-            if out.is_empty() && piece.len() >= n {
-                self.buf = piece.split_off(n);
-                return Ok(piece);
+    /// The next `n` bytes, as the pieces they arrived in (cut where a piece crosses
+    /// into the next chunk): nothing is copied on the healthy path.
+    async fn read(&mut self, n: usize) -> Result<Pieces, DriveError> {
+        let mut out = Vec::with_capacity(2);
+        let mut have = 0;
+        while have < n {
+            if self.buf.is_empty() {
+                let Some(piece) = self.stream.next().await else {
+                    return Err(DriveError::Failed("shard ended early".into()));
+                };
+                self.buf = piece?;
+                continue;
             }
-            let take = (n - out.len()).min(piece.len());
-            out.extend_from_slice(&piece[..take]);
-            self.buf = piece.split_off(take);
+            let take = (n - have).min(self.buf.len());
+            out.push(self.buf.split_to(take));
+            have += take;
         }
-        Ok(out.freeze())
+        Ok(out)
     }
+}
+
+/// The pieces of one chunk, joined (for decoding).
+fn joined(pieces: &[Bytes], len: usize) -> Vec<u8> {
+    let mut v = Vec::with_capacity(len);
+    for p in pieces {
+        v.extend_from_slice(p);
+    }
+    v
 }
 
 enum Source {
@@ -195,7 +205,7 @@ impl ExtentReader {
     }
 
     /// The `k` data chunks of stripe `index`, rebuilt from parity where needed.
-    async fn stripe(&mut self, index: u64, size: u64) -> Result<Vec<Bytes>> {
+    async fn stripe(&mut self, index: u64, size: u64) -> Result<Vec<Pieces>> {
         let stripe = self
             .layout
             .stripe(size, index)
@@ -203,7 +213,7 @@ impl ExtentReader {
         let cl = stripe.chunk_len;
         let total = self.layout.total();
         let k = self.layout.k();
-        let mut chunks: Vec<Option<Bytes>> = vec![None; total];
+        let mut chunks: Vec<Option<Pieces>> = vec![None; total];
         loop {
             let timeout = self.cluster.timeout;
             let reads = join_all(self.sources.iter_mut().enumerate().filter_map(|(i, s)| {
@@ -246,7 +256,7 @@ impl ExtentReader {
         let present: Vec<bool> = chunks.iter().map(Option::is_some).collect();
         let mut bufs: Vec<Vec<u8>> = chunks
             .iter()
-            .map(|c| c.as_ref().map_or_else(|| vec![0u8; cl], |b| b.to_vec()))
+            .map(|c| c.as_ref().map_or_else(|| vec![0u8; cl], |p| joined(p, cl)))
             .collect();
         let mut refs: Vec<&mut [u8]> = bufs.iter_mut().map(Vec::as_mut_slice).collect();
         let started = std::time::Instant::now();
@@ -256,21 +266,55 @@ impl ExtentReader {
             (k * cl) as u64,
             started.elapsed().as_secs_f64(),
         );
-        Ok(bufs.into_iter().take(k).map(Bytes::from).collect())
+        Ok(bufs
+            .into_iter()
+            .take(k)
+            .map(|b| vec![Bytes::from(b)])
+            .collect())
     }
 }
 
 impl Cluster {
-    /// Starts reading bytes `range` of `record` (clipped to its size). The shards of the
-    /// first extent are opened before this returns, so an object that cannot be read
+    /// Starts reading bytes `range` of `record` (clipped to its size) for a client, with
+    /// a share of the coordinator's [`Budget`] held until the read ends. The shards of
+    /// the first extent are opened before this returns, so an object that cannot be read
     /// fails here, before any response is sent; a failure later cuts the body short.
     ///
     /// # Errors
-    /// [`Error::Unavailable`] when fewer than `k` shards can be opened.
+    /// [`Error::SlowDown`] when no share comes free in time; [`Error::Unavailable`] when
+    /// fewer than `k` shards can be opened.
     pub async fn read_object(
         self: &Arc<Self>,
         record: &ObjectRecord,
         range: Range<u64>,
+    ) -> Result<ObjectBody> {
+        let size = record.object_size();
+        let len = range.end.min(size).saturating_sub(range.start);
+        let stripe = extents(record)
+            .first()
+            .map_or(0, |e| u64::from(e.k) * u64::from(e.chunk_size));
+        let share = self.budget.take(Budget::read_share(len, stripe)).await?;
+        self.read_holding(record, range, share).await
+    }
+
+    /// [`Cluster::read_object`] for the source of a copy: it takes no share of its own,
+    /// because the copy's write holds one and paces it.
+    ///
+    /// # Errors
+    /// As [`Cluster::read_object`], without the wait.
+    pub async fn read_for_copy(
+        self: &Arc<Self>,
+        record: &ObjectRecord,
+        range: Range<u64>,
+    ) -> Result<ObjectBody> {
+        self.read_holding(record, range, Share::none()).await
+    }
+
+    async fn read_holding(
+        self: &Arc<Self>,
+        record: &ObjectRecord,
+        range: Range<u64>,
+        share: Share,
     ) -> Result<ObjectBody> {
         let exts = extents(record);
         let size = record.object_size();
@@ -298,6 +342,7 @@ impl Cluster {
         let cluster = self.clone();
         let mut meter = BodyMeter::new(self.traffic.clone(), Class::Client, Direction::Out);
         tokio::spawn(async move {
+            let _share = share;
             for (ext, r) in plan {
                 let reader = if let Some(reader) = opened.take() {
                     Ok(reader)
@@ -358,14 +403,21 @@ async fn send_extent(
             if a >= b {
                 continue;
             }
-            if tx
-                .send(Ok(chunk.slice((a - lo) as usize..(b - lo) as usize)))
-                .await
-                .is_err()
-            {
-                return Ok(());
+            // The pieces of the chunk, clipped to bytes a..b of the object.
+            let mut at = lo;
+            for piece in chunk {
+                let (p_lo, p_hi) = (at, at + piece.len() as u64);
+                at = p_hi;
+                let (x, y) = (p_lo.max(a), p_hi.min(b));
+                if x >= y {
+                    continue;
+                }
+                let part = piece.slice((x - p_lo) as usize..(y - p_lo) as usize);
+                if tx.send(Ok(part)).await.is_err() {
+                    return Ok(());
+                }
+                meter.add((y - x) as usize);
             }
-            meter.add((b - a) as usize);
         }
     }
     Ok(())

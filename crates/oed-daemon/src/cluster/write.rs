@@ -21,6 +21,7 @@ use sha2::Digest as _;
 use tokio::sync::mpsc;
 
 use super::Cluster;
+use super::budget::Budget;
 use super::drive::DriveError;
 use crate::error::{Error, Result};
 use crate::store::record::{ObjectRecord, PartRef, RecordTail, VersionId, now_ms};
@@ -58,6 +59,15 @@ pub struct Written {
     /// Parts of the multipart version this write replaced, as the drives reported them;
     /// nothing references them any more.
     pub replaced_parts: Vec<PartRef>,
+}
+
+/// The share of the coordinator's budget a write of `obj` holds. A completed multipart
+/// upload writes its record only (its parts hold the data) and needs none.
+fn write_share(obj: &NewObject, layout: oed_ec::Layout) -> u64 {
+    if !obj.parts.is_empty() {
+        return 0;
+    }
+    Budget::write_share(obj.size, layout.stripe_size(), layout.k(), layout.m())
 }
 
 /// The receiving end of one shard upload, as a stream.
@@ -193,7 +203,7 @@ impl Cluster {
             parts: Vec::new(),
         };
         record.validate()?;
-
+        let _share = self.budget.take(write_share(&obj, layout)).await?;
         let mut up = Uploads::start(self, &record, &placed, layout)?;
 
         let streamed = self

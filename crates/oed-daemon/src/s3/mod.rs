@@ -90,6 +90,7 @@ pub fn s3_error(e: Error) -> S3Error {
         ),
         Error::BadDigest => (C::BadDigest, None),
         Error::Unavailable(_) | Error::ShuttingDown => (C::ServiceUnavailable, None),
+        Error::SlowDown(_) => (C::SlowDown, None),
         Error::InsufficientStorage { .. } => (
             C::Custom("InsufficientStorage".into()),
             Some(http::StatusCode::INSUFFICIENT_STORAGE),

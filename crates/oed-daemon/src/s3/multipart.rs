@@ -194,7 +194,7 @@ pub(crate) async fn upload_part_copy(
         Some(r) => copy_range(r, size)?,
         None => 0..size,
     };
-    let body = cluster.read_object(&src, range.clone()).await.or_s3()?;
+    let body = cluster.read_for_copy(&src, range.clone()).await.or_s3()?;
     let obj = NewObject {
         bucket: input.bucket,
         key: part_key(&input.upload_id, input.part_number),

@@ -401,7 +401,7 @@ pub(crate) async fn copy(
         (src.content_type.clone(), src.user_meta.clone())
     };
     let size = src.object_size();
-    let body = cluster.read_object(&src, 0..size).await.or_s3()?;
+    let body = cluster.read_for_copy(&src, 0..size).await.or_s3()?;
     let obj = NewObject {
         bucket: input.bucket,
         key: input.key,

@@ -580,7 +580,7 @@ impl<'a> Upload<'a> {
 /// and ends the stream. Reading stops when the receiver is dropped.
 #[must_use]
 pub fn read_stripes(bytes: ShardBytes, from: u64, to: u64) -> mpsc::Receiver<Result<Bytes>> {
-    let (tx, rx) = mpsc::channel(2);
+    let (tx, rx) = mpsc::channel(1);
     tokio::task::spawn_blocking(move || read_stripes_into(bytes, from, to, &tx));
     rx
 }
