@@ -7,6 +7,7 @@ so a test can kill one with SIGKILL, flip bytes in its shard files, and start it
 """
 
 import os
+import re
 import secrets
 import shutil
 import signal
@@ -15,6 +16,7 @@ import subprocess
 import tempfile
 import threading
 import time
+import urllib.request
 from pathlib import Path
 
 import boto3
@@ -155,6 +157,14 @@ class Cluster:
             check=check,
             timeout=600,
         )
+
+    def metric(self, i, name, labels=""):
+        """The value of series `name{labels}` on drive i's /metrics."""
+        url = f"http://{self.metrics_addrs[i]}/metrics"
+        text = urllib.request.urlopen(url, timeout=5).read().decode()
+        m = re.search(rf"^{re.escape(name)}{re.escape(labels)} (\S+)$", text, re.M)
+        assert m, f"{name}{labels} not exported by {self.ids[i]}"
+        return float(m.group(1))
 
     def shard_files(self, i):
         return sorted((self.data_dir(i) / "shards").rglob("*.shard"))

@@ -5,10 +5,8 @@ open with sockets whose receive buffer is tiny and reads nothing from them.
 """
 
 import hashlib
-import re
 import socket
 import time
-import urllib.request
 from urllib.parse import urlsplit
 
 import pytest
@@ -50,13 +48,6 @@ def stalled_get(url):
     return s
 
 
-def metric(cluster, name, labels=""):
-    text = urllib.request.urlopen(f"http://{cluster.metrics_addrs[0]}/metrics", timeout=5).read().decode()
-    m = re.search(rf"^{re.escape(name)}{re.escape(labels)} (\S+)$", text, re.M)
-    assert m, f"{name}{labels} not exported"
-    return float(m.group(1))
-
-
 def test_requests_past_the_budget_get_slowdown_and_change_nothing(small):
     s3 = small.client()
     s3.create_bucket(Bucket="budget")
@@ -68,10 +59,10 @@ def test_requests_past_the_budget_get_slowdown_and_change_nothing(small):
     held = [stalled_get(url) for _ in range(4)]
     try:
         deadline = time.time() + 10
-        while metric(small, "oed_coordinator_buffer_bytes", '{what="held"}') < MIB and time.time() < deadline:
+        while small.metric(0, "oed_coordinator_buffer_bytes", '{what="held"}') < MIB and time.time() < deadline:
             time.sleep(0.1)
-        assert metric(small, "oed_coordinator_buffer_bytes", '{what="held"}') == MIB
-        assert metric(small, "oed_coordinator_buffer_bytes", '{what="limit"}') == MIB
+        assert small.metric(0, "oed_coordinator_buffer_bytes", '{what="held"}') == MIB
+        assert small.metric(0, "oed_coordinator_buffer_bytes", '{what="limit"}') == MIB
 
         # A fifth GET waits its 2 s and is refused; so is a PUT, which stores nothing.
         started = time.time()
@@ -85,7 +76,7 @@ def test_requests_past_the_budget_get_slowdown_and_change_nothing(small):
             s3.put_object(Bucket="budget", Key="other", Body=b"x" * 100_000)
         assert e.value.response["Error"]["Code"] == "SlowDown"
         # botocore retries a SlowDown once more here; every refusal is counted.
-        assert metric(small, "oed_slowdown_total") >= 2
+        assert small.metric(0, "oed_slowdown_total") >= 2
 
         # Requests that need no share of object data go on meanwhile.
         s3.head_object(Bucket="budget", Key="big")
@@ -101,9 +92,9 @@ def test_requests_past_the_budget_get_slowdown_and_change_nothing(small):
 
     # Everything given back; the refused PUT left the object as it was.
     deadline = time.time() + 10
-    while metric(small, "oed_coordinator_buffer_bytes", '{what="held"}') > 0 and time.time() < deadline:
+    while small.metric(0, "oed_coordinator_buffer_bytes", '{what="held"}') > 0 and time.time() < deadline:
         time.sleep(0.1)
-    assert metric(small, "oed_coordinator_buffer_bytes", '{what="held"}') == 0
+    assert small.metric(0, "oed_coordinator_buffer_bytes", '{what="held"}') == 0
     assert s3.get_object(Bucket="budget", Key="other")["Body"].read() == b"kept"
     s3.put_object(Bucket="budget", Key="other", Body=b"y" * MIB)
     assert s3.get_object(Bucket="budget", Key="other")["Body"].read() == b"y" * MIB

@@ -88,3 +88,11 @@ def test_flipped_bytes_on_disk_are_never_served(fresh):
     assert flipped >= 2
     for i in range(6):
         assert fresh.client(i).get_object(Bucket="rot", Key="k")["Body"].read() == body
+    # Each coordinator read its own shard directly and the others' through the peer
+    # API; either way a bad chunk found on a drive is counted there and queued for heal.
+    found = [fresh.metric(d, "oed_shard_checksum_failures_total") for d in (0, 1)]
+    assert sum(found) >= 1
+    for d, n in zip((0, 1), found):
+        assert fresh.metric(d, "oed_heal_backlog") >= min(n, 1)
+    for d in range(2, 6):
+        assert fresh.metric(d, "oed_shard_checksum_failures_total") == 0

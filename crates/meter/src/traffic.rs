@@ -205,9 +205,9 @@ impl Traffic {
             .observe(seconds);
     }
 
-    /// One shard read from disk starting at byte `offset` of the shard.
-    pub fn shard_read(&self, offset: u64) {
-        let p = if offset == 0 { "sequential" } else { "random" };
+    /// One shard read from disk starting at stripe `first` of the shard.
+    pub fn shard_read(&self, first: u64) {
+        let p = if first == 0 { "sequential" } else { "random" };
         self.shard_reads.with_label_values(&[p]).inc();
     }
 

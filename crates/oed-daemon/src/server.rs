@@ -34,7 +34,7 @@ pub struct Drive {
     grace: Duration,
     /// The drive's metrics registry.
     pub metrics: DriveMetrics,
-    meter: Option<oed_meter::Meter>,
+    meter: oed_meter::Meter,
     meter_period: Duration,
 }
 
@@ -80,10 +80,7 @@ impl Drive {
             peer.clone(),
             &config.drive_id,
         )?;
-        let meter = Some(oed_meter::Meter::new(
-            &meter_config(config)?,
-            &metrics.registry,
-        )?);
+        let meter = oed_meter::Meter::new(&meter_config(config)?, &metrics.registry)?;
         Ok(Self {
             store,
             cluster,
@@ -103,16 +100,21 @@ impl Drive {
     /// # Errors
     /// [`crate::Error::Io`] if the server fails; a flush failure at the end.
     pub async fn serve(
-        mut self,
+        self,
         listener: TcpListener,
         metrics_listener: Option<TcpListener>,
         shutdown: CancellationToken,
     ) -> Result<()> {
         let tasks = TaskTracker::new();
-        if let Some(meter) = self.meter.take() {
-            let (period, token) = (self.meter_period, shutdown.child_token());
-            tasks.spawn_blocking(move || sample(meter, period, &token));
-        }
+        // The sampler sleeps whole periods; dropping `stop` wakes it for shutdown.
+        let (stop, stopped) = std::sync::mpsc::channel::<()>();
+        let token = shutdown.child_token();
+        tasks.spawn(async move {
+            token.cancelled().await;
+            drop(stop);
+        });
+        let (meter, period) = (self.meter, self.meter_period);
+        tasks.spawn_blocking(move || sample(meter, period, &stopped));
         if let Some(l) = metrics_listener {
             let app = crate::metrics::router(self.metrics.clone());
             let token = shutdown.child_token();
@@ -206,21 +208,17 @@ pub fn meter_config(config: &Config) -> Result<oed_meter::MeterConfig> {
     })
 }
 
-/// The meter's sampler: one reading per `period` until `token` is cancelled, on a
-/// thread of its own. Readings block (procfs reads, an external power command), and
-/// queued behind shard I/O on the shared blocking pool they would come seconds late
-/// under load.
-fn sample(mut meter: oed_meter::Meter, period: Duration, token: &CancellationToken) {
-    // Short sleeps, so shutdown does not wait for a whole period.
-    let step = period.min(Duration::from_millis(100));
-    let mut next = std::time::Instant::now();
-    while !token.is_cancelled() {
-        let now = std::time::Instant::now();
-        if now >= next {
-            meter.sample();
-            next = now + period;
+/// The meter's sampler: one reading per `period` until `stop` is closed, on a thread of
+/// its own. Readings block (procfs reads, an external power command), and queued behind
+/// shard I/O on the shared blocking pool they would come seconds late under load.
+fn sample(mut meter: oed_meter::Meter, period: Duration, stop: &std::sync::mpsc::Receiver<()>) {
+    loop {
+        let next = std::time::Instant::now() + period;
+        meter.sample();
+        let wait = next.saturating_duration_since(std::time::Instant::now());
+        if stop.recv_timeout(wait) != Err(std::sync::mpsc::RecvTimeoutError::Timeout) {
+            return;
         }
-        std::thread::sleep(step.min(next.saturating_duration_since(std::time::Instant::now())));
     }
 }
 

@@ -107,22 +107,11 @@ impl DriveHandle {
         match self {
             DriveHandle::Local(store) => {
                 let (record, bytes) = store.shard(bucket, key, Some(version))?;
-                let rx = crate::store::read_stripes(bytes, from, to);
-                let store = store.clone();
-                let stream = futures_util::stream::unfold(
-                    (rx, store, record),
-                    |(mut rx, store, record)| async move {
-                        let item = rx.recv().await?;
-                        let item = item.map_err(|e| {
-                            if let Error::CorruptShard { stripe } = e {
-                                tracing::error!(bucket = %record.bucket, key = %record.key, stripe, "stored shard is corrupt");
-                                let _ = store.meta().queue_corrupt(&record);
-                            }
-                            DriveError::from(e)
-                        });
-                        Some((item, (rx, store, record)))
-                    },
-                );
+                let rx = store.read_stripes(record, bytes, from, to);
+                let stream = futures_util::stream::unfold(rx, |mut rx| async move {
+                    let item = rx.recv().await?;
+                    Some((item.map_err(DriveError::from), rx))
+                });
                 Ok(Box::pin(stream))
             }
             DriveHandle::Remote(c) => {

@@ -288,13 +288,7 @@ impl Cluster {
         record: &ObjectRecord,
         range: Range<u64>,
     ) -> Result<ObjectBody> {
-        let size = record.object_size();
-        let len = range.end.min(size).saturating_sub(range.start);
-        let stripe = extents(record)
-            .first()
-            .map_or(0, |e| u64::from(e.k) * u64::from(e.chunk_size));
-        let share = self.budget.take(Budget::read_share(len, stripe)).await?;
-        self.read_holding(record, range, share).await
+        self.read(record, range, true).await
     }
 
     /// [`Cluster::read_object`] for the source of a copy: it takes no share of its own,
@@ -307,14 +301,14 @@ impl Cluster {
         record: &ObjectRecord,
         range: Range<u64>,
     ) -> Result<ObjectBody> {
-        self.read_holding(record, range, Share::none()).await
+        self.read(record, range, false).await
     }
 
-    async fn read_holding(
+    async fn read(
         self: &Arc<Self>,
         record: &ObjectRecord,
         range: Range<u64>,
-        share: Share,
+        budgeted: bool,
     ) -> Result<ObjectBody> {
         let exts = extents(record);
         let size = record.object_size();
@@ -333,6 +327,13 @@ impl Cluster {
         let (tx, rx) = mpsc::channel(4);
         let Some((first, first_range)) = plan.first().cloned() else {
             return Ok(ObjectBody(rx));
+        };
+        let share = if budgeted {
+            let stripe = u64::from(first.k) * u64::from(first.chunk_size);
+            let len = range.end - range.start;
+            self.budget.take(Budget::read_share(len, stripe)).await?
+        } else {
+            Share::none()
         };
         let bucket = record.bucket.clone();
         let stripes = stripe_range(&first, &first_range)?;

@@ -169,12 +169,11 @@ async fn put_shard(
     Query(q): Query<PutShardQuery>,
     body: Body,
 ) -> Result<Json<crate::store::Stored>> {
-    let started = std::time::Instant::now();
-    let received = Arc::new(AtomicU64::new(0));
-    let counting = received.clone();
+    // Counted as it arrives, drained rest included; recorded when the stream is dropped.
+    let mut meter = BodyMeter::new(state.traffic.clone(), Class::Peer, Direction::In);
     let mut stream = body.into_data_stream().inspect(move |piece| {
         if let Ok(b) = piece {
-            counting.fetch_add(b.len() as u64, Ordering::Relaxed);
+            meter.add(b.len());
         }
     });
     let result = match serde_json::from_str::<ObjectRecord>(&q.record) {
@@ -201,12 +200,7 @@ async fn put_shard(
         };
         let _ = tokio::time::timeout(std::time::Duration::from_secs(5), drain).await;
     }
-    state.traffic.body(
-        Class::Peer,
-        Direction::In,
-        received.load(Ordering::Relaxed),
-        started.elapsed().as_secs_f64(),
-    );
+    drop(stream);
     Ok(Json(result?))
 }
 
@@ -240,58 +234,38 @@ async fn get_shard(
             "stripe range {from}..{to} is empty or reversed"
         )));
     }
-    let mut rx = crate::store::read_stripes(bytes, from, to);
+    let version_id = record.version_id;
+    let mut rx = state.store.read_stripes(record, bytes, from, to);
     state.traffic.shard_read(from);
     let mut meter = BodyMeter::new(state.traffic.clone(), Class::Peer, Direction::Out);
     // The first chunk decides the status: a bad one is an error answer, not a short body.
     let first = match rx.recv().await {
-        Some(Err(Error::CorruptShard { stripe })) => {
-            state.store.meta().queue_corrupt(&record)?;
-            tracing::error!(bucket = %record.bucket, key = %record.key, stripe, "stored shard is corrupt");
-            return Err(Error::CorruptShard { stripe });
-        }
         Some(Err(e)) => return Err(e),
         Some(Ok(b)) => Some(b),
         None => None,
     };
-    let store = state.store.clone();
-    if let Some(b) = &first {
-        meter.add(b.len());
-    }
-    let body = futures_util::stream::unfold(
-        (first, rx, store, record.clone(), meter),
-        |(first, mut rx, store, record, mut meter)| async move {
-            if let Some(b) = first {
-                return Some((Ok(b), (None, rx, store, record, meter)));
-            }
-            match rx.recv().await? {
-                Ok(b) => {
-                    meter.add(b.len());
-                    Some((Ok(b), (None, rx, store, record, meter)))
-                }
-                Err(e) => {
-                    if let Error::CorruptShard { stripe } = e {
-                        tracing::error!(bucket = %record.bucket, key = %record.key, stripe, "stored shard is corrupt");
-                        let _ = store.meta().queue_corrupt(&record);
-                    }
-                    // Ends the body with an error: the client sees a broken transfer.
-                    Some((
-                        Err(std::io::Error::other(e.to_string())),
-                        (None, rx, store, record, meter),
-                    ))
-                }
-            }
-        },
-    );
+    let body = futures_util::stream::unfold((first, rx), |(first, mut rx)| async move {
+        let item = match first {
+            Some(b) => Ok(b),
+            // An error ends the body: the client sees a broken transfer.
+            None => rx
+                .recv()
+                .await?
+                .map_err(|e| std::io::Error::other(e.to_string())),
+        };
+        Some((item, (None, rx)))
+    })
+    .inspect(move |item| {
+        if let Ok(b) = item {
+            meter.add(b.len());
+        }
+    });
     let mut headers = HeaderMap::new();
     headers.insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/octet-stream"),
     );
-    headers.insert(
-        "x-oed-version-id",
-        header_value(&record.version_id.to_string()),
-    );
+    headers.insert("x-oed-version-id", header_value(&version_id.to_string()));
     headers.insert("x-oed-stripes", header_value(&format!("{from}-{to}")));
     Ok((StatusCode::OK, headers, Body::from_stream(body)).into_response())
 }

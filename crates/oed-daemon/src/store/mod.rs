@@ -574,18 +574,47 @@ impl<'a> Upload<'a> {
     }
 }
 
-/// Reads and checks stripes `from..to` of a shard on a blocking thread: each chunk's
-/// bytes (CRC32C checked, CRC stripped) arrive on the returned channel, two at most in
-/// flight. A bad or missing chunk arrives as [`Error::CorruptShard`] naming its stripe,
-/// and ends the stream. Reading stops when the receiver is dropped.
-#[must_use]
-pub fn read_stripes(bytes: ShardBytes, from: u64, to: u64) -> mpsc::Receiver<Result<Bytes>> {
-    let (tx, rx) = mpsc::channel(1);
-    tokio::task::spawn_blocking(move || read_stripes_into(bytes, from, to, &tx));
-    rx
+impl Store {
+    /// Reads and checks stripes `from..to` of `record`'s shard, whose bytes
+    /// [`Store::shard`] gave, on a blocking thread: each chunk's bytes (CRC32C checked,
+    /// CRC stripped) arrive on the returned channel, one read ahead of the receiver. A
+    /// bad or missing chunk is logged and queued for heal ([`MetaStore::queue_corrupt`]),
+    /// and arrives as [`Error::CorruptShard`] naming its stripe, which ends the stream.
+    /// Reading stops when the receiver is dropped.
+    #[must_use]
+    pub fn read_stripes(
+        self: &Arc<Self>,
+        record: ObjectRecord,
+        bytes: ShardBytes,
+        from: u64,
+        to: u64,
+    ) -> mpsc::Receiver<Result<Bytes>> {
+        let (tx, rx) = mpsc::channel(1);
+        let store = self.clone();
+        tokio::task::spawn_blocking(move || {
+            let Err(e) = read_stripes_into(bytes, from, to, &tx) else {
+                return;
+            };
+            if let Error::CorruptShard { stripe } = e {
+                tracing::error!(bucket = %record.bucket, key = %record.key, stripe, "stored shard is corrupt");
+                if let Err(q) = store.meta().queue_corrupt(&record) {
+                    tracing::warn!(error = %q, "heal queue");
+                }
+            }
+            let _ = tx.blocking_send(Err(e));
+        });
+        rx
+    }
 }
 
-fn read_stripes_into(bytes: ShardBytes, from: u64, to: u64, tx: &mpsc::Sender<Result<Bytes>>) {
+/// Sends the checked chunks of stripes `from..to` to `tx` until the end, a failure (returned), or
+/// the receiver going away.
+fn read_stripes_into(
+    bytes: ShardBytes,
+    from: u64,
+    to: u64,
+    tx: &mpsc::Sender<Result<Bytes>>,
+) -> Result<()> {
     fn run<R: Read + std::io::Seek>(
         r: R,
         from: u64,
@@ -614,7 +643,7 @@ fn read_stripes_into(bytes: ShardBytes, from: u64, to: u64, tx: &mpsc::Sender<Re
         }
         Ok(())
     }
-    let result = match bytes {
+    match bytes {
         ShardBytes::Inline(data) => run(std::io::Cursor::new(data), from, to, tx),
         ShardBytes::File(path) => match std::fs::File::open(&path) {
             // No BufReader: each frame is one read straight into the chunk's buffer.
@@ -624,9 +653,6 @@ fn read_stripes_into(bytes: ShardBytes, from: u64, to: u64, tx: &mpsc::Sender<Re
             }
             Err(e) => Err(e.into()),
         },
-    };
-    if let Err(e) = result {
-        let _ = tx.blocking_send(Err(e));
     }
 }
 
