@@ -84,10 +84,21 @@ impl MetaStore {
             .expect("every column family is created at open")
     }
 
+    /// Every write of this store. A synced one waits for its WAL to reach the disk; it does
+    /// so without holding up the runtime's other requests: on a multi-threaded runtime the
+    /// worker first hands its queue to another thread. Concurrent writers then also reach
+    /// RocksDB together, which syncs their WAL records at once.
     fn write(&self, batch: WriteBatch) -> Result<()> {
+        use tokio::runtime::{Handle, RuntimeFlavor};
         let mut opts = WriteOptions::default();
         opts.set_sync(self.sync);
-        self.db.write_opt(batch, &opts)?;
+        let write = || self.db.write_opt(batch, &opts);
+        match Handle::try_current() {
+            Ok(h) if self.sync && h.runtime_flavor() == RuntimeFlavor::MultiThread => {
+                tokio::task::block_in_place(write)
+            }
+            _ => write(),
+        }?;
         Ok(())
     }
 

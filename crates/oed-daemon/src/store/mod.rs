@@ -257,10 +257,10 @@ impl Store {
             }
         };
         // Last step: the record. Until this synced write the new shard is invisible.
-        if let Err(e) = self.synced(|| {
-            self.meta
-                .commit_object(&record, previous.as_ref(), inline.as_deref())
-        }) {
+        if let Err(e) = self
+            .meta
+            .commit_object(&record, previous.as_ref(), inline.as_deref())
+        {
             if inline.is_none()
                 && previous
                     .as_ref()
@@ -332,23 +332,9 @@ impl Store {
             return Err(Error::Superseded);
         }
         // Record first: a crash after it leaves an orphan file, never a dangling record.
-        self.synced(|| self.meta.delete_object(bucket, key))?;
+        self.meta.delete_object(bucket, key)?;
         remove_if_exists(&self.shard_path(bucket, key, rec.version_id, rec.shard_index)).await;
         Ok(())
-    }
-
-    /// Runs `write`, a RocksDB write that waits for its WAL to reach the disk when the fsync
-    /// policy says so, without holding up the runtime's other requests meanwhile: on a
-    /// multi-threaded runtime the worker first hands its queue to another thread. Concurrent
-    /// writers then also reach RocksDB together, which syncs their WAL records at once.
-    fn synced<T>(&self, write: impl FnOnce() -> T) -> T {
-        use tokio::runtime::{Handle, RuntimeFlavor};
-        match Handle::try_current() {
-            Ok(h) if self.fsync && h.runtime_flavor() == RuntimeFlavor::MultiThread => {
-                tokio::task::block_in_place(write)
-            }
-            _ => write(),
-        }
     }
 
     /// Moves an fsynced temp file to its final name durably. With the temp file's own
@@ -424,8 +410,6 @@ struct Upload<'a> {
     /// The temp file's path, from the first batch on (so a failed upload can remove it).
     path: Option<PathBuf>,
     file: Option<std::fs::File>,
-    /// Bytes already written to the temp file.
-    written: u64,
     pending: Vec<Bytes>,
     pending_len: usize,
 }
@@ -450,7 +434,6 @@ impl<'a> Upload<'a> {
             mem: Vec::new(),
             path: None,
             file: None,
-            written: 0,
             pending: Vec::new(),
             pending_len: 0,
         }
@@ -531,7 +514,7 @@ impl<'a> Upload<'a> {
     /// final fsync waits only for the last batch and the journal.
     async fn write_pending(&mut self) -> Result<()> {
         let pieces = std::mem::take(&mut self.pending);
-        let len = std::mem::take(&mut self.pending_len) as u64;
+        self.pending_len = 0;
         let path = self
             .path
             .get_or_insert_with(|| {
@@ -541,7 +524,7 @@ impl<'a> Upload<'a> {
             })
             .clone();
         let file = self.file.take();
-        let (offset, early) = (self.written, self.store.fsync);
+        let early = self.store.fsync;
         let file = tokio::task::spawn_blocking(move || -> std::io::Result<std::fs::File> {
             use std::io::Write;
             let mut f = match file {
@@ -555,14 +538,13 @@ impl<'a> Upload<'a> {
                 f.write_all(p)?;
             }
             if early {
-                start_writeback(&f, offset, len);
+                start_writeback(&f);
             }
             Ok(f)
         })
         .await
         .map_err(join_error)??;
         self.file = Some(file);
-        self.written += len;
         Ok(())
     }
 
@@ -681,8 +663,9 @@ fn read_stripes_into(
     }
 }
 
-/// Asks the kernel to start writing `len` bytes of `file` from `offset` to the disk, without
-/// waiting (Linux `sync_file_range` with `SYNC_FILE_RANGE_WRITE` only). It promises no
+/// Asks the kernel to start writing `file`'s dirty pages to the disk, without waiting (Linux
+/// `sync_file_range` over the whole file with `SYNC_FILE_RANGE_WRITE` only: pages already
+/// being written are skipped, so each call sends the batch just written). It promises no
 /// durability: the fsync in [`Upload::stage`] does that, and finds less left to do. A
 /// failure here changes nothing and is left for that fsync to report.
 #[cfg(target_os = "linux")]
@@ -690,20 +673,17 @@ fn read_stripes_into(
     unsafe_code,
     reason = "sync_file_range has no safe wrapper in std or rustix"
 )]
-fn start_writeback(file: &std::fs::File, offset: u64, len: u64) {
+fn start_writeback(file: &std::fs::File) {
     use std::os::fd::AsRawFd;
-    let (Ok(offset), Ok(len)) = (i64::try_from(offset), i64::try_from(len)) else {
-        return;
-    };
     // SAFETY: the descriptor is open for as long as `file` is borrowed; the call reads no
-    // memory of ours.
+    // memory of ours. Offset 0 and length 0 mean the whole file.
     unsafe {
-        libc::sync_file_range(file.as_raw_fd(), offset, len, libc::SYNC_FILE_RANGE_WRITE);
+        libc::sync_file_range(file.as_raw_fd(), 0, 0, libc::SYNC_FILE_RANGE_WRITE);
     }
 }
 
 #[cfg(not(target_os = "linux"))]
-fn start_writeback(_file: &std::fs::File, _offset: u64, _len: u64) {}
+fn start_writeback(_file: &std::fs::File) {}
 
 async fn remove_if_exists(path: &Path) {
     if let Err(e) = tokio::fs::remove_file(path).await
