@@ -7,9 +7,15 @@ import concurrent.futures
 import datetime
 import hashlib
 import os
+import socket
 
 import pytest
+from botocore.auth import SigV4Auth
+from botocore.awsrequest import AWSRequest
+from botocore.credentials import Credentials
 from botocore.exceptions import ClientError
+
+from conftest import ACCESS_KEY
 
 STRIPE = 4 * 65536
 
@@ -125,6 +131,58 @@ def test_conditional_requests(s3, bucket):
         s3.put_object(Bucket=bucket, Key="c", Body=b"v2", IfNoneMatch="*")
     assert status(e) == 412
     assert s3.get_object(Bucket=bucket, Key="c")["Body"].read() == b"v1"
+
+
+def signed_head(cluster, method, path, body, headers):
+    """The request head of a SigV4-signed request, as bytes (the body is not included)."""
+    req = AWSRequest(method=method, url=cluster.endpoint() + path, data=body, headers=headers)
+    req.headers["x-amz-content-sha256"] = hashlib.sha256(body).hexdigest()
+    SigV4Auth(Credentials(ACCESS_KEY, cluster.secret), "s3", "us-east-1").add_auth(req)
+    lines = [f"{method} {path} HTTP/1.1", f"Host: {cluster.addrs[0]}"]
+    lines += [f"{k}: {v}" for k, v in req.headers.items()]
+    lines.append(f"Content-Length: {len(body)}")
+    return ("\r\n".join(lines) + "\r\n\r\n").encode()
+
+
+def read_head(sock):
+    got = b""
+    while b"\r\n\r\n" not in got:
+        chunk = sock.recv(65536)
+        assert chunk, f"connection closed before a response head: {got!r}"
+        got += chunk
+    head, _, rest = got.partition(b"\r\n\r\n")
+    return head.decode().lower(), rest
+
+
+def test_a_refused_expect_continue_put_closes_the_connection(cluster, s3, bucket):
+    # botocore sends "Expect: 100-continue" with every PutObject and, refused at once,
+    # never sends the body. Were the connection kept, the server would take the first
+    # bytes of the client's next request as that body, and the request would fail SigV4.
+    s3.put_object(Bucket=bucket, Key="c", Body=b"v1")
+    with socket.create_connection(tuple(cluster.addrs[0].split(":")), timeout=10) as sock:
+        put = {"If-None-Match": "*", "Expect": "100-continue"}
+        sock.sendall(signed_head(cluster, "PUT", f"/{bucket}/c", b"v2", put))
+        head, _ = read_head(sock)
+        assert head.startswith("http/1.1 412"), head
+        assert "\r\nconnection: close" in head, head
+        try:
+            while sock.recv(65536):
+                pass
+        except TimeoutError:
+            pytest.fail("the server kept the connection open after refusing the body")
+    # A PUT whose body is read keeps its connection for the next request.
+    with socket.create_connection(tuple(cluster.addrs[0].split(":")), timeout=10) as sock:
+        sock.sendall(signed_head(cluster, "PUT", f"/{bucket}/d", b"v2", {"Expect": "100-continue"}))
+        head, _ = read_head(sock)
+        assert head.startswith("http/1.1 100"), head
+        sock.sendall(b"v2")
+        head, _ = read_head(sock)
+        assert head.startswith("http/1.1 200") and "connection: close" not in head, head
+        sock.sendall(signed_head(cluster, "GET", f"/{bucket}/d", b"", {}))
+        head, _ = read_head(sock)
+        assert head.startswith("http/1.1 200"), head
+    assert s3.get_object(Bucket=bucket, Key="c")["Body"].read() == b"v1"
+    assert s3.get_object(Bucket=bucket, Key="d")["Body"].read() == b"v2"
 
 
 def test_content_md5_is_checked_and_a_bad_one_stores_nothing(s3, bucket):

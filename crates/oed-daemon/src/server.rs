@@ -3,11 +3,15 @@
 //! `CancellationToken`; the HTTP server stops accepting, lets requests in flight finish
 //! within the grace period, background tasks stop, and then the store is flushed.
 
+use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::serve::ListenerExt;
+use http::HeaderValue;
+use http_body::{Body as HttpBody, Frame, SizeHint};
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
@@ -158,7 +162,8 @@ impl Drive {
                 self.metrics.traffic.clone(),
                 crate::metrics::metered,
             ))
-            .layer(axum::middleware::from_fn(trace_request));
+            .layer(axum::middleware::from_fn(trace_request))
+            .layer(axum::middleware::from_fn(close_if_continue_unread));
         let token = shutdown.clone();
         // Without TCP_NODELAY a response's last small segment waits for the client's delayed
         // ACK: a single-stream shard read stalled about 40 ms at p90 on loopback.
@@ -230,4 +235,68 @@ async fn trace_request(
     use tracing::Instrument;
     let span = tracing::info_span!("request", method = %req.method(), path = %req.uri().path());
     next.run(req).instrument(span).await
+}
+
+/// Closes the connection after a response to an `Expect: 100-continue` request whose body
+/// was never read, such as a 412 for a conditional PUT. The client was not told to go on,
+/// so it does not send the body (botocore sends `Expect` with every `PutObject`); hyper,
+/// finding the body unread, drains its declared length from whatever arrives next, and
+/// when the client's next request is already there its first bytes are taken as that body:
+/// the request then parses with a mangled method and fails SigV4. `Connection: close`
+/// makes hyper close instead, and tells the client not to reuse the connection.
+async fn close_if_continue_unread(
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    let continues = req
+        .headers()
+        .get(http::header::EXPECT)
+        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
+    if !continues {
+        return next.run(req).await;
+    }
+    let finished = Arc::new(AtomicBool::new(false));
+    let req = req.map(|inner| {
+        finished.store(inner.is_end_stream(), Ordering::Release);
+        axum::body::Body::new(Finished {
+            inner,
+            finished: finished.clone(),
+        })
+    });
+    let mut resp = next.run(req).await;
+    if !finished.load(Ordering::Acquire) {
+        resp.headers_mut()
+            .insert(http::header::CONNECTION, HeaderValue::from_static("close"));
+    }
+    resp
+}
+
+/// A request body that records when it has been read to its end.
+struct Finished {
+    inner: axum::body::Body,
+    finished: Arc<AtomicBool>,
+}
+
+impl HttpBody for Finished {
+    type Data = bytes::Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<std::result::Result<Frame<Self::Data>, Self::Error>>> {
+        let polled = Pin::new(&mut self.inner).poll_frame(cx);
+        if matches!(polled, Poll::Ready(None)) || self.inner.is_end_stream() {
+            self.finished.store(true, Ordering::Release);
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
 }
