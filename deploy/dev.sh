@@ -24,10 +24,6 @@ if ((${#need[@]})); then
 fi
 
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$HOME/.cache/oed/target}
-# The compilers deploy/test.sh uses (clang++ for RocksDB's C++), so that the two share
-# one build of it.
-# shellcheck source=cross/setup.sh
-source deploy/cross/setup.sh env
 profile=${OED_PROFILE:-dev}
 echo "dev: building oedd ($profile profile; the first build compiles RocksDB and takes a while)" >&2
 cargo build --locked -p oed-daemon --bin oedd --profile "$profile"

@@ -6,12 +6,8 @@
 #   source deploy/cross/setup.sh env export the per-target cargo/cc variables only
 #
 # What it sets, per target triple T (upper-cased with underscores for cargo):
-#   CC_T, AR_T                         the Debian cross gcc and ar (used by cc-rs)
-#   CXX_T, HOST_CXX                    clang++, for RocksDB's C++ on every target (the host
-#                                      too): at the -O0 of debug builds it compiles it about
-#                                      1.7x faster than g++, and RocksDB is most of a cold
-#                                      build. clang finds the cross gcc's headers and
-#                                      libstdc++ by itself; the cross gcc still links.
+#   CC_T, AR_T                         the Debian cross gcc and ar (used by cc-rs; the C++
+#                                      compiler, clang++, is set in .cargo/config.toml)
 #   CARGO_TARGET_T_LINKER              the cross gcc
 #   CARGO_TARGET_T_RUNNER              qemu-user with the cross sysroot, so `cargo test
 #                                      --target T` and `cargo run --target T` just work
@@ -29,17 +25,12 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 TARGETS=(aarch64-unknown-linux-gnu armv7-unknown-linux-gnueabihf)
 
 cross_env() {
-  # Also the host's C++ compiler: deploy/dev.sh sets the same, so the two scripts share
-  # one RocksDB build in the debug target directory instead of rebuilding it in turn.
-  export HOST_CXX=clang++
   export CC_aarch64_unknown_linux_gnu=aarch64-linux-gnu-gcc
-  export CXX_aarch64_unknown_linux_gnu=clang++
   export AR_aarch64_unknown_linux_gnu=aarch64-linux-gnu-ar
   export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER=aarch64-linux-gnu-gcc
   export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER="qemu-aarch64-static -L /usr/aarch64-linux-gnu -E LD_LIBRARY_PATH=/usr/aarch64-linux-gnu/lib"
 
   export CC_armv7_unknown_linux_gnueabihf=arm-linux-gnueabihf-gcc
-  export CXX_armv7_unknown_linux_gnueabihf=clang++
   export AR_armv7_unknown_linux_gnueabihf=arm-linux-gnueabihf-ar
   # The flag names the header by a path outside the checkout: cargo rebuilds RocksDB's
   # C++ (12+ minutes) whenever the flag's text changes, and a clone elsewhere would

@@ -21,7 +21,10 @@ from pathlib import Path
 
 import boto3
 import pytest
+from botocore.auth import S3SigV4Auth
+from botocore.awsrequest import AWSRequest
 from botocore.config import Config
+from botocore.credentials import Credentials
 
 ACCESS_KEY = "oed-test"
 
@@ -135,6 +138,13 @@ class Cluster:
                 **cfg,
             ),
         )
+
+    def signed_headers(self, method, path, body=b"", headers=None):
+        """The headers of a SigV4-signed request to drive 0 (payload hash included, as over
+        plain HTTP), for clients other than boto3: curl, raw sockets."""
+        req = AWSRequest(method=method, url=self.endpoint() + path, data=body, headers=headers or {})
+        S3SigV4Auth(Credentials(ACCESS_KEY, self.secret), "s3", "us-east-1").add_auth(req)
+        return dict(req.headers.items())
 
     def aws_env(self):
         env = dict(os.environ)

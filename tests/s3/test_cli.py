@@ -6,10 +6,6 @@ import os
 import subprocess
 import time
 
-import botocore.auth
-import botocore.awsrequest
-import botocore.credentials
-
 import pytest
 from botocore.exceptions import ClientError
 
@@ -92,11 +88,7 @@ def test_sigv4_failures_are_refused_and_change_nothing(cluster, s3):
         wrong.list_buckets()
     assert e.value.response["ResponseMetadata"]["HTTPStatusCode"] == 403
     # A body changed after signing: the signed payload hash no longer matches.
-    creds = botocore.credentials.Credentials("oed-test", cluster.secret)
-    r = botocore.awsrequest.AWSRequest(method="PUT", url=f"{cluster.endpoint()}/cli-auth/k",
-                                       data=b"good body")
-    botocore.auth.S3SigV4Auth(creds, "s3", "us-east-1").add_auth(r)
-    headers = dict(r.headers.items())
+    headers = cluster.signed_headers("PUT", "/cli-auth/k", b"good body")
     out = subprocess.run(
         ["curl", "-sS", "-X", "PUT", "--data-binary", "evil body", "-o", "/dev/null",
          "-w", "%{http_code}"] + sum((["-H", f"{k}: {v}"] for k, v in headers.items()), []) +

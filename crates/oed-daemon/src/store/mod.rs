@@ -503,16 +503,17 @@ impl<'a> Upload<'a> {
         self.pending_len += piece.len();
         self.pending.push(piece);
         if self.pending_len >= WRITE_BATCH {
-            self.write_pending().await?;
+            self.write_pending(false).await?;
         }
         Ok(())
     }
 
-    /// Writes the collected pieces to the temp file (created on the first call). When the
-    /// shard will be fsynced, the batch's writeback to the disk starts at once
-    /// ([`start_writeback`]), so the disk works while the rest of the body arrives and the
-    /// final fsync waits only for the last batch and the journal.
-    async fn write_pending(&mut self) -> Result<()> {
+    /// Writes the collected pieces to the temp file (created on the first call), on one
+    /// trip to a blocking thread. When the shard will be fsynced, a batch that is not the
+    /// `last` starts its writeback to the disk at once ([`start_writeback`]), so the disk
+    /// works while the rest of the body arrives; the `last` is followed by the fsync, which
+    /// then waits only for that batch and the journal. The file is closed after the `last`.
+    async fn write_pending(&mut self, last: bool) -> Result<()> {
         let pieces = std::mem::take(&mut self.pending);
         self.pending_len = 0;
         let path = self
@@ -524,8 +525,8 @@ impl<'a> Upload<'a> {
             })
             .clone();
         let file = self.file.take();
-        let early = self.store.fsync;
-        let file = tokio::task::spawn_blocking(move || -> std::io::Result<std::fs::File> {
+        let fsync = self.store.fsync;
+        self.file = tokio::task::spawn_blocking(move || -> std::io::Result<_> {
             use std::io::Write;
             let mut f = match file {
                 Some(f) => f,
@@ -537,39 +538,30 @@ impl<'a> Upload<'a> {
             for p in &pieces {
                 f.write_all(p)?;
             }
-            if early {
-                start_writeback(&f);
+            match (last, fsync) {
+                (false, true) => start_writeback(&f),
+                (true, true) => f.sync_all()?,
+                (_, false) => {}
             }
-            Ok(f)
+            Ok((!last).then_some(f))
         })
         .await
         .map_err(join_error)??;
-        self.file = Some(file);
         Ok(())
     }
 
     /// Finishes a received upload: inline bytes stay in memory; the temp file gets its
     /// last batch and (by policy) an fsync, so its data is on disk before any name points
-    /// to it.
+    /// to it. On an error the temp file is left to [`Upload::discard`].
     async fn stage(&mut self) -> Result<Staged> {
         if self.inline {
             return Ok(Staged::Inline(std::mem::take(&mut self.mem)));
         }
         // A verified shard file is at least a header long, so there is something to write.
-        self.write_pending().await?;
-        let (Some(path), Some(file)) = (self.path.take(), self.file.take()) else {
+        self.write_pending(true).await?;
+        let Some(path) = self.path.take() else {
             return Err(Error::Shard(oed_ec::Error::Truncated { stripe: 0 }));
         };
-        if self.store.fsync {
-            let synced = tokio::task::spawn_blocking(move || file.sync_all())
-                .await
-                .map_err(join_error)
-                .and_then(|r| r.map_err(Error::from));
-            if let Err(e) = synced {
-                remove_if_exists(&path).await;
-                return Err(e);
-            }
-        }
         Ok(Staged::File(path))
     }
 
@@ -666,8 +658,9 @@ fn read_stripes_into(
 /// Asks the kernel to start writing `file`'s dirty pages to the disk, without waiting (Linux
 /// `sync_file_range` over the whole file with `SYNC_FILE_RANGE_WRITE` only: pages already
 /// being written are skipped, so each call sends the batch just written). It promises no
-/// durability: the fsync in [`Upload::stage`] does that, and finds less left to do. A
-/// failure here changes nothing and is left for that fsync to report.
+/// durability: the fsync after the last batch ([`Upload::write_pending`]) does that, and
+/// finds less left to do. A failure here changes nothing and is left for that fsync to
+/// report.
 #[cfg(target_os = "linux")]
 #[expect(
     unsafe_code,
