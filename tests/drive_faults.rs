@@ -1,5 +1,5 @@
 //! Real faults against a real `oedd`: kill -9 during a stream of writes, a byte flipped
-//! in a shard file on disk, and a small file system filling up.
+//! in a shard file on disk, a shard file cut short, and a small file system filling up.
 
 use std::collections::BTreeMap;
 use std::process::Command;
@@ -113,32 +113,63 @@ fn kill_9_during_writes_loses_nothing_acknowledged_and_shows_nothing_partial() {
     );
 }
 
+/// Stores one shard of 4 stripes of 4096 bytes as "victim" in a new `bucket` of the drive
+/// in `dir`; returns the shard's data and its file.
+async fn one_stored_shard(
+    c: &oed_daemon::peer::client::PeerClient,
+    dir: &std::path::Path,
+    bucket: &str,
+    seed: u64,
+) -> (Vec<u8>, std::path::PathBuf) {
+    c.create_bucket(bucket).await.unwrap();
+    let data = bytes(4 * 4096, seed);
+    let rec = record(bucket, "victim", 1, data.len() as u64, 1, 1, 0);
+    let file = shard_file(&rec, &data);
+    c.put_shard(&rec, body(&file, 4096)).await.unwrap();
+    let mut shards = files_under(&dir.join("shards"));
+    assert_eq!(shards.len(), 1);
+    assert_eq!(std::fs::read(&shards[0]).unwrap(), file);
+    (data, shards.remove(0))
+}
+
+/// Asks for stripes `bad..4` of "victim" and checks that the drive refuses, naming `bad`.
+async fn assert_corrupt_from(c: &oed_daemon::peer::client::PeerClient, bucket: &str, bad: u64) {
+    let err = c
+        .get_shard(bucket, "victim", None, Some((bad, 4)))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Some("CorruptShard"));
+    assert!(err.to_string().contains(&format!("stripe {bad}")), "{err}");
+}
+
+/// Stripes `0..end` of "victim", which must be served whole.
+async fn good_stripes(
+    c: &oed_daemon::peer::client::PeerClient,
+    bucket: &str,
+    end: u64,
+) -> bytes::Bytes {
+    c.get_shard(bucket, "victim", None, Some((0, end)))
+        .await
+        .unwrap()
+        .bytes()
+        .await
+        .unwrap()
+}
+
 #[test]
 fn a_byte_flipped_on_disk_is_reported_never_served() {
     let dir = tempfile::tempdir().unwrap();
     let d = Daemon::start(dir.path(), &[]);
     let c = d.client();
     rt().block_on(async {
-        c.create_bucket("rot").await.unwrap();
-        let data = bytes(4 * 4096, 4);
-        let rec = record("rot", "victim", 1, data.len() as u64, 1, 1, 0);
-        let file = shard_file(&rec, &data);
-        c.put_shard(&rec, body(&file, 4096)).await.unwrap();
-        let shards = files_under(&dir.path().join("shards"));
-        assert_eq!(shards.len(), 1);
-        let mut on_disk = std::fs::read(&shards[0]).unwrap();
-        assert_eq!(on_disk, file);
+        let (data, path) = one_stored_shard(&c, dir.path(), "rot", 4).await;
+        let mut on_disk = std::fs::read(&path).unwrap();
         // Flip one byte inside stripe 2's chunk.
         on_disk[64 + 2 * (4096 + 4) + 777] ^= 0x20;
-        std::fs::write(&shards[0], &on_disk).unwrap();
+        std::fs::write(&path, &on_disk).unwrap();
 
         // From stripe 2: the first chunk is bad, so the answer is an error.
-        let err = c
-            .get_shard("rot", "victim", None, Some((2, 4)))
-            .await
-            .unwrap_err();
-        assert_eq!(err.code(), Some("CorruptShard"));
-        assert!(err.to_string().contains("stripe 2"), "{err}");
+        assert_corrupt_from(&c, "rot", 2).await;
         // Whole shard: stripes 0 and 1 are good, so the response starts, and then the
         // connection is cut instead of carrying bad bytes. (When the cut comes before hyper
         // has flushed the head, the client sees no response at all; both are refusals.)
@@ -150,14 +181,26 @@ fn a_byte_flipped_on_disk_is_reported_never_served() {
             Err(e) => assert!(e.code().is_none(), "unexpected error {e}"),
         }
         // Undamaged stripes are still served.
-        let ok = c
-            .get_shard("rot", "victim", None, Some((0, 2)))
-            .await
-            .unwrap()
-            .bytes()
-            .await
-            .unwrap();
-        assert_eq!(ok, data[..2 * 4096]);
+        assert_eq!(good_stripes(&c, "rot", 2).await, data[..2 * 4096]);
+        assert!(c.info().await.unwrap().heal_backlog >= 1);
+    });
+}
+
+#[test]
+fn a_shard_cut_short_on_disk_is_reported_never_served() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = Daemon::start(dir.path(), &[]);
+    let c = d.client();
+    rt().block_on(async {
+        let (data, path) = one_stored_shard(&c, dir.path(), "cut", 5).await;
+        // The file ends 1000 bytes into stripe 3's chunk.
+        let f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+        f.set_len(64 + 3 * (4096 + 4) + 1000).unwrap();
+        drop(f);
+
+        assert_corrupt_from(&c, "cut", 3).await;
+        // The stripes before the cut are still served.
+        assert_eq!(good_stripes(&c, "cut", 3).await, data[..3 * 4096]);
         assert!(c.info().await.unwrap().heal_backlog >= 1);
     });
 }

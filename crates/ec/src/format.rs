@@ -361,6 +361,21 @@ impl<R: Read> ShardReader<R> {
     /// when it goes on after the last one, [`Error::Io`] from the reader. `buf`'s contents
     /// are unspecified after an error.
     pub fn read_chunk(&mut self, buf: &mut Vec<u8>) -> Result<Option<u64>> {
+        self.read_chunk_with(buf, read_zeroed)
+    }
+
+    /// [`ShardReader::read_chunk`] with the frame's bytes read by `fill`, which must
+    /// replace `buf`'s contents with exactly the next `n` bytes of the reader (an
+    /// [`io::ErrorKind::UnexpectedEof`] error when the input ends first). It is for a
+    /// reader that can read into a vector's spare capacity: `read_chunk` zeroes the
+    /// buffer first, and on a drive that zeroing costs as much as the read itself.
+    ///
+    /// # Errors
+    /// As [`ShardReader::read_chunk`].
+    pub fn read_chunk_with<F>(&mut self, buf: &mut Vec<u8>, fill: F) -> Result<Option<u64>>
+    where
+        F: FnOnce(&mut R, &mut Vec<u8>, usize) -> io::Result<()>,
+    {
         let stripe = self.next;
         if stripe >= self.header.stripe_count() {
             let mut probe = [0u8; 1];
@@ -371,8 +386,15 @@ impl<R: Read> ShardReader<R> {
         }
         // The whole frame in one read; the CRC is then cut off the end.
         let len = self.header.chunk_len(stripe);
-        buf.resize(len + CRC_LEN, 0);
-        read_exact_or(&mut self.inner, buf, stripe)?;
+        buf.clear();
+        fill(&mut self.inner, buf, len + CRC_LEN).map_err(|e| read_error(e, stripe))?;
+        if buf.len() != len + CRC_LEN {
+            return Err(Error::Io(io::Error::other(format!(
+                "a frame reader filled {} bytes where {} were asked for",
+                buf.len(),
+                len + CRC_LEN
+            ))));
+        }
         let mut crc = [0u8; CRC_LEN];
         crc.copy_from_slice(&buf[len..]);
         buf.truncate(len);
@@ -548,14 +570,28 @@ fn read_retrying<R: Read>(r: &mut R, buf: &mut [u8]) -> io::Result<usize> {
     }
 }
 
+/// The frame reader of [`ShardReader::read_chunk`]: replaces `buf`'s contents with the
+/// next `n` bytes of `r`, zeroing the buffer first as safe Rust must.
+///
+/// # Errors
+/// From `r`, [`io::ErrorKind::UnexpectedEof`] when it ends first.
+pub fn read_zeroed<R: Read>(r: &mut R, buf: &mut Vec<u8>, n: usize) -> io::Result<()> {
+    buf.clear();
+    buf.resize(n, 0);
+    r.read_exact(buf)
+}
+
 fn read_exact_or<R: Read>(r: &mut R, buf: &mut [u8], stripe: u64) -> Result<()> {
-    r.read_exact(buf).map_err(|e| {
-        if e.kind() == io::ErrorKind::UnexpectedEof {
-            Error::Truncated { stripe }
-        } else {
-            Error::Io(e)
-        }
-    })
+    r.read_exact(buf).map_err(|e| read_error(e, stripe))
+}
+
+/// An input ending inside the frame of `stripe` is [`Error::Truncated`].
+fn read_error(e: io::Error, stripe: u64) -> Error {
+    if e.kind() == io::ErrorKind::UnexpectedEof {
+        Error::Truncated { stripe }
+    } else {
+        Error::Io(e)
+    }
 }
 
 #[cfg(test)]

@@ -275,3 +275,47 @@ proptest! {
         prop_assert!(matches!(verify_stream(&longer, piece), Err(Error::TrailingData)));
     }
 }
+
+#[test]
+fn read_chunk_with_takes_the_frame_from_its_filler_and_checks_what_it_fills() {
+    let layout = Layout::new(2, 1, 4096).unwrap();
+    let data = bytes(2 * 2 * 4096, 6);
+    let file = shard_files(layout, 1, &data).swap_remove(0);
+    // A filler that reads as a file-backed one would, in pieces of at most 1000 bytes.
+    let pieces = |r: &mut &[u8], buf: &mut Vec<u8>, n: usize| -> std::io::Result<()> {
+        buf.clear();
+        while buf.len() < n {
+            let take = (n - buf.len()).min(1000).min(r.len());
+            if take == 0 {
+                return Err(std::io::ErrorKind::UnexpectedEof.into());
+            }
+            buf.extend_from_slice(&r[..take]);
+            *r = &r[take..];
+        }
+        Ok(())
+    };
+    let mut r = ShardReader::new(file.as_slice()).unwrap();
+    let mut buf = vec![9u8; 3];
+    assert_eq!(r.read_chunk_with(&mut buf, pieces).unwrap(), Some(0));
+    assert_eq!(buf, data[..4096]);
+
+    // A filler that returns too few bytes is an error, not a short chunk.
+    let short = |r: &mut &[u8], buf: &mut Vec<u8>, n: usize| -> std::io::Result<()> {
+        buf.clear();
+        buf.extend_from_slice(&r[..n - 1]);
+        Ok(())
+    };
+    assert!(matches!(
+        r.read_chunk_with(&mut buf, short),
+        Err(Error::Io(_))
+    ));
+
+    // An input ending inside a frame is Truncated, whichever filler reads it.
+    let cut = &file[..HEADER_LEN + 4096 + 4 + 100];
+    let mut r = ShardReader::new(cut).unwrap();
+    assert_eq!(r.read_chunk_with(&mut buf, pieces).unwrap(), Some(0));
+    assert!(matches!(
+        r.read_chunk_with(&mut buf, pieces),
+        Err(Error::Truncated { stripe: 1 })
+    ));
+}

@@ -71,6 +71,10 @@ pub struct DriveInfo {
 #[derive(Clone, Debug)]
 pub struct PeerClient {
     base: String,
+    /// `base` parsed once, when it has no path of its own (as drive addresses have). A
+    /// request then sets only the path and query of a copy, which spares the coordinator
+    /// parsing the host (with its IDNA mapping) on every shard request.
+    base_url: Option<reqwest::Url>,
     key: PeerKey,
     http: reqwest::Client,
 }
@@ -100,18 +104,18 @@ impl PeerClient {
     /// A client of the drive at `base` (for example `http://127.0.0.1:9400`).
     #[must_use]
     pub fn new(base: &str, key: PeerKey) -> Self {
-        Self {
-            base: base.trim_end_matches('/').to_owned(),
-            key,
-            http: reqwest::Client::new(),
-        }
+        Self::with_http(base, key, reqwest::Client::new())
     }
 
     /// A client of the drive at `base` sharing `http`'s connection pool and timeouts.
     #[must_use]
     pub fn with_http(base: &str, key: PeerKey, http: reqwest::Client) -> Self {
+        let base = base.trim_end_matches('/').to_owned();
         Self {
-            base: base.trim_end_matches('/').to_owned(),
+            base_url: reqwest::Url::parse(&base)
+                .ok()
+                .filter(|u| u.path() == "/" && u.query().is_none() && u.fragment().is_none()),
+            base,
             key,
             http,
         }
@@ -128,13 +132,21 @@ impl PeerClient {
         let path = format!("/_oed/peer/v1/{op}");
         let date = auth::now_secs().to_string();
         let sig = self.key.sign(method.as_str(), &path, query, &date, digest);
-        let url = if query.is_empty() {
-            format!("{}{path}", self.base)
+        let query = (!query.is_empty()).then_some(query);
+        let builder = if let Some(base) = &self.base_url {
+            let mut url = base.clone();
+            url.set_path(&path);
+            url.set_query(query);
+            self.http.request(method, url)
         } else {
-            format!("{}{path}?{query}", self.base)
+            // A base with a path, or no URL (reqwest reports that when it is sent).
+            let url = match query {
+                Some(q) => format!("{}{path}?{q}", self.base),
+                None => format!("{}{path}", self.base),
+            };
+            self.http.request(method, url)
         };
-        self.http
-            .request(method, url)
+        builder
             .header(auth::DATE_HEADER, date)
             .header(auth::DIGEST_HEADER, digest)
             .header("authorization", format!("{} {sig}", auth::SCHEME))
@@ -333,4 +345,35 @@ async fn check(resp: reqwest::Response) -> Result<reqwest::Response, PeerError> 
         code: body.code,
         message: body.message,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn url_of(base: &str, query: &str) -> String {
+        let c = PeerClient::new(base, PeerKey::derive(b"0123456789abcdef"));
+        let req = c
+            .request(Method::GET, "shard", query, &auth::body_digest(b""))
+            .build()
+            .unwrap();
+        req.url().to_string()
+    }
+
+    #[test]
+    fn request_urls_are_the_base_with_the_operation_and_query() {
+        assert_eq!(
+            url_of("http://127.0.0.1:9400/", "bucket=b&key=a%2Fb%20c"),
+            "http://127.0.0.1:9400/_oed/peer/v1/shard?bucket=b&key=a%2Fb%20c"
+        );
+        assert_eq!(
+            url_of("http://127.0.0.1:9400", ""),
+            "http://127.0.0.1:9400/_oed/peer/v1/shard"
+        );
+        // A base with a path keeps it.
+        assert_eq!(
+            url_of("http://drive-3.example:9400/oed/", "x=1"),
+            "http://drive-3.example:9400/oed/_oed/peer/v1/shard?x=1"
+        );
+    }
 }
