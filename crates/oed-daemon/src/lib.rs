@@ -23,6 +23,7 @@ pub mod cluster;
 pub mod config;
 pub mod dev;
 pub mod error;
+pub mod md5_lanes;
 pub mod metrics;
 pub mod peer;
 pub mod s3;

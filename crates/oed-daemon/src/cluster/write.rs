@@ -16,7 +16,6 @@ use std::task::{Context, Poll};
 
 use bytes::{Buf, Bytes, BytesMut};
 use futures_util::{Stream, StreamExt};
-use md5::Digest as _;
 use sha2::Digest as _;
 use tokio::sync::mpsc;
 
@@ -24,6 +23,7 @@ use super::Cluster;
 use super::budget::Budget;
 use super::drive::DriveError;
 use crate::error::{Error, Result};
+use crate::md5_lanes::Md5Stream;
 use crate::store::record::{ObjectRecord, PartRef, RecordTail, VersionId, now_ms};
 use oed_meter::traffic::{Class, Direction, EcOp};
 
@@ -320,7 +320,8 @@ impl Cluster {
         let mut buf = BytesMut::with_capacity(stripe_size.min(obj.size as usize));
         let mut received: u64 = 0;
         let mut stripe: u64 = 0;
-        let mut md5 = (self.md5_etags || obj.content_md5.is_some()).then(md5::Md5::new);
+        // Hashed a stripe at a time, in lanes with other uploads' (crate::md5_lanes).
+        let mut md5 = (self.md5_etags || obj.content_md5.is_some()).then(Md5Stream::new);
         let mut fast = sha2::Sha256::new();
         fast.update(obj.size.to_le_bytes());
         while let Some(piece) = body.next().await {
@@ -342,15 +343,15 @@ impl Cluster {
                     obj.size
                 )));
             }
-            if let Some(h) = md5.as_mut() {
-                h.update(&piece);
-            }
             while !piece.is_empty() {
                 let take = (stripe_size - buf.len()).min(piece.len());
                 buf.extend_from_slice(&piece[..take]);
                 piece.advance(take);
                 if buf.len() == stripe_size {
                     let data = buf.split().freeze();
+                    if let Some(h) = md5.as_mut() {
+                        h.update(data.clone()).await;
+                    }
                     self.send_stripe(up, layout, codec, obj.size, stripe, data, &mut fast)
                         .await?;
                     stripe += 1;
@@ -366,10 +367,16 @@ impl Cluster {
         }
         if !buf.is_empty() {
             let data = buf.split().freeze();
+            if let Some(h) = md5.as_mut() {
+                h.update(data.clone()).await;
+            }
             self.send_stripe(up, layout, codec, obj.size, stripe, data, &mut fast)
                 .await?;
         }
-        let md5 = md5.map(|h| <[u8; 16]>::from(h.finalize()));
+        let md5 = match md5 {
+            Some(h) => Some(h.finish().await),
+            None => None,
+        };
         if let (Some(want), Some(got)) = (obj.content_md5, md5)
             && want != got
         {
