@@ -237,45 +237,53 @@ impl Md5Stream {
         }
     }
 
-    async fn settle(&mut self) -> State {
+    /// The state once the piece in flight is hashed.
+    async fn settle(&mut self) -> std::io::Result<State> {
         if let Some(rx) = self.pending.take() {
-            // The thread never drops a job unanswered while it runs; if it is gone, so is
-            // the piece, and the digest could not be right.
+            // The thread answers every piece it takes while it runs; if it stopped with
+            // one, that piece is lost and no digest of this stream can be right.
             return rx
                 .await
-                .expect("the MD5 thread answers every piece it takes");
+                .map_err(|_| std::io::Error::other("the MD5 thread stopped"));
         }
-        self.state.take().expect("a state or a pending piece")
+        self.state
+            .take()
+            .ok_or_else(|| std::io::Error::other("an MD5 stream used after an error"))
     }
 
     /// Hashes `data` after the pieces before it. Returns once the previous piece is done;
     /// this one is hashed in the background.
-    pub async fn update(&mut self, data: Bytes) {
-        let mut state = self.settle().await;
-        if data.len() < HAND_OVER_MIN {
+    ///
+    /// # Errors
+    /// When the `oed-md5` thread stopped with the previous piece (it does not fail
+    /// otherwise); the stream is then unusable.
+    pub async fn update(&mut self, data: Bytes) -> std::io::Result<()> {
+        let mut state = self.settle().await?;
+        let lanes = lanes().filter(|_| data.len() >= HAND_OVER_MIN);
+        let Some(lanes) = lanes else {
             state.absorb(&data);
             self.state = Some(state);
-            return;
-        }
-        let Some(lanes) = lanes() else {
-            state.absorb(&data);
-            self.state = Some(state);
-            return;
+            return Ok(());
         };
         let (done, rx) = oneshot::channel();
         match lanes.send(Job { state, data, done }) {
             Ok(()) => self.pending = Some(rx),
+            // The thread is gone: hash here.
             Err(mpsc::SendError(job)) => {
                 let mut state = job.state;
                 state.absorb(&job.data);
                 self.state = Some(state);
             }
         }
+        Ok(())
     }
 
     /// The digest of everything passed to [`Md5Stream::update`].
-    pub async fn finish(mut self) -> [u8; 16] {
-        self.settle().await.finish()
+    ///
+    /// # Errors
+    /// As [`Md5Stream::update`].
+    pub async fn finish(mut self) -> std::io::Result<[u8; 16]> {
+        Ok(self.settle().await?.finish())
     }
 }
 
@@ -455,16 +463,22 @@ mod tests {
     async fn known_answers_and_every_padding_length() {
         let hex = |d: [u8; 16]| hex::encode(d);
         let mut s = Md5Stream::new();
-        s.update(Bytes::new()).await;
-        assert_eq!(hex(s.finish().await), "d41d8cd98f00b204e9800998ecf8427e");
+        s.update(Bytes::new()).await.unwrap();
+        assert_eq!(
+            hex(s.finish().await.unwrap()),
+            "d41d8cd98f00b204e9800998ecf8427e"
+        );
         let mut s = Md5Stream::new();
-        s.update(Bytes::from_static(b"abc")).await;
-        assert_eq!(hex(s.finish().await), "900150983cd24fb0d6963f7d28e17f72");
+        s.update(Bytes::from_static(b"abc")).await.unwrap();
+        assert_eq!(
+            hex(s.finish().await.unwrap()),
+            "900150983cd24fb0d6963f7d28e17f72"
+        );
         for len in (0..=130).chain([HAND_OVER_MIN - 1, HAND_OVER_MIN, HAND_OVER_MIN + 55]) {
             let data = bytes(len, len as u32);
             let mut s = Md5Stream::new();
-            s.update(Bytes::from(data.clone())).await;
-            assert_eq!(s.finish().await, reference(&data), "length {len}");
+            s.update(Bytes::from(data.clone())).await.unwrap();
+            assert_eq!(s.finish().await.unwrap(), reference(&data), "length {len}");
         }
     }
 
@@ -484,11 +498,13 @@ mod tests {
                         let size =
                             [1, 63, 65, 20_000, 100_001, 64 * 1024, 17][(i + t as usize) % 7];
                         let end = (at + size).min(data.len());
-                        s.update(Bytes::copy_from_slice(&data[at..end])).await;
+                        s.update(Bytes::copy_from_slice(&data[at..end]))
+                            .await
+                            .unwrap();
                         at = end;
                         i += 1;
                     }
-                    assert_eq!(s.finish().await, reference(&data), "stream {t}");
+                    assert_eq!(s.finish().await.unwrap(), reference(&data), "stream {t}");
                 })
             })
             .collect();

@@ -350,7 +350,7 @@ impl Cluster {
                 if buf.len() == stripe_size {
                     let data = buf.split().freeze();
                     if let Some(h) = md5.as_mut() {
-                        h.update(data.clone()).await;
+                        h.update(data.clone()).await?;
                     }
                     self.send_stripe(up, layout, codec, obj.size, stripe, data, &mut fast)
                         .await?;
@@ -368,13 +368,13 @@ impl Cluster {
         if !buf.is_empty() {
             let data = buf.split().freeze();
             if let Some(h) = md5.as_mut() {
-                h.update(data.clone()).await;
+                h.update(data.clone()).await?;
             }
             self.send_stripe(up, layout, codec, obj.size, stripe, data, &mut fast)
                 .await?;
         }
         let md5 = match md5 {
-            Some(h) => Some(h.finish().await),
+            Some(h) => Some(h.finish().await?),
             None => None,
         };
         if let (Some(want), Some(got)) = (obj.content_md5, md5)
