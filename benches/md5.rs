@@ -7,10 +7,9 @@
 use std::hint::black_box;
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
-use oed_daemon::md5_lanes::compress_lanes;
+use oed_daemon::md5_lanes::{INIT, compress_lanes};
 
 const LEN: usize = 1024 * 1024;
-const INIT: [u32; 4] = [0x6745_2301, 0xefcd_ab89, 0x98ba_dcfe, 0x1032_5476];
 
 fn lanes<const N: usize>(
     c: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,

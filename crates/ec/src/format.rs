@@ -364,8 +364,8 @@ impl<R: Read> ShardReader<R> {
         self.read_chunk_with(buf, read_zeroed)
     }
 
-    /// [`ShardReader::read_chunk`] with the frame's bytes read by `fill`, which must
-    /// replace `buf`'s contents with exactly the next `n` bytes of the reader (an
+    /// [`ShardReader::read_chunk`] with the frame's bytes read by `fill`, which is given
+    /// `buf` empty and must leave in it exactly the next `n` bytes of the reader (an
     /// [`io::ErrorKind::UnexpectedEof`] error when the input ends first). It is for a
     /// reader that can read into a vector's spare capacity: `read_chunk` zeroes the
     /// buffer first, and on a drive that zeroing costs as much as the read itself.
@@ -576,7 +576,6 @@ fn read_retrying<R: Read>(r: &mut R, buf: &mut [u8]) -> io::Result<usize> {
 /// # Errors
 /// From `r`, [`io::ErrorKind::UnexpectedEof`] when it ends first.
 pub fn read_zeroed<R: Read>(r: &mut R, buf: &mut Vec<u8>, n: usize) -> io::Result<()> {
-    buf.clear();
     buf.resize(n, 0);
     r.read_exact(buf)
 }

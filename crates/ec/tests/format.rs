@@ -283,7 +283,7 @@ fn read_chunk_with_takes_the_frame_from_its_filler_and_checks_what_it_fills() {
     let file = shard_files(layout, 1, &data).swap_remove(0);
     // A filler that reads as a file-backed one would, in pieces of at most 1000 bytes.
     let pieces = |r: &mut &[u8], buf: &mut Vec<u8>, n: usize| -> std::io::Result<()> {
-        buf.clear();
+        assert!(buf.is_empty(), "a filler is given an empty buffer");
         while buf.len() < n {
             let take = (n - buf.len()).min(1000).min(r.len());
             if take == 0 {
@@ -301,7 +301,6 @@ fn read_chunk_with_takes_the_frame_from_its_filler_and_checks_what_it_fills() {
 
     // A filler that returns too few bytes is an error, not a short chunk.
     let short = |r: &mut &[u8], buf: &mut Vec<u8>, n: usize| -> std::io::Result<()> {
-        buf.clear();
         buf.extend_from_slice(&r[..n - 1]);
         Ok(())
     };

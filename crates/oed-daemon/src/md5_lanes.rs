@@ -30,7 +30,8 @@ pub const MAX_LANES: usize = 3;
 /// take in: 16 KiB, about 60 µs in three lanes on the development machine.
 const ROUND_BLOCKS: usize = 256;
 
-const INIT: [u32; 4] = [0x6745_2301, 0xefcd_ab89, 0x98ba_dcfe, 0x1032_5476];
+/// MD5's initial state (RFC 1321).
+pub const INIT: [u32; 4] = [0x6745_2301, 0xefcd_ab89, 0x98ba_dcfe, 0x1032_5476];
 
 /// The state of an MD5 computation between pieces.
 #[derive(Clone, Debug)]
@@ -170,13 +171,8 @@ fn run(rx: &mpsc::Receiver<Job>) {
             active.push(Lane::start(job));
         }
         // Pieces with no whole block left are done.
-        let mut i = 0;
-        while i < active.len() {
-            if active[i].blocks_left() == 0 {
-                active.swap_remove(i).finish();
-            } else {
-                i += 1;
-            }
+        for done in active.extract_if(.., |lane| lane.blocks_left() == 0) {
+            done.finish();
         }
         let Some(n) = active.iter().map(Lane::blocks_left).min() else {
             continue;
@@ -211,11 +207,16 @@ fn round<const N: usize>(lanes: [&mut Lane; N], n: usize) {
 
 /// An MD5 computation fed piece by piece.
 #[derive(Debug)]
-pub struct Md5Stream {
-    /// The state, when no piece is being hashed.
-    state: Option<State>,
-    /// The piece being hashed on the `oed-md5` thread.
-    pending: Option<oneshot::Receiver<State>>,
+pub struct Md5Stream(Progress);
+
+#[derive(Debug)]
+enum Progress {
+    /// No piece is being hashed.
+    Ready(State),
+    /// A piece is being hashed on the `oed-md5` thread.
+    Hashing(oneshot::Receiver<State>),
+    /// The thread stopped with a piece of this stream.
+    Lost,
 }
 
 impl Default for Md5Stream {
@@ -232,24 +233,19 @@ impl Md5Stream {
     /// An empty stream.
     #[must_use]
     pub fn new() -> Self {
-        Self {
-            state: Some(State::new()),
-            pending: None,
-        }
+        Self(Progress::Ready(State::new()))
     }
 
-    /// The state once the piece in flight is hashed.
+    /// The state once the piece in flight is hashed. The thread answers every piece it
+    /// takes while it runs; if it stopped with one, that piece is lost and no digest of
+    /// this stream can be right.
     async fn settle(&mut self) -> std::io::Result<State> {
-        if let Some(rx) = self.pending.take() {
-            // The thread answers every piece it takes while it runs; if it stopped with
-            // one, that piece is lost and no digest of this stream can be right.
-            return rx
-                .await
-                .map_err(|_| std::io::Error::other("the MD5 thread stopped"));
+        let lost = || std::io::Error::other("the MD5 thread stopped with a piece of this object");
+        match std::mem::replace(&mut self.0, Progress::Lost) {
+            Progress::Ready(state) => Ok(state),
+            Progress::Hashing(rx) => rx.await.map_err(|_| lost()),
+            Progress::Lost => Err(lost()),
         }
-        self.state
-            .take()
-            .ok_or_else(|| std::io::Error::other("an MD5 stream used after an error"))
     }
 
     /// Hashes `data` after the pieces before it. Returns once the previous piece is done;
@@ -263,19 +259,18 @@ impl Md5Stream {
         let lanes = lanes().filter(|_| data.len() >= HAND_OVER_MIN);
         let Some(lanes) = lanes else {
             state.absorb(&data);
-            self.state = Some(state);
+            self.0 = Progress::Ready(state);
             return Ok(());
         };
         let (done, rx) = oneshot::channel();
-        match lanes.send(Job { state, data, done }) {
-            Ok(()) => self.pending = Some(rx),
+        self.0 = match lanes.send(Job { state, data, done }) {
+            Ok(()) => Progress::Hashing(rx),
             // The thread is gone: hash here.
-            Err(mpsc::SendError(job)) => {
-                let mut state = job.state;
-                state.absorb(&job.data);
-                self.state = Some(state);
+            Err(mpsc::SendError(mut job)) => {
+                job.state.absorb(&job.data);
+                Progress::Ready(job.state)
             }
-        }
+        };
         Ok(())
     }
 

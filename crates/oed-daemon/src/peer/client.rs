@@ -70,11 +70,11 @@ pub struct DriveInfo {
 /// A signed client of one drive's peer API.
 #[derive(Clone, Debug)]
 pub struct PeerClient {
-    base: String,
-    /// `base` parsed once, when it has no path of its own (as drive addresses have). A
-    /// request then sets only the path and query of a copy, which spares the coordinator
-    /// parsing the host (with its IDNA mapping) on every shard request.
-    base_url: Option<reqwest::Url>,
+    /// The drive's base URL, parsed once: a request sets only the path and query of a
+    /// copy, which spares the coordinator parsing the host (with its IDNA mapping) on
+    /// every shard request. A base that does not parse is kept as text, for reqwest to
+    /// report when a request is sent.
+    base: Result<reqwest::Url, String>,
     key: PeerKey,
     http: reqwest::Client,
 }
@@ -110,12 +110,9 @@ impl PeerClient {
     /// A client of the drive at `base` sharing `http`'s connection pool and timeouts.
     #[must_use]
     pub fn with_http(base: &str, key: PeerKey, http: reqwest::Client) -> Self {
-        let base = base.trim_end_matches('/').to_owned();
+        let base = base.trim_end_matches('/');
         Self {
-            base_url: reqwest::Url::parse(&base)
-                .ok()
-                .filter(|u| u.path() == "/" && u.query().is_none() && u.fragment().is_none()),
-            base,
+            base: reqwest::Url::parse(base).map_err(|_| base.to_owned()),
             key,
             http,
         }
@@ -132,19 +129,18 @@ impl PeerClient {
         let path = format!("/_oed/peer/v1/{op}");
         let date = auth::now_secs().to_string();
         let sig = self.key.sign(method.as_str(), &path, query, &date, digest);
-        let query = (!query.is_empty()).then_some(query);
-        let builder = if let Some(base) = &self.base_url {
-            let mut url = base.clone();
-            url.set_path(&path);
-            url.set_query(query);
-            self.http.request(method, url)
-        } else {
-            // A base with a path, or no URL (reqwest reports that when it is sent).
-            let url = match query {
-                Some(q) => format!("{}{path}?{q}", self.base),
-                None => format!("{}{path}", self.base),
-            };
-            self.http.request(method, url)
+        let builder = match &self.base {
+            Ok(base) => {
+                let mut url = base.clone();
+                // A base with a path of its own keeps it in front.
+                match base.path().trim_end_matches('/') {
+                    "" => url.set_path(&path),
+                    prefix => url.set_path(&format!("{prefix}{path}")),
+                }
+                url.set_query((!query.is_empty()).then_some(query));
+                self.http.request(method, url)
+            }
+            Err(text) => self.http.request(method, format!("{text}{path}?{query}")),
         };
         builder
             .header(auth::DATE_HEADER, date)
@@ -375,5 +371,9 @@ mod tests {
             url_of("http://drive-3.example:9400/oed/", "x=1"),
             "http://drive-3.example:9400/oed/_oed/peer/v1/shard?x=1"
         );
+        // A base that is no URL fails when the request is built, not before.
+        let c = PeerClient::new("drive-3:9400", PeerKey::derive(b"0123456789abcdef"));
+        let req = c.request(Method::GET, "info", "", &auth::body_digest(b""));
+        assert!(req.build().is_err());
     }
 }

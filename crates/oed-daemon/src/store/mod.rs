@@ -557,11 +557,8 @@ impl<'a> Upload<'a> {
         if self.inline {
             return Ok(Staged::Inline(std::mem::take(&mut self.mem)));
         }
-        // A verified shard file is at least a header long, so there is something to write.
         self.write_pending(true).await?;
-        let Some(path) = self.path.take() else {
-            return Err(Error::Shard(oed_ec::Error::Truncated { stripe: 0 }));
-        };
+        let path = self.path.take().expect("write_pending names the temp file");
         Ok(Staged::File(path))
     }
 
@@ -614,7 +611,7 @@ fn read_stripes_into(
     to: u64,
     tx: &mpsc::Sender<Result<Bytes>>,
 ) -> Result<()> {
-    /// Replaces `buf`'s contents with the next `n` bytes of `r`.
+    /// Fills the empty `buf` with the next `n` bytes of `r`.
     type Fill<R> = fn(&mut R, &mut Vec<u8>, usize) -> std::io::Result<()>;
     fn run<R: Read + std::io::Seek>(
         r: R,
@@ -664,7 +661,7 @@ fn read_stripes_into(
     }
 }
 
-/// Replaces `buf`'s contents with the next `n` bytes of `file`, read straight into the
+/// Fills the empty `buf` with the next `n` bytes of `file`, read straight into the
 /// vector's spare capacity: zeroing a 256 KiB buffer before each read cost a drive
 /// serving shards about as much CPU as the read's copy out of the page cache.
 #[cfg(unix)]
@@ -674,7 +671,7 @@ fn read_stripes_into(
 )]
 fn read_uninit(file: &mut std::fs::File, buf: &mut Vec<u8>, n: usize) -> std::io::Result<()> {
     use std::os::fd::AsRawFd;
-    buf.clear();
+    debug_assert!(buf.is_empty());
     buf.reserve_exact(n);
     while buf.len() < n {
         let want = n - buf.len();
