@@ -119,7 +119,12 @@ impl DriveHandle {
                     .get_shard(bucket, key, Some(version), Some((from, to)))
                     .await?;
                 Ok(Box::pin(resp.bytes_stream().map(|r| {
-                    r.map_err(|e| DriveError::Failed(format!("shard read broken: {e}")))
+                    r.map_err(|e| {
+                        DriveError::Failed(format!(
+                            "shard read broken: {}",
+                            crate::error::source_chain(&e)
+                        ))
+                    })
                 })))
             }
         }

@@ -84,13 +84,8 @@ impl Cluster {
                 "drive_id {drive_id:?} is not one of the cluster map's drives"
             ))
         })?;
-        let http = reqwest::Client::builder()
-            .connect_timeout(Duration::from_secs(2))
-            .tcp_nodelay(true)
-            .pool_idle_timeout(Duration::from_secs(30))
-            .pool_max_idle_per_host(16)
-            .build()
-            .map_err(|e| Error::Config(format!("HTTP client: {e}")))?;
+        let http =
+            crate::peer::client::PeerHttp::new(Duration::from_secs(2), Duration::from_secs(30), 16);
         let drives = map
             .drives
             .iter()

@@ -1,15 +1,34 @@
 //! A client of another drive's peer API: signs each request and maps error bodies back to
 //! a [`PeerError`]. The coordinator of the cluster uses it; so do the end-to-end tests.
+//!
+//! It speaks HTTP/1.1 through hyper's pooled client directly. A connection's read buffer
+//! is capped at [`READ_BUFFER_MAX`]: hyper's default lets each connection grow one to
+//! about 400 KiB and keep it while the connection idles in the pool, and a coordinator
+//! holds dozens of connections (`docs/cluster.md`, "Memory and back-pressure").
 
 use std::fmt::Write as _;
+use std::time::Duration;
 
 use bytes::Bytes;
-use futures_util::Stream;
-use reqwest::{Method, StatusCode};
+use futures_util::{Stream, StreamExt, TryStreamExt};
+use http::{HeaderValue, Method, Request, Response, StatusCode, Uri};
+use http_body_util::{BodyExt, Full, StreamBody, combinators::BoxBody};
+use hyper::body::{Frame, Incoming};
+use hyper_util::client::legacy::{Client, connect::HttpConnector};
+use hyper_util::rt::{TokioExecutor, TokioTimer};
 use serde::Deserialize;
 
 use super::auth::{self, PeerKey};
 use crate::store::record::{BucketRecord, ObjectRecord, VersionId};
+
+/// The most a peer connection's read buffer grows to. A chunk of a shard arrives in
+/// pieces of at most this size, each sent on as it is; 64 KiB pieces cost no measurable
+/// CPU against hyper's default of about 400 KiB, and a connection idling in the pool
+/// keeps 64 KiB instead of 400.
+pub const READ_BUFFER_MAX: usize = 64 * 1024;
+
+/// A boxed error, as the transport reports it.
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// What went wrong talking to a peer.
 #[derive(Debug, thiserror::Error)]
@@ -25,9 +44,12 @@ pub enum PeerError {
         /// The peer's message.
         message: String,
     },
-    /// The request did not complete (connection refused, reset, timed out).
+    /// The request did not complete (connection refused, reset, a body cut short).
     #[error("peer request failed")]
-    Transport(#[from] reqwest::Error),
+    Transport(#[source] BoxError),
+    /// The drive's address is not an `http://host:port` URL.
+    #[error("peer address {0:?} is not an http://host:port URL")]
+    BadAddress(String),
     /// The peer's answer could not be decoded.
     #[error("peer answer could not be decoded")]
     Decode(#[from] serde_json::Error),
@@ -41,6 +63,10 @@ impl PeerError {
             PeerError::Status { code, .. } => Some(code),
             _ => None,
         }
+    }
+
+    fn transport(e: impl Into<BoxError>) -> Self {
+        PeerError::Transport(e.into())
     }
 }
 
@@ -67,16 +93,187 @@ pub struct DriveInfo {
     pub health: String,
 }
 
+/// A request body: bytes in memory, or a stream (sent chunked).
+pub type PeerBody = BoxBody<Bytes, std::io::Error>;
+
+/// The HTTP connections to other drives: one pool, shared by the [`PeerClient`]s of a
+/// drive. Cheap to clone.
+#[derive(Clone, Debug)]
+pub struct PeerHttp(std::sync::Arc<Client<HttpConnector, PeerBody>>);
+
+impl PeerHttp {
+    /// A pool that connects within `connect_timeout`, with `TCP_NODELAY`, and keeps up to
+    /// `max_idle_per_host` idle connections per drive for `idle_timeout`.
+    #[must_use]
+    pub fn new(
+        connect_timeout: Duration,
+        idle_timeout: Duration,
+        max_idle_per_host: usize,
+    ) -> Self {
+        let mut connector = HttpConnector::new();
+        connector.set_nodelay(true);
+        connector.set_connect_timeout(Some(connect_timeout));
+        let client = Client::builder(TokioExecutor::new())
+            .pool_timer(TokioTimer::new())
+            .pool_idle_timeout(idle_timeout)
+            .pool_max_idle_per_host(max_idle_per_host)
+            .http1_max_buf_size(READ_BUFFER_MAX)
+            .build(connector);
+        Self(std::sync::Arc::new(client))
+    }
+}
+
+impl Default for PeerHttp {
+    /// 2 s to connect; up to 16 idle connections per drive, for 30 s.
+    fn default() -> Self {
+        Self::new(Duration::from_secs(2), Duration::from_secs(30), 16)
+    }
+}
+
+/// A drive's base URL, split once: a request only adds its path and query, which spares
+/// the coordinator parsing the host on every shard request.
+#[derive(Clone, Debug)]
+struct Base {
+    scheme: http::uri::Scheme,
+    authority: http::uri::Authority,
+    /// A path of the base's own, kept in front of the peer API's ("" when none).
+    prefix: String,
+}
+
+impl Base {
+    fn parse(text: &str) -> Option<Self> {
+        let uri: Uri = text.parse().ok()?;
+        let parts = uri.into_parts();
+        let scheme = parts.scheme.filter(|s| *s == http::uri::Scheme::HTTP)?;
+        let authority = parts.authority?;
+        let prefix = match parts.path_and_query {
+            Some(p) if p.query().is_some() => return None,
+            Some(p) => p.path().trim_end_matches('/').to_owned(),
+            None => String::new(),
+        };
+        Some(Self {
+            scheme,
+            authority,
+            prefix,
+        })
+    }
+
+    fn uri(&self, path: &str, query: &str) -> Result<Uri, http::Error> {
+        let mut pq = format!("{}{path}", self.prefix);
+        if !query.is_empty() {
+            pq.push('?');
+            pq.push_str(query);
+        }
+        Uri::builder()
+            .scheme(self.scheme.clone())
+            .authority(self.authority.clone())
+            .path_and_query(pq)
+            .build()
+    }
+}
+
 /// A signed client of one drive's peer API.
 #[derive(Clone, Debug)]
 pub struct PeerClient {
-    /// The drive's base URL, parsed once: a request sets only the path and query of a
-    /// copy, which spares the coordinator parsing the host (with its IDNA mapping) on
-    /// every shard request. A base that does not parse is kept as text, for reqwest to
-    /// report when a request is sent.
-    base: Result<reqwest::Url, String>,
+    /// The drive's base URL, or the text that did not parse as one (reported when a
+    /// request is sent, so a drive with a bad address fails like a drive that is down).
+    base: Result<Base, String>,
     key: PeerKey,
-    http: reqwest::Client,
+    http: PeerHttp,
+}
+
+/// A signed request to a peer, ready to send; [`PeerClient::request`] makes one.
+#[must_use = "a request does nothing until it is sent"]
+pub struct PeerRequest {
+    http: PeerHttp,
+    head: Result<Request<()>, PeerError>,
+    body: PeerBody,
+}
+
+impl std::fmt::Debug for PeerRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PeerRequest")
+            .field("head", &self.head)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PeerRequest {
+    /// The request's URI, or why it has none.
+    ///
+    /// # Errors
+    /// [`PeerError::BadAddress`] when the drive's address did not parse.
+    pub fn uri(&self) -> Result<&Uri, &PeerError> {
+        self.head.as_ref().map(Request::uri)
+    }
+
+    /// The body: `bytes`, sent with a Content-Length.
+    pub fn body(mut self, bytes: impl Into<Bytes>) -> Self {
+        self.body = Full::new(bytes.into()).map_err(|e| match e {}).boxed();
+        self
+    }
+
+    /// The body: `stream`, sent chunked.
+    pub fn stream_body<S>(mut self, stream: S) -> Self
+    where
+        S: Stream<Item = Result<Bytes, std::io::Error>> + Send + Sync + 'static,
+    {
+        self.body = BodyExt::boxed(StreamBody::new(stream.map_ok(Frame::data)));
+        self
+    }
+
+    /// Sends the request and waits for the response's head.
+    ///
+    /// # Errors
+    /// [`PeerError::Transport`] when no response came; [`PeerError::BadAddress`].
+    pub async fn send(self) -> Result<PeerResponse, PeerError> {
+        let (parts, ()) = self.head?.into_parts();
+        let resp = self
+            .http
+            .0
+            .request(Request::from_parts(parts, self.body))
+            .await
+            .map_err(PeerError::transport)?;
+        Ok(PeerResponse(resp))
+    }
+}
+
+/// A peer's response; its body is read as it arrives.
+#[derive(Debug)]
+pub struct PeerResponse(Response<Incoming>);
+
+impl PeerResponse {
+    /// The HTTP status.
+    #[must_use]
+    pub fn status(&self) -> StatusCode {
+        self.0.status()
+    }
+
+    /// The whole body.
+    ///
+    /// # Errors
+    /// [`PeerError::Transport`] when the body is cut short.
+    pub async fn bytes(self) -> Result<Bytes, PeerError> {
+        let body = self.0.into_body().collect().await;
+        Ok(body.map_err(PeerError::transport)?.to_bytes())
+    }
+
+    /// The body, decoded from JSON.
+    ///
+    /// # Errors
+    /// [`PeerError::Transport`]; [`PeerError::Decode`].
+    pub async fn json<T: serde::de::DeserializeOwned>(self) -> Result<T, PeerError> {
+        Ok(serde_json::from_slice(&self.bytes().await?)?)
+    }
+
+    /// The body as it arrives, in pieces of at most [`READ_BUFFER_MAX`] bytes. A body cut
+    /// short ends with an error.
+    pub fn bytes_stream(self) -> impl Stream<Item = Result<Bytes, PeerError>> + Send {
+        self.0
+            .into_body()
+            .into_data_stream()
+            .map(|r| r.map_err(PeerError::transport))
+    }
 }
 
 fn q(s: &str) -> String {
@@ -101,59 +298,58 @@ fn key_query(bucket: &str, key: &str, version: Option<VersionId>) -> String {
 }
 
 impl PeerClient {
-    /// A client of the drive at `base` (for example `http://127.0.0.1:9400`).
+    /// A client of the drive at `base` (for example `http://127.0.0.1:9400`), with a
+    /// connection pool of its own.
     #[must_use]
     pub fn new(base: &str, key: PeerKey) -> Self {
-        Self::with_http(base, key, reqwest::Client::new())
+        Self::with_http(base, key, PeerHttp::default())
     }
 
-    /// A client of the drive at `base` sharing `http`'s connection pool and timeouts.
+    /// A client of the drive at `base` sharing `http`'s connection pool.
     #[must_use]
-    pub fn with_http(base: &str, key: PeerKey, http: reqwest::Client) -> Self {
-        let base = base.trim_end_matches('/');
+    pub fn with_http(base: &str, key: PeerKey, http: PeerHttp) -> Self {
         Self {
-            base: reqwest::Url::parse(base).map_err(|_| base.to_owned()),
+            base: Base::parse(base).ok_or_else(|| base.to_owned()),
             key,
             http,
         }
     }
 
-    /// A signed request builder; `query` must already be encoded.
-    pub fn request(
-        &self,
-        method: Method,
-        op: &str,
-        query: &str,
-        digest: &str,
-    ) -> reqwest::RequestBuilder {
+    /// A signed request with an empty body; `query` must already be encoded, `digest`
+    /// is the body's (see [`auth::body_digest`], or [`auth::STREAMING`]).
+    pub fn request(&self, method: Method, op: &str, query: &str, digest: &str) -> PeerRequest {
         let path = format!("/_oed/peer/v1/{op}");
         let date = auth::now_secs().to_string();
         let sig = self.key.sign(method.as_str(), &path, query, &date, digest);
-        let builder = match &self.base {
-            Ok(base) => {
-                let mut url = base.clone();
-                // A base with a path of its own keeps it in front.
-                match base.path().trim_end_matches('/') {
-                    "" => url.set_path(&path),
-                    prefix => url.set_path(&format!("{prefix}{path}")),
-                }
-                url.set_query((!query.is_empty()).then_some(query));
-                self.http.request(method, url)
-            }
-            Err(text) => self.http.request(method, format!("{text}{path}?{query}")),
+        let head = match &self.base {
+            Ok(base) => base
+                .uri(&path, query)
+                .map_err(PeerError::transport)
+                .and_then(|uri| {
+                    let mut req = Request::new(());
+                    *req.method_mut() = method;
+                    *req.uri_mut() = uri;
+                    let h = req.headers_mut();
+                    for (name, value) in [
+                        (auth::DATE_HEADER, date),
+                        (auth::DIGEST_HEADER, digest.to_owned()),
+                        ("authorization", format!("{} {sig}", auth::SCHEME)),
+                    ] {
+                        let value = HeaderValue::try_from(value).map_err(PeerError::transport)?;
+                        h.insert(name, value);
+                    }
+                    Ok(req)
+                }),
+            Err(text) => Err(PeerError::BadAddress(text.clone())),
         };
-        builder
-            .header(auth::DATE_HEADER, date)
-            .header(auth::DIGEST_HEADER, digest)
-            .header("authorization", format!("{} {sig}", auth::SCHEME))
+        PeerRequest {
+            http: self.http.clone(),
+            head,
+            body: Full::new(Bytes::new()).map_err(|e| match e {}).boxed(),
+        }
     }
 
-    async fn send(
-        &self,
-        method: Method,
-        op: &str,
-        query: &str,
-    ) -> Result<reqwest::Response, PeerError> {
+    async fn send(&self, method: Method, op: &str, query: &str) -> Result<PeerResponse, PeerError> {
         let resp = self
             .request(method, op, query, &auth::body_digest(b""))
             .send()
@@ -208,10 +404,10 @@ impl PeerClient {
         }
         let resp = self
             .request(Method::PUT, "shard", &query, auth::STREAMING)
-            .body(reqwest::Body::wrap_stream(body))
+            .stream_body(body)
             .send()
             .await?;
-        Ok(check(resp).await?.json().await?)
+        check(resp).await?.json().await
     }
 
     /// Reads stripes `from..to` of the stored shard (all when `None`): the response body
@@ -227,7 +423,7 @@ impl PeerClient {
         key: &str,
         version: Option<VersionId>,
         stripes: Option<(u64, u64)>,
-    ) -> Result<reqwest::Response, PeerError> {
+    ) -> Result<PeerResponse, PeerError> {
         let mut query = key_query(bucket, key, version);
         if let Some((from, to)) = stripes {
             let _ = write!(query, "&from={from}&to={to}");
@@ -241,11 +437,7 @@ impl PeerClient {
     /// [`PeerError`] (`NotFound`).
     pub async fn stat(&self, bucket: &str, key: &str) -> Result<ObjectRecord, PeerError> {
         let query = key_query(bucket, key, None);
-        Ok(self
-            .send(Method::GET, "object", &query)
-            .await?
-            .json()
-            .await?)
+        self.send(Method::GET, "object", &query).await?.json().await
     }
 
     /// Deletes an object's record and shard (with `version`: only if not newer).
@@ -274,11 +466,10 @@ impl PeerClient {
         limit: usize,
     ) -> Result<Vec<ObjectRecord>, PeerError> {
         let query = format!("bucket={}&start={}&limit={limit}", q(bucket), q(start));
-        Ok(self
-            .send(Method::GET, "objects", &query)
+        self.send(Method::GET, "objects", &query)
             .await?
             .json()
-            .await?)
+            .await
     }
 
     /// Creates (or keeps) a bucket record.
@@ -287,11 +478,7 @@ impl PeerClient {
     /// [`PeerError`].
     pub async fn create_bucket(&self, name: &str) -> Result<BucketRecord, PeerError> {
         let query = format!("bucket={}", q(name));
-        Ok(self
-            .send(Method::PUT, "bucket", &query)
-            .await?
-            .json()
-            .await?)
+        self.send(Method::PUT, "bucket", &query).await?.json().await
     }
 
     /// Deletes an empty bucket's record.
@@ -309,7 +496,7 @@ impl PeerClient {
     /// # Errors
     /// [`PeerError`].
     pub async fn buckets(&self) -> Result<Vec<BucketRecord>, PeerError> {
-        Ok(self.send(Method::GET, "buckets", "").await?.json().await?)
+        self.send(Method::GET, "buckets", "").await?.json().await
     }
 
     /// Capacity, counts, version and health of the drive.
@@ -317,11 +504,11 @@ impl PeerClient {
     /// # Errors
     /// [`PeerError`].
     pub async fn info(&self) -> Result<DriveInfo, PeerError> {
-        Ok(self.send(Method::GET, "info", "").await?.json().await?)
+        self.send(Method::GET, "info", "").await?.json().await
     }
 }
 
-async fn check(resp: reqwest::Response) -> Result<reqwest::Response, PeerError> {
+async fn check(resp: PeerResponse) -> Result<PeerResponse, PeerError> {
     #[derive(Deserialize)]
     struct Body {
         code: String,
@@ -331,7 +518,13 @@ async fn check(resp: reqwest::Response) -> Result<reqwest::Response, PeerError> 
     if status.is_success() {
         return Ok(resp);
     }
-    let text = resp.text().await.unwrap_or_default();
+    let text = match resp.bytes().await {
+        Ok(b) => String::from_utf8_lossy(&b).into_owned(),
+        Err(e) => format!(
+            "(the error body could not be read: {})",
+            crate::error::source_chain(&e)
+        ),
+    };
     let body: Body = serde_json::from_str(&text).unwrap_or(Body {
         code: "Unknown".into(),
         message: text,
@@ -349,11 +542,8 @@ mod tests {
 
     fn url_of(base: &str, query: &str) -> String {
         let c = PeerClient::new(base, PeerKey::derive(b"0123456789abcdef"));
-        let req = c
-            .request(Method::GET, "shard", query, &auth::body_digest(b""))
-            .build()
-            .unwrap();
-        req.url().to_string()
+        let req = c.request(Method::GET, "shard", query, &auth::body_digest(b""));
+        req.uri().unwrap().to_string()
     }
 
     #[test]
@@ -371,9 +561,33 @@ mod tests {
             url_of("http://drive-3.example:9400/oed/", "x=1"),
             "http://drive-3.example:9400/oed/_oed/peer/v1/shard?x=1"
         );
-        // A base that is no URL fails when the request is built, not before.
-        let c = PeerClient::new("drive-3:9400", PeerKey::derive(b"0123456789abcdef"));
-        let req = c.request(Method::GET, "info", "", &auth::body_digest(b""));
-        assert!(req.build().is_err());
+    }
+
+    #[test]
+    fn a_base_that_is_no_http_url_fails_when_a_request_is_sent() {
+        for bad in [
+            "drive-3:9400",
+            "https://drive-3:9400",
+            "http://",
+            "http://h:1/?q=1",
+            "",
+        ] {
+            let c = PeerClient::new(bad, PeerKey::derive(b"0123456789abcdef"));
+            let req = c.request(Method::GET, "info", "", &auth::body_digest(b""));
+            assert!(
+                matches!(req.uri(), Err(PeerError::BadAddress(t)) if t == bad),
+                "{bad:?}"
+            );
+            let err = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap()
+                .block_on(c.info())
+                .unwrap_err();
+            assert!(
+                err.to_string().contains("not an http://host:port URL"),
+                "{err}"
+            );
+        }
     }
 }
