@@ -146,16 +146,23 @@ impl Daemon {
         }
     }
 
+    /// Sends SIGTERM and returns at once: the drive begins its graceful shutdown.
+    pub fn sigterm(&self) {
+        if let Some(c) = &self.child {
+            // The `kill` command keeps the tests free of unsafe code.
+            let _ = Command::new("kill")
+                .arg("-TERM")
+                .arg(c.id().to_string())
+                .status();
+        }
+    }
+
     /// SIGTERM, then waits (at most `within`) for the exit; returns whether it exited 0.
     pub fn terminate(&mut self, within: Duration) -> bool {
+        self.sigterm();
         let Some(mut c) = self.child.take() else {
             return false;
         };
-        // The `kill` command keeps the tests free of unsafe code.
-        let _ = Command::new("kill")
-            .arg("-TERM")
-            .arg(c.id().to_string())
-            .status();
         let deadline = Instant::now() + within;
         while Instant::now() < deadline {
             if let Ok(Some(status)) = c.try_wait() {

@@ -36,6 +36,82 @@ fn smoke_put_get_and_clean_stop() {
     );
 }
 
+/// SIGTERM while a shard upload is half sent: the drive stops taking connections, lets
+/// the upload finish and acknowledges it, then exits 0; the shard is there after a
+/// restart.
+#[test]
+fn sigterm_drains_the_upload_in_flight_then_stops() {
+    use futures_util::StreamExt;
+    let dir = tempfile::tempdir().unwrap();
+    let mut d = Daemon::start(dir.path(), &[]);
+    let c = d.client();
+    let data = bytes(5 * 2 * 4096 + 321, 9);
+    let rec = record("drain", "obj", 3, data.len() as u64, 2, 1, 0);
+    let file = shard_file(&rec, &data);
+    rt().block_on(async {
+        c.create_bucket("drain").await.unwrap();
+        let (first, rest) = file.split_at(file.len() / 2);
+        let (first, rest) = (
+            bytes::Bytes::copy_from_slice(first),
+            bytes::Bytes::copy_from_slice(rest),
+        );
+        let (started_tx, started_rx) = tokio::sync::oneshot::channel::<()>();
+        let (go_tx, go_rx) = tokio::sync::oneshot::channel::<()>();
+        let upload = futures_util::stream::once(async move {
+            let _ = started_tx.send(());
+            Ok(first)
+        })
+        .chain(futures_util::stream::once(async move {
+            let _ = go_rx.await;
+            Ok(rest)
+        }));
+        let (c2, rec2) = (c.clone(), rec.clone());
+        let put = tokio::spawn(async move { c2.put_shard(&rec2, upload).await });
+        started_rx.await.unwrap();
+        // Time for the drive to read the request's head and start on its body.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        d.sigterm();
+        // The listener closes: a new connection is refused.
+        let mut refused = false;
+        for _ in 0..100 {
+            let fresh = PeerClient::new(
+                &d.url,
+                oed_daemon::peer::auth::PeerKey::derive(oed_tests::SECRET.as_bytes()),
+            );
+            if matches!(
+                fresh.info().await,
+                Err(oed_daemon::peer::client::PeerError::Transport(_))
+            ) {
+                refused = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert!(refused, "the drive still accepts connections after SIGTERM");
+        // Long enough for a drive that did not wait for its requests to have flushed and
+        // exited by now.
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        go_tx
+            .send(())
+            .expect("the drive dropped the upload in flight");
+        let stored = tokio::time::timeout(Duration::from_secs(30), put)
+            .await
+            .expect("the upload finished")
+            .unwrap()
+            .expect("the upload in flight was acknowledged");
+        assert_eq!(stored, rec);
+    });
+    assert!(
+        d.terminate(Duration::from_secs(30)),
+        "oedd did not exit 0 after draining"
+    );
+    let d = d.restart();
+    let c = d.client();
+    rt().block_on(async {
+        assert_eq!(read_shard(&c, "drain", "obj").await, chunk_bytes(&file));
+    });
+}
+
 #[test]
 fn every_operation_round_trips() {
     let dir = tempfile::tempdir().unwrap();

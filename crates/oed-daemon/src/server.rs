@@ -9,7 +9,6 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use axum::serve::ListenerExt;
 use http::HeaderValue;
 use http_body::{Body as HttpBody, Frame, SizeHint};
 use tokio::net::TcpListener;
@@ -164,23 +163,14 @@ impl Drive {
             ))
             .layer(axum::middleware::from_fn(trace_request))
             .layer(axum::middleware::from_fn(close_if_continue_unread));
-        let token = shutdown.clone();
-        // Without TCP_NODELAY a response's last small segment waits for the client's delayed
-        // ACK: a single-stream shard read stalled about 40 ms at p90 on loopback.
-        let listener = listener.tap_io(|tcp| {
-            if let Err(e) = tcp.set_nodelay(true) {
-                tracing::debug!(error = %e, "cannot set TCP_NODELAY on a connection");
-            }
-        });
-        let server = axum::serve(listener, app)
-            .with_graceful_shutdown(async move { token.cancelled().await });
+        let server = serve_http(listener, app, shutdown.clone());
         let grace = self.grace;
         let drained = async {
             shutdown.cancelled().await;
             tokio::time::sleep(grace).await;
         };
         tokio::select! {
-            r = server => r?,
+            () = server => {}
             () = drained => tracing::warn!(grace_s = grace.as_secs(), "requests still running after the grace period; stopping"),
         }
         self.peer.slots.close();
@@ -190,6 +180,63 @@ impl Drive {
         tracing::info!("store flushed; stopped");
         Ok(())
     }
+}
+
+/// The most an HTTP connection to this drive buffers of what it reads, as for the
+/// connections it opens to other drives ([`crate::peer::client::READ_BUFFER_MAX`]): a
+/// coordinator serves dozens of S3 and peer connections, and hyper's default lets each
+/// grow a buffer of about 400 KiB and keep it between requests.
+pub const SERVER_READ_BUFFER_MAX: usize = crate::peer::client::READ_BUFFER_MAX;
+
+/// Serves HTTP/1.1 on `listener` until `shutdown` is cancelled; then stops accepting,
+/// asks every connection to close after the request it is serving (idle ones close at
+/// once), and returns when they have.
+async fn serve_http(listener: TcpListener, app: axum::Router, shutdown: CancellationToken) {
+    let mut http = hyper::server::conn::http1::Builder::new();
+    http.max_buf_size(SERVER_READ_BUFFER_MAX);
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    loop {
+        let tcp = tokio::select! {
+            () = shutdown.cancelled() => break,
+            accepted = listener.accept() => match accepted {
+                Ok((tcp, _)) => tcp,
+                Err(e) => {
+                    accept_failed(&e).await;
+                    continue;
+                }
+            },
+        };
+        // Without TCP_NODELAY a response's last small segment waits for the client's
+        // delayed ACK: a single-stream shard read stalled about 40 ms at p90 on loopback.
+        if let Err(e) = tcp.set_nodelay(true) {
+            tracing::debug!(error = %e, "cannot set TCP_NODELAY on a connection");
+        }
+        let service = hyper_util::service::TowerToHyperService::new(app.clone());
+        let conn =
+            graceful.watch(http.serve_connection(hyper_util::rt::TokioIo::new(tcp), service));
+        tokio::spawn(async move {
+            if let Err(e) = conn.await {
+                tracing::debug!(error = %e, "connection ended with an error");
+            }
+        });
+    }
+    drop(listener);
+    graceful.shutdown().await;
+}
+
+/// A failed accept: a connection that went away before it was accepted is nothing; any
+/// other failure (out of file descriptors, say) is logged, and accepting pauses for a
+/// second so that it does not spin while connections close.
+async fn accept_failed(e: &std::io::Error) {
+    use std::io::ErrorKind::{ConnectionAborted, ConnectionRefused, ConnectionReset};
+    if matches!(
+        e.kind(),
+        ConnectionAborted | ConnectionRefused | ConnectionReset
+    ) {
+        return;
+    }
+    tracing::error!(error = %e, "accepting a connection failed; retrying in 1 s");
+    tokio::time::sleep(Duration::from_secs(1)).await;
 }
 
 /// The meter's settings from `config`.
