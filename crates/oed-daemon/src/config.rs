@@ -134,7 +134,7 @@ impl Default for Config {
             s3_secret_key_file: None,
             peer_timeout_seconds: 10,
             md5_etags: true,
-            coordinator_buffer_bytes: 16 << 20,
+            coordinator_buffer_bytes: 12 << 20,
             coordinator_wait_seconds: 30,
             metrics_listen: None,
             power_source: PowerSource::Auto,
