@@ -3,6 +3,7 @@
 //! is "never"). Memory is bounded by the block cache and two memtables (see `Config`).
 
 use std::path::Path;
+use std::sync::PoisonError;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use rocksdb::{
@@ -27,6 +28,13 @@ pub struct MetaStore {
     sync: bool,
     objects: AtomicU64,
     checksum_failures: AtomicU64,
+    /// Entries in the heal queue: counted once at open, then kept as entries come and
+    /// go, so that a scrape does not walk a queue that can grow to millions of entries
+    /// while a drive is away.
+    heal_entries: AtomicU64,
+    /// Held while the heal queue changes, so that checking whether an entry exists and
+    /// changing it are one step for the count.
+    heal_lock: std::sync::Mutex<()>,
 }
 
 impl std::fmt::Debug for MetaStore {
@@ -69,12 +77,16 @@ impl MetaStore {
             sync: config.fsync == FsyncPolicy::Always,
             objects: AtomicU64::new(0),
             checksum_failures: AtomicU64::new(0),
+            heal_entries: AtomicU64::new(0),
+            heal_lock: std::sync::Mutex::new(()),
         };
-        let count = store
-            .db
-            .iterator_cf(store.cf(OBJECTS), IteratorMode::Start)
-            .count();
-        store.objects.store(count as u64, Ordering::Relaxed);
+        for (family, count) in [(OBJECTS, &store.objects), (HEAL, &store.heal_entries)] {
+            let n = store
+                .db
+                .iterator_cf(store.cf(family), IteratorMode::Start)
+                .count();
+            count.store(n as u64, Ordering::Relaxed);
+        }
         Ok(store)
     }
 
@@ -227,8 +239,21 @@ impl MetaStore {
         let mut batch = WriteBatch::default();
         batch.delete_cf(self.cf(OBJECTS), &k);
         batch.delete_cf(self.cf(INLINE), &k);
-        batch.delete_cf(self.cf(HEAL), &k);
-        self.write(batch)?;
+        // Most objects have no heal entry; only those that do wait for the queue's lock.
+        if self.db.get_pinned_cf(self.cf(HEAL), &k)?.is_none() {
+            self.write(batch)?;
+        } else {
+            let _queue = self
+                .heal_lock
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            let queued = self.db.get_pinned_cf(self.cf(HEAL), &k)?.is_some();
+            batch.delete_cf(self.cf(HEAL), &k);
+            self.write(batch)?;
+            if queued {
+                self.heal_entries.fetch_sub(1, Ordering::Relaxed);
+            }
+        }
         self.objects.fetch_sub(1, Ordering::Relaxed);
         Ok(())
     }
@@ -281,13 +306,19 @@ impl MetaStore {
             "reason": reason,
             "queued_ms": crate::store::record::now_ms(),
         });
+        let key = object_key(&record.bucket, &record.key);
         let mut batch = WriteBatch::default();
-        batch.put_cf(
-            self.cf(HEAL),
-            object_key(&record.bucket, &record.key),
-            serde_json::to_vec(&entry)?,
-        );
-        self.write(batch)
+        batch.put_cf(self.cf(HEAL), &key, serde_json::to_vec(&entry)?);
+        let _queue = self
+            .heal_lock
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let new = self.db.get_pinned_cf(self.cf(HEAL), &key)?.is_none();
+        self.write(batch)?;
+        if new {
+            self.heal_entries.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(())
     }
 
     /// Queues a shard that failed its CRC32C check for heal, and counts it.
@@ -308,9 +339,7 @@ impl MetaStore {
     /// Entries in the heal queue.
     #[must_use]
     pub fn heal_backlog(&self) -> u64 {
-        self.db
-            .iterator_cf(self.cf(HEAL), IteratorMode::Start)
-            .count() as u64
+        self.heal_entries.load(Ordering::Relaxed)
     }
 
     /// Flushes memtables to disk (at shutdown, so the next start replays no WAL).
@@ -322,5 +351,55 @@ impl MetaStore {
             self.db.flush_cf(self.cf(name))?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::record::VersionId;
+
+    fn record(key: &str) -> ObjectRecord {
+        ObjectRecord {
+            bucket: "bkt".into(),
+            key: key.into(),
+            version_id: VersionId(1),
+            size: 10,
+            etag: String::new(),
+            content_type: None,
+            user_meta: std::collections::BTreeMap::new(),
+            last_modified_ms: 0,
+            k: 2,
+            m: 1,
+            chunk_size: 4096,
+            drives: Vec::new(),
+            shard_index: 0,
+            parts: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn the_heal_backlog_counts_queued_objects_once_and_survives_a_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = Config::default();
+        {
+            let meta = MetaStore::open(dir.path(), &config).unwrap();
+            for key in ["a", "b", "c"] {
+                meta.commit_object(&record(key), None, None).unwrap();
+            }
+            assert_eq!(meta.heal_backlog(), 0);
+            meta.queue_heal(&record("a"), "test").unwrap();
+            meta.queue_corrupt(&record("a")).unwrap(); // the same object again
+            meta.queue_heal(&record("b"), "test").unwrap();
+            assert_eq!(meta.heal_backlog(), 2);
+            meta.delete_object("bkt", "c").unwrap(); // not queued
+            assert_eq!(meta.heal_backlog(), 2);
+            meta.delete_object("bkt", "a").unwrap();
+            assert_eq!(meta.heal_backlog(), 1);
+            assert_eq!(meta.object_count(), 1);
+        }
+        let meta = MetaStore::open(dir.path(), &config).unwrap();
+        assert_eq!(meta.heal_backlog(), 1);
+        assert_eq!(meta.object_count(), 1);
     }
 }
