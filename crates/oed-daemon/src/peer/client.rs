@@ -22,9 +22,10 @@ use super::auth::{self, PeerKey};
 use crate::store::record::{BucketRecord, ObjectRecord, VersionId};
 
 /// The most a peer connection's read buffer grows to. A chunk of a shard arrives in
-/// pieces of at most this size, each sent on as it is; 64 KiB pieces cost no measurable
-/// CPU against hyper's default of about 400 KiB, and a connection idling in the pool
-/// keeps 64 KiB instead of 400.
+/// pieces of at most this size, each sent on as it is. A connection idling in the pool
+/// keeps 64 KiB instead of hyper's default of about 400 KiB; the price is more, smaller
+/// pieces per chunk, about 8-10% more CPU per GiB read through a coordinator
+/// (`docs/benchmarks.md`, "Connection read buffers").
 pub const READ_BUFFER_MAX: usize = 64 * 1024;
 
 /// A boxed error, as the transport reports it.
