@@ -74,10 +74,8 @@ fn sigterm_drains_the_upload_in_flight_then_stops() {
         // The listener closes: a new connection is refused.
         let mut refused = false;
         for _ in 0..100 {
-            let fresh = PeerClient::new(
-                &d.url,
-                oed_daemon::peer::auth::PeerKey::derive(oed_tests::SECRET.as_bytes()),
-            );
+            // A client of its own has no pooled connection to reuse.
+            let fresh = d.client();
             if matches!(
                 fresh.info().await,
                 Err(oed_daemon::peer::client::PeerError::Transport(_))

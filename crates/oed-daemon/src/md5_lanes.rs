@@ -77,10 +77,16 @@ impl State {
         self.tail_len += rest.len();
     }
 
+    /// Counts `data` in and completes the tail from it; returns where its next whole
+    /// block starts.
+    fn begin(&mut self, data: &[u8]) -> usize {
+        self.len += data.len() as u64;
+        self.fill_tail(data)
+    }
+
     /// Hashes `data` on the calling thread.
     fn absorb(&mut self, data: &[u8]) {
-        self.len += data.len() as u64;
-        let data = &data[self.fill_tail(data)..];
+        let data = &data[self.begin(data)..];
         let (blocks, rest) = data.as_chunks::<64>();
         md5::block_api::compress(&mut self.h, blocks);
         self.keep(rest);
@@ -118,8 +124,7 @@ struct Lane {
 
 impl Lane {
     fn start(mut job: Job) -> Self {
-        job.state.len += job.data.len() as u64;
-        let pos = job.state.fill_tail(&job.data);
+        let pos = job.state.begin(&job.data);
         Self { job, pos }
     }
 

@@ -182,18 +182,15 @@ impl Drive {
     }
 }
 
-/// The most an HTTP connection to this drive buffers of what it reads, as for the
-/// connections it opens to other drives ([`crate::peer::client::READ_BUFFER_MAX`]): a
-/// coordinator serves dozens of S3 and peer connections, and hyper's default lets each
-/// grow a buffer of about 400 KiB and keep it between requests.
-pub const SERVER_READ_BUFFER_MAX: usize = crate::peer::client::READ_BUFFER_MAX;
-
 /// Serves HTTP/1.1 on `listener` until `shutdown` is cancelled; then stops accepting,
 /// asks every connection to close after the request it is serving (idle ones close at
-/// once), and returns when they have.
+/// once), and returns when they have. Each connection buffers at most
+/// [`crate::peer::client::READ_BUFFER_MAX`] of what it reads, as the drive's own
+/// connections to other drives do: a coordinator serves dozens of S3 and peer
+/// connections, and hyper's default lets each keep a buffer of about 400 KiB.
 async fn serve_http(listener: TcpListener, app: axum::Router, shutdown: CancellationToken) {
     let mut http = hyper::server::conn::http1::Builder::new();
-    http.max_buf_size(SERVER_READ_BUFFER_MAX);
+    http.max_buf_size(crate::peer::client::READ_BUFFER_MAX);
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     loop {
         let tcp = tokio::select! {

@@ -84,8 +84,7 @@ impl Cluster {
                 "drive_id {drive_id:?} is not one of the cluster map's drives"
             ))
         })?;
-        let http =
-            crate::peer::client::PeerHttp::new(Duration::from_secs(2), Duration::from_secs(30), 16);
+        let http = crate::peer::client::PeerHttp::default();
         let drives = map
             .drives
             .iter()

@@ -102,33 +102,26 @@ pub type PeerBody = BoxBody<Bytes, std::io::Error>;
 #[derive(Clone, Debug)]
 pub struct PeerHttp(std::sync::Arc<Client<HttpConnector, PeerBody>>);
 
-impl PeerHttp {
-    /// A pool that connects within `connect_timeout`, with `TCP_NODELAY`, and keeps up to
-    /// `max_idle_per_host` idle connections per drive for `idle_timeout`.
-    #[must_use]
-    pub fn new(
-        connect_timeout: Duration,
-        idle_timeout: Duration,
-        max_idle_per_host: usize,
-    ) -> Self {
+impl Default for PeerHttp {
+    /// Connects within 2 s, with `TCP_NODELAY`, and keeps up to 16 idle connections per
+    /// drive for 30 s.
+    fn default() -> Self {
         let mut connector = HttpConnector::new();
         connector.set_nodelay(true);
-        connector.set_connect_timeout(Some(connect_timeout));
+        connector.set_connect_timeout(Some(Duration::from_secs(2)));
         let client = Client::builder(TokioExecutor::new())
             .pool_timer(TokioTimer::new())
-            .pool_idle_timeout(idle_timeout)
-            .pool_max_idle_per_host(max_idle_per_host)
+            .pool_idle_timeout(Duration::from_secs(30))
+            .pool_max_idle_per_host(16)
             .http1_max_buf_size(READ_BUFFER_MAX)
             .build(connector);
         Self(std::sync::Arc::new(client))
     }
 }
 
-impl Default for PeerHttp {
-    /// 2 s to connect; up to 16 idle connections per drive, for 30 s.
-    fn default() -> Self {
-        Self::new(Duration::from_secs(2), Duration::from_secs(30), 16)
-    }
+/// A body of bytes in memory, sent with a Content-Length.
+fn full(bytes: Bytes) -> PeerBody {
+    Full::new(bytes).map_err(|e| match e {}).boxed()
 }
 
 /// A drive's base URL, split once: a request only adds its path and query, which spares
@@ -210,7 +203,7 @@ impl PeerRequest {
 
     /// The body: `bytes`, sent with a Content-Length.
     pub fn body(mut self, bytes: impl Into<Bytes>) -> Self {
-        self.body = Full::new(bytes.into()).map_err(|e| match e {}).boxed();
+        self.body = full(bytes.into());
         self
     }
 
@@ -346,7 +339,7 @@ impl PeerClient {
         PeerRequest {
             http: self.http.clone(),
             head,
-            body: Full::new(Bytes::new()).map_err(|e| match e {}).boxed(),
+            body: full(Bytes::new()),
         }
     }
 

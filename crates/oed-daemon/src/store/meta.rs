@@ -239,20 +239,20 @@ impl MetaStore {
         let mut batch = WriteBatch::default();
         batch.delete_cf(self.cf(OBJECTS), &k);
         batch.delete_cf(self.cf(INLINE), &k);
-        // Most objects have no heal entry; only those that do wait for the queue's lock.
-        if self.db.get_pinned_cf(self.cf(HEAL), &k)?.is_none() {
-            self.write(batch)?;
-        } else {
-            let _queue = self
-                .heal_lock
+        // Most objects have no heal entry; only those that do take the queue's lock (and
+        // look again under it).
+        let queue = self.db.get_pinned_cf(self.cf(HEAL), &k)?.map(|_| {
+            self.heal_lock
                 .lock()
-                .unwrap_or_else(PoisonError::into_inner);
-            let queued = self.db.get_pinned_cf(self.cf(HEAL), &k)?.is_some();
+                .unwrap_or_else(PoisonError::into_inner)
+        });
+        let queued = queue.is_some() && self.db.get_pinned_cf(self.cf(HEAL), &k)?.is_some();
+        if queued {
             batch.delete_cf(self.cf(HEAL), &k);
-            self.write(batch)?;
-            if queued {
-                self.heal_entries.fetch_sub(1, Ordering::Relaxed);
-            }
+        }
+        self.write(batch)?;
+        if queued {
+            self.heal_entries.fetch_sub(1, Ordering::Relaxed);
         }
         self.objects.fetch_sub(1, Ordering::Relaxed);
         Ok(())
