@@ -120,15 +120,7 @@ impl Drive {
         tasks.spawn_blocking(move || sample(meter, period, &stopped));
         if let Some(l) = metrics_listener {
             let app = crate::metrics::router(self.metrics.clone());
-            let token = shutdown.child_token();
-            tasks.spawn(async move {
-                let served = axum::serve(l, app)
-                    .with_graceful_shutdown(token.cancelled_owned())
-                    .await;
-                if let Err(e) = served {
-                    tracing::error!(error = %e, "metrics endpoint failed");
-                }
-            });
+            tasks.spawn(serve_http(l, app, shutdown.child_token()));
         }
         let store = self.store.clone();
         let sweep_token = shutdown.child_token();

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use futures_util::{Stream, StreamExt, TryStreamExt};
-use http::{HeaderValue, Method, Request, Response, StatusCode, Uri};
+use http::{Method, Request, Response, StatusCode, Uri};
 use http_body_util::{BodyExt, Full, StreamBody, combinators::BoxBody};
 use hyper::body::{Frame, Incoming};
 use hyper_util::client::legacy::{Client, connect::HttpConnector};
@@ -194,10 +194,8 @@ impl std::fmt::Debug for PeerRequest {
 
 impl PeerRequest {
     /// The request's URI, or why it has none.
-    ///
-    /// # Errors
-    /// [`PeerError::BadAddress`] when the drive's address did not parse.
-    pub fn uri(&self) -> Result<&Uri, &PeerError> {
+    #[cfg(test)]
+    fn uri(&self) -> Result<&Uri, &PeerError> {
         self.head.as_ref().map(Request::uri)
     }
 
@@ -318,22 +316,16 @@ impl PeerClient {
         let head = match &self.base {
             Ok(base) => base
                 .uri(&path, query)
-                .map_err(PeerError::transport)
                 .and_then(|uri| {
-                    let mut req = Request::new(());
-                    *req.method_mut() = method;
-                    *req.uri_mut() = uri;
-                    let h = req.headers_mut();
-                    for (name, value) in [
-                        (auth::DATE_HEADER, date),
-                        (auth::DIGEST_HEADER, digest.to_owned()),
-                        ("authorization", format!("{} {sig}", auth::SCHEME)),
-                    ] {
-                        let value = HeaderValue::try_from(value).map_err(PeerError::transport)?;
-                        h.insert(name, value);
-                    }
-                    Ok(req)
-                }),
+                    Request::builder()
+                        .method(method)
+                        .uri(uri)
+                        .header(auth::DATE_HEADER, date)
+                        .header(auth::DIGEST_HEADER, digest)
+                        .header("authorization", format!("{} {sig}", auth::SCHEME))
+                        .body(())
+                })
+                .map_err(PeerError::transport),
             Err(text) => Err(PeerError::BadAddress(text.clone())),
         };
         PeerRequest {
