@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use bytes::Bytes;
 use clap::Parser;
+use futures_util::StreamExt;
 use oed_daemon::peer::auth::PeerKey;
 use oed_daemon::peer::client::PeerClient;
 use oed_daemon::store::record::{ObjectRecord, VersionId};
@@ -184,12 +185,23 @@ async fn main() -> anyhow::Result<()> {
             let (c, a) = (c.clone(), a.clone());
             async move {
                 let key = format!("shard-{i:06}");
-                let body = c
+                // Read as it arrives and keep none of it, as a coordinator does: collecting
+                // each body into one buffer would add a copy of every byte, on the cores
+                // the drive shares with this tool.
+                let mut body = c
                     .get_shard(&a.bucket, &key, None, None)
                     .await?
-                    .bytes()
-                    .await?;
-                Ok(body.len() as u64)
+                    .bytes_stream();
+                let mut n = 0;
+                while let Some(piece) = body.next().await {
+                    n += piece?.len();
+                }
+                anyhow::ensure!(
+                    n == a.size_kib * 1024,
+                    "{key}: {n} bytes read, {} stored",
+                    a.size_kib * 1024
+                );
+                Ok(n as u64)
             }
         })
         .await;

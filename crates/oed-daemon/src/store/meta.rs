@@ -357,25 +357,10 @@ impl MetaStore {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::record::VersionId;
+    use crate::store::record::test_record;
 
     fn record(key: &str) -> ObjectRecord {
-        ObjectRecord {
-            bucket: "bkt".into(),
-            key: key.into(),
-            version_id: VersionId(1),
-            size: 10,
-            etag: String::new(),
-            content_type: None,
-            user_meta: std::collections::BTreeMap::new(),
-            last_modified_ms: 0,
-            k: 2,
-            m: 1,
-            chunk_size: 4096,
-            drives: Vec::new(),
-            shard_index: 0,
-            parts: Vec::new(),
-        }
+        test_record(key, 1, 10)
     }
 
     #[test]

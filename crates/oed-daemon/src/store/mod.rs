@@ -10,14 +10,14 @@
 pub mod meta;
 pub mod record;
 
+use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use bytes::Bytes;
 use futures_util::{Stream, StreamExt};
 use sha2::{Digest, Sha256};
-use std::io::Read;
-use tokio::sync::{Mutex, mpsc};
+use tokio::sync::mpsc;
 
 use crate::config::{Config, FsyncPolicy};
 use crate::error::{Error, Result};
@@ -71,6 +71,8 @@ pub struct Store {
     inline_threshold: u64,
     max_shard_bytes: u64,
     reserve: u64,
+    /// Serialise a key's commit and delete. Taken only on blocking threads (see
+    /// [`Store::delete_object`]).
     locks: Vec<Mutex<()>>,
 }
 
@@ -154,9 +156,13 @@ impl Store {
             .join(format!("{name}.shard"))
     }
 
-    fn lock_for(&self, bucket: &str, key: &str) -> &Mutex<()> {
+    fn lock_for(&self, bucket: &str, key: &str) -> MutexGuard<'_, ()> {
         let h = crc32c::crc32c(&record::object_key(bucket, key));
-        &self.locks[h as usize % LOCK_STRIPES]
+        // The lock guards no data, only order: a panic while holding it leaves nothing
+        // to distrust.
+        self.locks[h as usize % LOCK_STRIPES]
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Creates or keeps a bucket record.
@@ -187,7 +193,7 @@ impl Store {
     /// [`Error::TooLarge`], [`Error::InsufficientStorage`], [`Error::Superseded`],
     /// [`Error::Io`], [`Error::Meta`]. On every error nothing visible has changed.
     pub async fn put_shard<S, E>(
-        &self,
+        self: &Arc<Self>,
         mut record: ObjectRecord,
         body: S,
         with_tail: bool,
@@ -214,46 +220,69 @@ impl Store {
         self.check_space(expected.file_len())?;
 
         let mut upload = Upload::new(self, expected.file_len() <= self.inline_threshold);
-        let staged = match upload.receive(body, &expected, with_tail).await {
-            Ok(tail) => {
-                if let Some(tail) = tail {
-                    record.etag = tail.etag;
-                    record.parts = tail.parts;
-                }
-                upload.stage().await
+        match upload.receive(body, &expected, with_tail).await {
+            Ok(Some(tail)) => {
+                record.etag = tail.etag;
+                record.parts = tail.parts;
             }
-            Err(e) => Err(e),
-        };
-        let staged = match staged {
-            Ok(s) => s,
+            Ok(None) => {}
             Err(e) => {
                 upload.discard().await;
                 return Err(e);
             }
-        };
+        }
+        let staged = upload.into_staged();
+        // The rest is one trip to a blocking thread: the last batch and fsync, the rename
+        // and the directory's fsync, the synced record. A request dropped meanwhile (its
+        // client gone) does not stop it halfway.
+        let store = Arc::clone(self);
+        tokio::task::spawn_blocking(move || store.commit_upload(record, staged))
+            .await
+            .map_err(join_error)?
+    }
 
+    /// The end of [`Store::put_shard`], on a blocking thread, for an upload received and
+    /// checked in full: stage it (a temp file gets its last batch and, by policy, an
+    /// fsync, so its data is on disk before any name points to it), then, under the key's
+    /// commit lock, place it and commit its record unless a newer version is stored.
+    fn commit_upload(&self, record: ObjectRecord, staged: Staged) -> Result<Stored> {
+        let (inline, tmp) = match staged {
+            Staged::Inline(data) => (Some(data), None),
+            Staged::File(mut temp) => {
+                if let Err(e) = temp.finish(self.fsync) {
+                    remove_file_if_exists(&temp.path);
+                    return Err(e.into());
+                }
+                (None, Some(temp.path))
+            }
+        };
         let final_path = self.shard_path(
             &record.bucket,
             &record.key,
             record.version_id,
             record.shard_index,
         );
-        let _guard = self.lock_for(&record.bucket, &record.key).lock().await;
-        let previous = self.meta.object(&record.bucket, &record.key)?;
-        if previous
-            .as_ref()
-            .is_some_and(|p| p.version_id > record.version_id)
-        {
-            if let Staged::File(tmp) = staged {
-                remove_if_exists(&tmp).await;
+        let _guard = self.lock_for(&record.bucket, &record.key);
+        let placed = (|| {
+            let previous = self.meta.object(&record.bucket, &record.key)?;
+            if previous
+                .as_ref()
+                .is_some_and(|p| p.version_id > record.version_id)
+            {
+                return Err(Error::Superseded);
             }
-            return Err(Error::Superseded);
-        }
-        let inline = match staged {
-            Staged::Inline(data) => Some(data),
-            Staged::File(tmp) => {
-                self.place_durably(&tmp, &final_path).await?;
-                None
+            if let Some(tmp) = &tmp {
+                self.place_durably(tmp, &final_path)?;
+            }
+            Ok(previous)
+        })();
+        let previous = match placed {
+            Ok(previous) => previous,
+            Err(e) => {
+                if let Some(tmp) = &tmp {
+                    remove_file_if_exists(tmp);
+                }
+                return Err(e);
             }
         };
         // Last step: the record. Until this synced write the new shard is invisible.
@@ -266,7 +295,7 @@ impl Store {
                     .as_ref()
                     .is_none_or(|p| p.version_id != record.version_id)
             {
-                remove_if_exists(&final_path).await;
+                remove_file_if_exists(&final_path);
             }
             return Err(e);
         }
@@ -274,7 +303,7 @@ impl Store {
         if let Some(prev) = previous {
             let old = self.shard_path(&prev.bucket, &prev.key, prev.version_id, prev.shard_index);
             if old != final_path || inline.is_some() {
-                remove_if_exists(&old).await;
+                remove_file_if_exists(&old);
             }
             // The same version sent again keeps its parts.
             if prev.version_id != record.version_id {
@@ -318,12 +347,21 @@ impl Store {
     /// # Errors
     /// [`Error::NotFound`], [`Error::Superseded`], [`Error::Meta`].
     pub async fn delete_object(
-        &self,
+        self: &Arc<Self>,
         bucket: &str,
         key: &str,
         version: Option<VersionId>,
     ) -> Result<()> {
-        let _guard = self.lock_for(bucket, key).lock().await;
+        // On a blocking thread, like a write's commit: a holder of a key's lock must never
+        // wait for the blocking pool, which commits waiting for that lock may have filled.
+        let (store, bucket, key) = (Arc::clone(self), bucket.to_owned(), key.to_owned());
+        tokio::task::spawn_blocking(move || store.delete_now(&bucket, &key, version))
+            .await
+            .map_err(join_error)?
+    }
+
+    fn delete_now(&self, bucket: &str, key: &str, version: Option<VersionId>) -> Result<()> {
+        let _guard = self.lock_for(bucket, key);
         let rec = self
             .meta
             .object(bucket, key)?
@@ -333,36 +371,26 @@ impl Store {
         }
         // Record first: a crash after it leaves an orphan file, never a dangling record.
         self.meta.delete_object(bucket, key)?;
-        remove_if_exists(&self.shard_path(bucket, key, rec.version_id, rec.shard_index)).await;
+        remove_file_if_exists(&self.shard_path(bucket, key, rec.version_id, rec.shard_index));
         Ok(())
     }
 
     /// Moves an fsynced temp file to its final name durably. With the temp file's own
     /// fsync before it and the record commit after it, this is the durable write:
-    /// 1. temp file written and fsynced (`Upload::stage`): data on disk, no name yet;
+    /// 1. temp file written and fsynced ([`TempShard::finish`]): data on disk, no name yet;
     /// 2. rename to the final path: atomic, readers see the old file or the new one;
     /// 3. fsync the directory: the rename itself survives a power cut;
     /// 4. then (caller) the record, in a synced RocksDB write: only now is it visible.
     ///
-    /// On error the temp file is removed and nothing visible has changed.
-    async fn place_durably(&self, tmp: &Path, final_path: &Path) -> Result<()> {
-        let result: Result<()> = async {
-            let dir = final_path.parent().expect("shard paths have a parent");
-            tokio::fs::create_dir_all(dir).await?;
-            tokio::fs::rename(tmp, final_path).await?;
-            if self.fsync {
-                let dir = dir.to_owned();
-                tokio::task::spawn_blocking(move || std::fs::File::open(&dir)?.sync_all())
-                    .await
-                    .map_err(std::io::Error::other)??;
-            }
-            Ok(())
+    /// On error the caller removes the temp file; nothing visible has changed.
+    fn place_durably(&self, tmp: &Path, final_path: &Path) -> std::io::Result<()> {
+        let dir = final_path.parent().expect("shard paths have a parent");
+        std::fs::create_dir_all(dir)?;
+        std::fs::rename(tmp, final_path)?;
+        if self.fsync {
+            std::fs::File::open(dir)?.sync_all()?;
         }
-        .await;
-        if result.is_err() {
-            remove_if_exists(tmp).await;
-        }
-        result
+        Ok(())
     }
 
     /// Removes shard files that no record points to (left by a crash between rename and
@@ -407,19 +435,54 @@ struct Upload<'a> {
     store: &'a Store,
     inline: bool,
     mem: Vec<u8>,
-    /// The temp file's path, from the first batch on (so a failed upload can remove it).
-    path: Option<PathBuf>,
-    file: Option<std::fs::File>,
-    pending: Vec<Bytes>,
+    temp: TempShard,
     pending_len: usize,
 }
 
 /// Bytes collected before they are written to the temp file.
 const WRITE_BATCH: usize = 512 * 1024;
 
+/// A received upload's bytes, ready to commit.
 enum Staged {
     Inline(Vec<u8>),
-    File(PathBuf),
+    File(TempShard),
+}
+
+/// A shard's temp file in `tmp/`: opened at its first batch, with the pieces received
+/// since the last batch was written.
+struct TempShard {
+    path: PathBuf,
+    file: Option<std::fs::File>,
+    pending: Vec<Bytes>,
+}
+
+impl TempShard {
+    /// Writes the pending pieces, creating the file at the first call. Blocks.
+    fn write_pending(&mut self) -> std::io::Result<&std::fs::File> {
+        use std::io::Write;
+        let mut f = match self.file.take() {
+            Some(f) => f,
+            None => std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(&self.path)?,
+        };
+        for p in self.pending.drain(..) {
+            f.write_all(&p)?;
+        }
+        Ok(self.file.insert(f))
+    }
+
+    /// Writes the last pieces and, with `fsync`, syncs the file, which then waits only for
+    /// the last batch and the journal; closes it. Blocks.
+    fn finish(&mut self, fsync: bool) -> std::io::Result<()> {
+        let f = self.write_pending()?;
+        if fsync {
+            f.sync_all()?;
+        }
+        self.file = None;
+        Ok(())
+    }
 }
 
 fn join_error(e: tokio::task::JoinError) -> Error {
@@ -432,9 +495,13 @@ impl<'a> Upload<'a> {
             store,
             inline,
             mem: Vec::new(),
-            path: None,
-            file: None,
-            pending: Vec::new(),
+            temp: TempShard {
+                path: store
+                    .tmp
+                    .join(format!("{:016x}.upload", rand::random::<u64>())),
+                file: None,
+                pending: Vec::new(),
+            },
             pending_len: 0,
         }
     }
@@ -501,71 +568,51 @@ impl<'a> Upload<'a> {
             return Ok(());
         }
         self.pending_len += piece.len();
-        self.pending.push(piece);
+        self.temp.pending.push(piece);
         if self.pending_len >= WRITE_BATCH {
-            self.write_pending(false).await?;
+            self.write_batch().await?;
         }
         Ok(())
     }
 
-    /// Writes the collected pieces to the temp file (created on the first call), on one
-    /// trip to a blocking thread. When the shard will be fsynced, a batch that is not the
-    /// `last` starts its writeback to the disk at once ([`start_writeback`]), so the disk
-    /// works while the rest of the body arrives; the `last` is followed by the fsync, which
-    /// then waits only for that batch and the journal. The file is closed after the `last`.
-    async fn write_pending(&mut self, last: bool) -> Result<()> {
-        let pieces = std::mem::take(&mut self.pending);
+    /// Writes the collected pieces to the temp file on one trip to a blocking thread.
+    /// When the shard will be fsynced, the batch's writeback to the disk starts at once
+    /// ([`start_writeback`]), so the disk works while the rest of the body arrives.
+    async fn write_batch(&mut self) -> Result<()> {
         self.pending_len = 0;
-        let path = self
-            .path
-            .get_or_insert_with(|| {
-                self.store
-                    .tmp
-                    .join(format!("{:016x}.upload", rand::random::<u64>()))
-            })
-            .clone();
-        let file = self.file.take();
+        let mut temp = TempShard {
+            path: self.temp.path.clone(),
+            file: self.temp.file.take(),
+            pending: std::mem::take(&mut self.temp.pending),
+        };
         let fsync = self.store.fsync;
-        self.file = tokio::task::spawn_blocking(move || -> std::io::Result<_> {
-            use std::io::Write;
-            let mut f = match file {
-                Some(f) => f,
-                None => std::fs::OpenOptions::new()
-                    .write(true)
-                    .create_new(true)
-                    .open(&path)?,
-            };
-            for p in &pieces {
-                f.write_all(p)?;
+        self.temp.file = tokio::task::spawn_blocking(move || {
+            let f = temp.write_pending()?;
+            if fsync {
+                start_writeback(f);
             }
-            match (last, fsync) {
-                (false, true) => start_writeback(&f),
-                (true, true) => f.sync_all()?,
-                (_, false) => {}
-            }
-            Ok((!last).then_some(f))
+            Ok::<_, std::io::Error>(temp.file)
         })
         .await
         .map_err(join_error)??;
         Ok(())
     }
 
-    /// Finishes a received upload: inline bytes stay in memory; the temp file gets its
-    /// last batch and (by policy) an fsync, so its data is on disk before any name points
-    /// to it. On an error the temp file is left to [`Upload::discard`].
-    async fn stage(&mut self) -> Result<Staged> {
+    /// The received upload, for [`Store::commit_upload`]: inline bytes, or the temp file
+    /// with its last pieces still to write.
+    fn into_staged(self) -> Staged {
         if self.inline {
-            return Ok(Staged::Inline(std::mem::take(&mut self.mem)));
+            Staged::Inline(self.mem)
+        } else {
+            Staged::File(self.temp)
         }
-        self.write_pending(true).await?;
-        let path = self.path.take().expect("write_pending names the temp file");
-        Ok(Staged::File(path))
     }
 
+    /// Removes the temp file, if a batch created it.
     async fn discard(&mut self) {
-        self.file = None;
-        if let Some(path) = self.path.take() {
-            remove_if_exists(&path).await;
+        self.temp.file = None;
+        if !self.inline {
+            remove_if_exists(&self.temp.path).await;
         }
     }
 }
@@ -724,9 +771,96 @@ fn start_writeback(file: &std::fs::File) {
 fn start_writeback(_file: &std::fs::File) {}
 
 async fn remove_if_exists(path: &Path) {
-    if let Err(e) = tokio::fs::remove_file(path).await
+    warn_unless_gone(path, tokio::fs::remove_file(path).await);
+}
+
+fn remove_file_if_exists(path: &Path) {
+    warn_unless_gone(path, std::fs::remove_file(path));
+}
+
+fn warn_unless_gone(path: &Path, removed: std::io::Result<()>) {
+    if let Err(e) = removed
         && e.kind() != std::io::ErrorKind::NotFound
     {
         tracing::warn!(path = %path.display(), error = %e, "could not remove file");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    /// Writes and deletes of one key, far more of them than the blocking pool has threads:
+    /// every one finishes. A holder of the key's lock that waited for the pool while
+    /// commits filled it waiting for the lock would hang here (and time out).
+    #[test]
+    fn writes_and_deletes_of_one_key_finish_with_a_small_blocking_pool() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = Config {
+            data_dir: dir.path().to_owned(),
+            inline_threshold_bytes: 0,
+            reserve_bytes: 0,
+            ..Config::default()
+        };
+        let store = Store::open(&config).unwrap();
+        store.create_bucket("bkt").unwrap();
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .max_blocking_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        let finished = rt.block_on(async {
+            let tasks: Vec<_> = (1..=48u128)
+                .map(|v| {
+                    let store = Arc::clone(&store);
+                    tokio::spawn(async move {
+                        if v % 4 == 0 {
+                            match store.delete_object("bkt", "k", None).await {
+                                Ok(()) | Err(Error::NotFound(_)) => Ok(()),
+                                Err(e) => Err(e),
+                            }
+                        } else {
+                            let data = vec![v as u8; 3 * 4096 + 17];
+                            let rec = record::test_record("k", v, data.len() as u64);
+                            let file = oed_ec::encode_object(rec.layout().unwrap(), v, &data)
+                                .unwrap()
+                                .swap_remove(0);
+                            let body = futures_util::stream::iter(
+                                file.chunks(1000)
+                                    .map(|c| Ok::<_, std::io::Error>(Bytes::copy_from_slice(c)))
+                                    .collect::<Vec<_>>(),
+                            );
+                            match store.put_shard(rec, body, false).await {
+                                Ok(_) | Err(Error::Superseded) => Ok(()),
+                                Err(e) => Err(e),
+                            }
+                        }
+                    })
+                })
+                .collect();
+            tokio::time::timeout(
+                Duration::from_mins(1),
+                futures_util::future::join_all(tasks),
+            )
+            .await
+        });
+        // A hung blocking task would hold up the runtime's drop, and the test with it.
+        rt.shutdown_timeout(Duration::from_secs(5));
+        let finished = finished.expect("writes and deletes of one key still waiting after 60 s");
+        for done in finished {
+            done.unwrap().unwrap();
+        }
+        // Whatever order they ran in: at most one shard file, the record's, and no temp files.
+        let shards = std::fs::read_dir(&store.shards)
+            .unwrap()
+            .flat_map(|a| std::fs::read_dir(a.unwrap().path()).unwrap())
+            .flat_map(|b| std::fs::read_dir(b.unwrap().path()).unwrap())
+            .count();
+        let live = store.meta.object("bkt", "k").unwrap();
+        assert_eq!(shards, usize::from(live.is_some()));
+        assert_eq!(std::fs::read_dir(&store.tmp).unwrap().count(), 0);
     }
 }

@@ -274,6 +274,27 @@ pub fn now_ms() -> u64 {
         .map_or(0, |d| d.as_millis() as u64)
 }
 
+/// A record of shard 0 of `bkt`/`key` with k = 2, m = 1 and 4 KiB chunks, for tests.
+#[cfg(test)]
+pub(crate) fn test_record(key: &str, version: u128, size: u64) -> ObjectRecord {
+    ObjectRecord {
+        bucket: "bkt".into(),
+        key: key.into(),
+        version_id: VersionId(version),
+        size,
+        etag: String::new(),
+        content_type: None,
+        user_meta: std::collections::BTreeMap::new(),
+        last_modified_ms: 0,
+        k: 2,
+        m: 1,
+        chunk_size: 4096,
+        drives: Vec::new(),
+        shard_index: 0,
+        parts: Vec::new(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
