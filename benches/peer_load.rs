@@ -49,16 +49,10 @@ fn record(bucket: &str, i: usize, size: usize) -> ObjectRecord {
         key: format!("shard-{i:06}"),
         version_id: VersionId(1),
         size: size as u64,
-        etag: String::new(),
-        content_type: None,
-        user_meta: std::collections::BTreeMap::new(),
-        last_modified_ms: 0,
         k: 1,
         m: 0,
         chunk_size: oed_ec::layout::DEFAULT_CHUNK_SIZE,
-        drives: Vec::new(),
-        shard_index: 0,
-        parts: Vec::new(),
+        ..ObjectRecord::default()
     }
 }
 
@@ -192,15 +186,11 @@ async fn main() -> anyhow::Result<()> {
                     .get_shard(&a.bucket, &key, None, None)
                     .await?
                     .bytes_stream();
-                let mut n = 0;
+                let (mut n, stored) = (0, a.size_kib * 1024);
                 while let Some(piece) = body.next().await {
                     n += piece?.len();
                 }
-                anyhow::ensure!(
-                    n == a.size_kib * 1024,
-                    "{key}: {n} bytes read, {} stored",
-                    a.size_kib * 1024
-                );
+                anyhow::ensure!(n == stored, "{key}: {n} bytes read, {stored} stored");
                 Ok(n as u64)
             }
         })

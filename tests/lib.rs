@@ -221,16 +221,11 @@ pub fn record(
         key: key.into(),
         version_id: VersionId(version),
         size,
-        etag: String::new(),
-        content_type: None,
-        user_meta: std::collections::BTreeMap::new(),
-        last_modified_ms: 0,
         k,
         m,
         chunk_size: 4096,
-        drives: Vec::new(),
         shard_index: shard,
-        parts: Vec::new(),
+        ..ObjectRecord::default()
     }
 }
 

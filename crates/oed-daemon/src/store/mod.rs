@@ -183,8 +183,9 @@ impl Store {
     /// (version, shard index, k, m, chunk size, object length) and every chunk's CRC32C
     /// must match, or nothing is stored. With `with_tail`, the file is followed by a
     /// JSON [`RecordTail`] (at most [`record::MAX_TAIL_BYTES`]) whose fields complete the
-    /// record before it is committed; a body without one stores nothing. When the key already has a newer version here,
-    /// nothing is stored and [`Error::Superseded`] is returned. After success the key's
+    /// record before it is committed; a body without one stores nothing. When the key
+    /// already has a newer version here, nothing is stored and [`Error::Superseded`] is
+    /// returned. After success the key's
     /// previous version's shard file, if any, is removed, and that version's parts are
     /// returned in [`Stored::replaced_parts`].
     ///
@@ -219,41 +220,39 @@ impl Store {
         }
         self.check_space(expected.file_len())?;
 
-        let mut upload = Upload::new(self, expected.file_len() <= self.inline_threshold);
-        match upload.receive(body, &expected, with_tail).await {
-            Ok(Some(tail)) => {
-                record.etag = tail.etag;
-                record.parts = tail.parts;
-            }
-            Ok(None) => {}
-            Err(e) => {
-                upload.discard().await;
-                return Err(e);
-            }
+        let mut upload = if expected.file_len() <= self.inline_threshold {
+            Upload::Inline(Vec::new())
+        } else {
+            Upload::File(TempShard::new(&self.tmp))
+        };
+        // On an error the upload is dropped, and its temp file with it.
+        if let Some(tail) = upload
+            .receive(body, &expected, with_tail, self.fsync)
+            .await?
+        {
+            record.etag = tail.etag;
+            record.parts = tail.parts;
         }
-        let staged = upload.into_staged();
         // The rest is one trip to a blocking thread: the last batch and fsync, the rename
         // and the directory's fsync, the synced record. A request dropped meanwhile (its
         // client gone) does not stop it halfway.
         let store = Arc::clone(self);
-        tokio::task::spawn_blocking(move || store.commit_upload(record, staged))
+        tokio::task::spawn_blocking(move || store.commit_upload(record, upload))
             .await
             .map_err(join_error)?
     }
 
     /// The end of [`Store::put_shard`], on a blocking thread, for an upload received and
-    /// checked in full: stage it (a temp file gets its last batch and, by policy, an
-    /// fsync, so its data is on disk before any name points to it), then, under the key's
-    /// commit lock, place it and commit its record unless a newer version is stored.
-    fn commit_upload(&self, record: ObjectRecord, staged: Staged) -> Result<Stored> {
-        let (inline, tmp) = match staged {
-            Staged::Inline(data) => (Some(data), None),
-            Staged::File(mut temp) => {
-                if let Err(e) = temp.finish(self.fsync) {
-                    remove_file_if_exists(&temp.path);
-                    return Err(e.into());
-                }
-                (None, Some(temp.path))
+    /// checked in full: a temp file gets its last batch and, by policy, an fsync, so its
+    /// data is on disk before any name points to it; then, under the key's commit lock,
+    /// the upload is placed and its record committed unless a newer version is stored.
+    /// A temp file not placed is removed when dropped.
+    fn commit_upload(&self, record: ObjectRecord, upload: Upload) -> Result<Stored> {
+        let (inline, temp) = match upload {
+            Upload::Inline(data) => (Some(data), None),
+            Upload::File(mut temp) => {
+                temp.finish(self.fsync)?;
+                (None, Some(temp))
             }
         };
         let final_path = self.shard_path(
@@ -263,28 +262,16 @@ impl Store {
             record.shard_index,
         );
         let _guard = self.lock_for(&record.bucket, &record.key);
-        let placed = (|| {
-            let previous = self.meta.object(&record.bucket, &record.key)?;
-            if previous
-                .as_ref()
-                .is_some_and(|p| p.version_id > record.version_id)
-            {
-                return Err(Error::Superseded);
-            }
-            if let Some(tmp) = &tmp {
-                self.place_durably(tmp, &final_path)?;
-            }
-            Ok(previous)
-        })();
-        let previous = match placed {
-            Ok(previous) => previous,
-            Err(e) => {
-                if let Some(tmp) = &tmp {
-                    remove_file_if_exists(tmp);
-                }
-                return Err(e);
-            }
-        };
+        let previous = self.meta.object(&record.bucket, &record.key)?;
+        if previous
+            .as_ref()
+            .is_some_and(|p| p.version_id > record.version_id)
+        {
+            return Err(Error::Superseded);
+        }
+        if let Some(temp) = temp {
+            temp.place(&final_path, self.fsync)?;
+        }
         // Last step: the record. Until this synced write the new shard is invisible.
         if let Err(e) = self
             .meta
@@ -375,24 +362,6 @@ impl Store {
         Ok(())
     }
 
-    /// Moves an fsynced temp file to its final name durably. With the temp file's own
-    /// fsync before it and the record commit after it, this is the durable write:
-    /// 1. temp file written and fsynced ([`TempShard::finish`]): data on disk, no name yet;
-    /// 2. rename to the final path: atomic, readers see the old file or the new one;
-    /// 3. fsync the directory: the rename itself survives a power cut;
-    /// 4. then (caller) the record, in a synced RocksDB write: only now is it visible.
-    ///
-    /// On error the caller removes the temp file; nothing visible has changed.
-    fn place_durably(&self, tmp: &Path, final_path: &Path) -> std::io::Result<()> {
-        let dir = final_path.parent().expect("shard paths have a parent");
-        std::fs::create_dir_all(dir)?;
-        std::fs::rename(tmp, final_path)?;
-        if self.fsync {
-            std::fs::File::open(dir)?.sync_all()?;
-        }
-        Ok(())
-    }
-
     /// Removes shard files that no record points to (left by a crash between rename and
     /// commit, or between a record's deletion and its file's). Returns how many.
     ///
@@ -428,35 +397,43 @@ impl Store {
 }
 
 /// An upload being received: in memory when it will be inlined, else a temp file.
-///
-/// The body's pieces are written as they came (reference-counted `Bytes`, no copy into
-/// a buffer of ours), in batches of about [`WRITE_BATCH`] bytes on a blocking thread.
-struct Upload<'a> {
-    store: &'a Store,
-    inline: bool,
-    mem: Vec<u8>,
-    temp: TempShard,
-    pending_len: usize,
+enum Upload {
+    Inline(Vec<u8>),
+    File(TempShard),
 }
 
 /// Bytes collected before they are written to the temp file.
 const WRITE_BATCH: usize = 512 * 1024;
 
-/// A received upload's bytes, ready to commit.
-enum Staged {
-    Inline(Vec<u8>),
-    File(TempShard),
-}
-
-/// A shard's temp file in `tmp/`: opened at its first batch, with the pieces received
-/// since the last batch was written.
+/// A shard's temp file in `tmp/`, opened at its first batch, with the body's pieces
+/// received since the last batch was written (reference-counted `Bytes` as they came, no
+/// copy into a buffer of ours). Dropped before [`TempShard::place`], it removes its file:
+/// whatever fails on the way, an upload leaves nothing behind.
+#[derive(Default)]
 struct TempShard {
-    path: PathBuf,
+    /// `None` once placed (or in the empty value a batch's trip leaves behind).
+    path: Option<PathBuf>,
     file: Option<std::fs::File>,
     pending: Vec<Bytes>,
+    pending_len: usize,
 }
 
 impl TempShard {
+    fn new(tmp: &Path) -> Self {
+        let name = format!("{:016x}.upload", rand::random::<u64>());
+        Self {
+            path: Some(tmp.join(name)),
+            file: None,
+            pending: Vec::new(),
+            pending_len: 0,
+        }
+    }
+
+    fn push(&mut self, piece: Bytes) {
+        self.pending_len += piece.len();
+        self.pending.push(piece);
+    }
+
     /// Writes the pending pieces, creating the file at the first call. Blocks.
     fn write_pending(&mut self) -> std::io::Result<&std::fs::File> {
         use std::io::Write;
@@ -465,12 +442,30 @@ impl TempShard {
             None => std::fs::OpenOptions::new()
                 .write(true)
                 .create_new(true)
-                .open(&self.path)?,
+                .open(self.path.as_ref().expect("a temp shard not yet placed"))?,
         };
         for p in self.pending.drain(..) {
             f.write_all(&p)?;
         }
+        self.pending_len = 0;
         Ok(self.file.insert(f))
+    }
+
+    /// Writes the pending pieces on one trip to a blocking thread. With `fsync`, the
+    /// batch's writeback to the disk starts at once ([`start_writeback`]), so the disk
+    /// works while the rest of the body arrives.
+    async fn write_batch(&mut self, fsync: bool) -> Result<()> {
+        let mut temp = std::mem::take(self);
+        *self = tokio::task::spawn_blocking(move || {
+            let f = temp.write_pending()?;
+            if fsync {
+                start_writeback(f);
+            }
+            Ok::<_, std::io::Error>(temp)
+        })
+        .await
+        .map_err(join_error)??;
+        Ok(())
     }
 
     /// Writes the last pieces and, with `fsync`, syncs the file, which then waits only for
@@ -483,38 +478,58 @@ impl TempShard {
         self.file = None;
         Ok(())
     }
+
+    /// Moves the finished temp file to its final name durably. With the temp file's own
+    /// fsync before it and the record commit after it, this is the durable write:
+    /// 1. temp file written and fsynced ([`TempShard::finish`]): data on disk, no name yet;
+    /// 2. rename to the final path: atomic, readers see the old file or the new one;
+    /// 3. fsync the directory (with `fsync`): the rename itself survives a power cut;
+    /// 4. then (caller) the record, in a synced RocksDB write: only now is it visible.
+    ///
+    /// Blocks. On an error before the rename the temp file is removed; nothing visible
+    /// has changed either way.
+    fn place(mut self, final_path: &Path, fsync: bool) -> std::io::Result<()> {
+        let dir = final_path.parent().expect("shard paths have a parent");
+        std::fs::create_dir_all(dir)?;
+        let tmp = self.path.take().expect("a temp shard not yet placed");
+        if let Err(e) = std::fs::rename(&tmp, final_path) {
+            self.path = Some(tmp);
+            return Err(e);
+        }
+        if fsync {
+            std::fs::File::open(dir)?.sync_all()?;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for TempShard {
+    /// Removes a temp file that was never placed. On an upload's error path this may run
+    /// on a runtime worker: one unlink in `tmp/`.
+    fn drop(&mut self) {
+        self.file = None; // closed first: not every system removes an open file
+        if let Some(path) = &self.path {
+            remove_file_if_exists(path);
+        }
+    }
 }
 
 fn join_error(e: tokio::task::JoinError) -> Error {
     Error::Io(std::io::Error::other(e))
 }
 
-impl<'a> Upload<'a> {
-    fn new(store: &'a Store, inline: bool) -> Self {
-        Self {
-            store,
-            inline,
-            mem: Vec::new(),
-            temp: TempShard {
-                path: store
-                    .tmp
-                    .join(format!("{:016x}.upload", rand::random::<u64>())),
-                file: None,
-                pending: Vec::new(),
-            },
-            pending_len: 0,
-        }
-    }
-
+impl Upload {
     /// Receives and checks the whole body: its header must be `expected` (checked as soon
     /// as it has arrived, so a wrong upload is refused early), every frame's CRC32C must
     /// match, and the file must end after its last frame, where the tail follows when
-    /// `with_tail` is set.
+    /// `with_tail` is set. A temp file is written in batches of about [`WRITE_BATCH`]
+    /// bytes, their writeback started when the shard will be fsynced (`fsync`).
     async fn receive<S, E>(
         &mut self,
         mut body: S,
         expected: &oed_ec::ShardHeader,
         with_tail: bool,
+        fsync: bool,
     ) -> Result<Option<RecordTail>>
     where
         S: Stream<Item = std::result::Result<Bytes, E>> + Unpin,
@@ -551,7 +566,15 @@ impl<'a> Upload<'a> {
                 }
                 header_checked = true;
             }
-            self.write(piece).await?;
+            match self {
+                Upload::Inline(mem) => mem.extend_from_slice(&piece),
+                Upload::File(temp) => {
+                    temp.push(piece);
+                    if temp.pending_len >= WRITE_BATCH {
+                        temp.write_batch(fsync).await?;
+                    }
+                }
+            }
         }
         verifier.finish()?;
         if !with_tail {
@@ -560,60 +583,6 @@ impl<'a> Upload<'a> {
         serde_json::from_slice(&tail)
             .map(Some)
             .map_err(|e| Error::BadRequest(format!("record tail after the shard file: {e}")))
-    }
-
-    async fn write(&mut self, piece: Bytes) -> Result<()> {
-        if self.inline {
-            self.mem.extend_from_slice(&piece);
-            return Ok(());
-        }
-        self.pending_len += piece.len();
-        self.temp.pending.push(piece);
-        if self.pending_len >= WRITE_BATCH {
-            self.write_batch().await?;
-        }
-        Ok(())
-    }
-
-    /// Writes the collected pieces to the temp file on one trip to a blocking thread.
-    /// When the shard will be fsynced, the batch's writeback to the disk starts at once
-    /// ([`start_writeback`]), so the disk works while the rest of the body arrives.
-    async fn write_batch(&mut self) -> Result<()> {
-        self.pending_len = 0;
-        let mut temp = TempShard {
-            path: self.temp.path.clone(),
-            file: self.temp.file.take(),
-            pending: std::mem::take(&mut self.temp.pending),
-        };
-        let fsync = self.store.fsync;
-        self.temp.file = tokio::task::spawn_blocking(move || {
-            let f = temp.write_pending()?;
-            if fsync {
-                start_writeback(f);
-            }
-            Ok::<_, std::io::Error>(temp.file)
-        })
-        .await
-        .map_err(join_error)??;
-        Ok(())
-    }
-
-    /// The received upload, for [`Store::commit_upload`]: inline bytes, or the temp file
-    /// with its last pieces still to write.
-    fn into_staged(self) -> Staged {
-        if self.inline {
-            Staged::Inline(self.mem)
-        } else {
-            Staged::File(self.temp)
-        }
-    }
-
-    /// Removes the temp file, if a batch created it.
-    async fn discard(&mut self) {
-        self.temp.file = None;
-        if !self.inline {
-            remove_if_exists(&self.temp.path).await;
-        }
     }
 }
 
@@ -750,7 +719,7 @@ fn read_uninit(file: &mut std::fs::File, buf: &mut Vec<u8>, n: usize) -> std::io
 /// Asks the kernel to start writing `file`'s dirty pages to the disk, without waiting (Linux
 /// `sync_file_range` over the whole file with `SYNC_FILE_RANGE_WRITE` only: pages already
 /// being written are skipped, so each call sends the batch just written). It promises no
-/// durability: the fsync after the last batch ([`Upload::write_pending`]) does that, and
+/// durability: the fsync after the last batch ([`TempShard::finish`]) does that, and
 /// finds less left to do. A failure here changes nothing and is left for that fsync to
 /// report.
 #[cfg(target_os = "linux")]
@@ -770,16 +739,8 @@ fn start_writeback(file: &std::fs::File) {
 #[cfg(not(target_os = "linux"))]
 fn start_writeback(_file: &std::fs::File) {}
 
-async fn remove_if_exists(path: &Path) {
-    warn_unless_gone(path, tokio::fs::remove_file(path).await);
-}
-
 fn remove_file_if_exists(path: &Path) {
-    warn_unless_gone(path, std::fs::remove_file(path));
-}
-
-fn warn_unless_gone(path: &Path, removed: std::io::Result<()>) {
-    if let Err(e) = removed
+    if let Err(e) = std::fs::remove_file(path)
         && e.kind() != std::io::ErrorKind::NotFound
     {
         tracing::warn!(path = %path.display(), error = %e, "could not remove file");
@@ -792,20 +753,88 @@ mod tests {
 
     use super::*;
 
-    /// Writes and deletes of one key, far more of them than the blocking pool has threads:
-    /// every one finishes. A holder of the key's lock that waited for the pool while
-    /// commits filled it waiting for the lock would hang here (and time out).
-    #[test]
-    fn writes_and_deletes_of_one_key_finish_with_a_small_blocking_pool() {
-        let dir = tempfile::tempdir().unwrap();
+    fn open_store(dir: &Path) -> Arc<Store> {
         let config = Config {
-            data_dir: dir.path().to_owned(),
+            data_dir: dir.to_owned(),
             inline_threshold_bytes: 0,
             reserve_bytes: 0,
             ..Config::default()
         };
         let store = Store::open(&config).unwrap();
         store.create_bucket("bkt").unwrap();
+        store
+    }
+
+    /// Version `v` of `bkt`/`k`: its record and shard file, `size` bytes of object.
+    fn shard(v: u128, size: usize) -> (ObjectRecord, Vec<u8>) {
+        let data = vec![v as u8; size];
+        let rec = record::test_record("k", v, data.len() as u64);
+        let file = oed_ec::encode_object(rec.layout().unwrap(), v, &data)
+            .unwrap()
+            .swap_remove(0);
+        (rec, file)
+    }
+
+    fn tmp_files(store: &Store) -> usize {
+        std::fs::read_dir(&store.tmp).unwrap().count()
+    }
+
+    /// Bodies past the first batch, so a temp file exists when they fail: one that breaks
+    /// off, one whose request is dropped halfway (its client gone). Neither leaves a file
+    /// in `tmp/` or a record.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_broken_or_abandoned_upload_leaves_no_temp_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open_store(dir.path());
+        let (rec, file) = shard(1, 4 * WRITE_BATCH);
+        let first = Bytes::copy_from_slice(&file[..WRITE_BATCH + 1000]);
+
+        let broken = futures_util::stream::iter([
+            Ok(first.clone()),
+            Err(std::io::Error::other("client gone")),
+        ]);
+        let err = store
+            .put_shard(rec.clone(), broken, false)
+            .await
+            .unwrap_err();
+        assert!(matches!(err, Error::BodyBroken(_)), "{err}");
+        assert_eq!(tmp_files(&store), 0);
+
+        let stalled = futures_util::stream::iter([Ok::<_, std::io::Error>(first)])
+            .chain(futures_util::stream::pending());
+        let upload = tokio::spawn({
+            let store = Arc::clone(&store);
+            async move { store.put_shard(rec, stalled, false).await }
+        });
+        let waited = |want: usize| {
+            let store = Arc::clone(&store);
+            async move {
+                for _ in 0..500 {
+                    if tmp_files(&store) == want {
+                        return true;
+                    }
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+                false
+            }
+        };
+        assert!(waited(1).await, "the first batch made no temp file");
+        upload.abort();
+        assert!(upload.await.unwrap_err().is_cancelled());
+        assert!(
+            waited(0).await,
+            "the abandoned upload's temp file is still there"
+        );
+        assert!(store.meta.object("bkt", "k").unwrap().is_none());
+    }
+
+    /// Writes and deletes of one key, far more of them than the blocking pool has threads:
+    /// every one finishes. A holder of the key's lock that waited for the pool while
+    /// commits filled it waiting for the lock would hang here (and time out).
+    #[test]
+    fn writes_and_deletes_of_one_key_finish_with_a_small_blocking_pool() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open_store(dir.path());
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .max_blocking_threads(2)
@@ -823,11 +852,7 @@ mod tests {
                                 Err(e) => Err(e),
                             }
                         } else {
-                            let data = vec![v as u8; 3 * 4096 + 17];
-                            let rec = record::test_record("k", v, data.len() as u64);
-                            let file = oed_ec::encode_object(rec.layout().unwrap(), v, &data)
-                                .unwrap()
-                                .swap_remove(0);
+                            let (rec, file) = shard(v, 3 * 4096 + 17);
                             let body = futures_util::stream::iter(
                                 file.chunks(1000)
                                     .map(|c| Ok::<_, std::io::Error>(Bytes::copy_from_slice(c)))
@@ -861,6 +886,6 @@ mod tests {
             .count();
         let live = store.meta.object("bkt", "k").unwrap();
         assert_eq!(shards, usize::from(live.is_some()));
-        assert_eq!(std::fs::read_dir(&store.tmp).unwrap().count(), 0);
+        assert_eq!(tmp_files(&store), 0);
     }
 }

@@ -11,7 +11,7 @@ use crate::error::{Error, Result};
 /// An object version id: 128 bits, compared as a number; larger is newer. Coordinators
 /// make them from the time in the high bits and randomness in the low bits, so
 /// concurrent writes of one key resolve to the same winner on every drive.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct VersionId(pub u128);
 
 impl VersionId {
@@ -67,8 +67,9 @@ pub struct BucketRecord {
     pub created_ms: u64,
 }
 
-/// An object version as each drive holding one of its shards records it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+/// An object version as each drive holding one of its shards records it. The default is
+/// empty and invalid (k = 0): a base for records that set the fields they need.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ObjectRecord {
     /// Bucket name.
     pub bucket: String,
@@ -282,16 +283,10 @@ pub(crate) fn test_record(key: &str, version: u128, size: u64) -> ObjectRecord {
         key: key.into(),
         version_id: VersionId(version),
         size,
-        etag: String::new(),
-        content_type: None,
-        user_meta: std::collections::BTreeMap::new(),
-        last_modified_ms: 0,
         k: 2,
         m: 1,
         chunk_size: 4096,
-        drives: Vec::new(),
-        shard_index: 0,
-        parts: Vec::new(),
+        ..ObjectRecord::default()
     }
 }
 
