@@ -11,6 +11,8 @@
 #   4. builds oedd for both ARM targets and runs the peer-API smoke test against each
 #      under qemu: start, put and get a shard, stop cleanly on SIGTERM.
 # Each target must pick its SIMD kernel (OED_EXPECT_KERNEL), not silently fall back.
+# RocksDB's C++ is compiled once per target as two unity units (deploy/rocksdb-unity.sh:
+# about a minute per target instead of 16), and librocksdb-sys links that library.
 # Set CARGO_TARGET_DIR to keep build outputs between runs (.ci/run does).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -20,12 +22,31 @@ source deploy/cross/setup.sh
 
 step() { printf '\n=== %s\n' "$*"; }
 
+# cargo_for TARGET ARGS...: cargo, with librocksdb-sys linking the RocksDB that
+# deploy/rocksdb-unity.sh built for TARGET, or compiling RocksDB itself where that script
+# has no flags for TARGET.
+declare -A rocksdb_dirs=()
+cargo_for() {
+  local t=$1 status=0
+  shift
+  if [ -z "${rocksdb_dirs[$t]+set}" ]; then
+    rocksdb_dirs[$t]=$(bash deploy/rocksdb-unity.sh "$t") || status=$?
+    if ((status == 2)); then rocksdb_dirs[$t]=""; elif ((status)); then return "$status"; fi
+  fi
+  if [ -n "${rocksdb_dirs[$t]}" ]; then
+    ROCKSDB_LIB_DIR=${rocksdb_dirs[$t]} ROCKSDB_STATIC=1 cargo "$@"
+  else
+    (unset ROCKSDB_LIB_DIR ROCKSDB_STATIC && cargo "$@")
+  fi
+}
+host=$(rustc -vV | sed -n 's/^host: //p')
+
 host_kernel=portable
 if [ "$(uname -m)" = x86_64 ] && grep -qw avx2 /proc/cpuinfo; then host_kernel=avx2; fi
 if [ "$(uname -m)" = aarch64 ]; then host_kernel=neon64; fi
 
 step "host tests ($(uname -m), expecting the $host_kernel kernel)"
-OED_EXPECT_KERNEL=$host_kernel cargo test --workspace --locked
+OED_EXPECT_KERNEL=$host_kernel cargo_for "$host" test --workspace --locked
 
 target_root=${CARGO_TARGET_DIR:-target}
 
@@ -54,22 +75,22 @@ if ! command -v promtool >/dev/null && [ ! -x /usr/bin/promtool ]; then
   "${sudo[@]}" apt-get update -qq
   DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq --no-install-recommends prometheus >/dev/null
 fi
-cargo build --locked -p oed-daemon --bin oedd
+cargo_for "$host" build --locked -p oed-daemon --bin oedd
 OED_TEST_OEDD_BIN="$(cd "$target_root" && pwd)/debug/oedd" python3 -m pytest -q -p no:cacheprovider tests/s3
 step "S3 end-to-end tests (aws-sdk-s3 for Rust)"
 OED_TEST_OEDD_BIN="$(cd "$target_root" && pwd)/debug/oedd" \
-  cargo test --locked --manifest-path tests/sdk/Cargo.toml
+  cargo_for "$host" test --locked --manifest-path tests/sdk/Cargo.toml
 for pair in aarch64-unknown-linux-gnu:neon64 armv7-unknown-linux-gnueabihf:neon32; do
   t=${pair%%:*}
   step "$t: oed-ec tests under qemu (expecting the ${pair##*:} kernel)"
   OED_EXPECT_KERNEL=${pair##*:} cargo test --locked -p oed-ec --target "$t"
   step "$t: oedd smoke test under qemu"
-  cargo build --locked -p oed-daemon --bin oedd --target "$t"
+  cargo_for "$t" build --locked -p oed-daemon --bin oedd --target "$t"
   runner_var="CARGO_TARGET_$(tr 'a-z-' 'A-Z_' <<<"$t")_RUNNER"
   out=$(${!runner_var} "$target_root/$t/debug/oedd" version)
   echo "$out"
   grep -q "kernel: ${pair##*:}" <<<"$out" || { echo "oedd on $t did not pick ${pair##*:}" >&2; exit 1; }
   OED_TEST_OEDD_BIN="$target_root/$t/debug/oedd" OED_TEST_OEDD_RUNNER="${!runner_var}" \
-    cargo test --locked -p oed-tests --test peer_api -- smoke_put_get_and_clean_stop
+    cargo_for "$host" test --locked -p oed-tests --test peer_api -- smoke_put_get_and_clean_stop
 done
 step "all tests passed"

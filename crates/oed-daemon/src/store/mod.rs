@@ -779,6 +779,53 @@ mod tests {
         std::fs::read_dir(&store.tmp).unwrap().count()
     }
 
+    /// Shard files of lengths at and around the batch boundaries, sent in pieces that
+    /// straddle them, are stored byte for byte.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn shard_files_are_stored_byte_for_byte_at_every_length() {
+        let targets = [
+            4095,
+            WRITE_BATCH - 1,
+            WRITE_BATCH,
+            WRITE_BATCH + 1,
+            2 * WRITE_BATCH + 4096,
+            3 * WRITE_BATCH + 12345,
+        ];
+        let dir = tempfile::tempdir().unwrap();
+        let store = open_store(dir.path());
+        for (v, target) in (1u128..).zip(targets) {
+            // The largest object whose shard file is at most `target` bytes.
+            let layout = record::test_record("k", v, 0).layout().unwrap();
+            let len = |size: usize| {
+                let h = oed_ec::ShardHeader::new(v, 0, layout, size as u64).unwrap();
+                usize::try_from(h.file_len()).unwrap()
+            };
+            let (mut lo, mut hi) = (0, 4 * target);
+            while lo < hi {
+                let mid = (lo + hi).div_ceil(2);
+                if len(mid) <= target {
+                    lo = mid;
+                } else {
+                    hi = mid - 1;
+                }
+            }
+            let (rec, file) = shard(v, lo);
+            assert!(target - file.len() < 64, "{target}: {}", file.len());
+            let pieces: Vec<_> = file
+                .chunks(10_007)
+                .map(|c| Ok::<_, std::io::Error>(Bytes::copy_from_slice(c)))
+                .collect();
+            store
+                .put_shard(rec.clone(), futures_util::stream::iter(pieces), false)
+                .await
+                .unwrap();
+            let path = store.shard_path("bkt", "k", rec.version_id, 0);
+            let stored = std::fs::read(&path).unwrap();
+            assert!(stored == file, "{} bytes", file.len());
+            assert_eq!(tmp_files(&store), 0);
+        }
+    }
+
     /// Bodies past the first batch, so a temp file exists when they fail: one that breaks
     /// off, one whose request is dropped halfway (its client gone). Neither leaves a file
     /// in `tmp/` or a record.
