@@ -17,6 +17,10 @@ set -euo pipefail
 target=$1
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 target_root=${CARGO_TARGET_DIR:-$root/target}
+# The cross ar (AR_<target>) and armv7's header forced into every C++ file
+# (CXXFLAGS_<target>), as cargo's own build of RocksDB gets them.
+# shellcheck source=cross/setup.sh
+source "$root/deploy/cross/setup.sh" env
 
 manifest=$(cargo metadata --locked --format-version 1 --filter-platform "$target" --manifest-path "$root/Cargo.toml" |
   grep -o '"manifest_path":"[^"]*/librocksdb-sys-[^"/]*/Cargo.toml"' | head -1 | cut -d'"' -f4)
@@ -29,14 +33,15 @@ defines=(-DNDEBUG=1 -DHAVE_ALIGNED_NEW -DHAVE_UINT128_EXTENSION -DOS_LINUX -DROC
          -DROCKSDB_LIB_IO_POSIX -DROCKSDB_SCHED_GETCPU_PRESENT -DROCKSDB_AUXV_GETAUXVAL_PRESENT
          -DROCKSDB_FALLOCATE_PRESENT -DROCKSDB_RANGESYNC_PRESENT)
 case $target in
-  x86_64-unknown-linux-gnu) arch=(-m64 --target=x86_64-unknown-linux-gnu -msse2); ar=ar ;;
-  aarch64-unknown-linux-gnu) arch=(--target=aarch64-unknown-linux-gnu); ar=aarch64-linux-gnu-ar ;;
+  x86_64-unknown-linux-gnu) arch=(-m64 --target=x86_64-unknown-linux-gnu -msse2) ;;
+  aarch64-unknown-linux-gnu) arch=(--target=aarch64-unknown-linux-gnu) ;;
   armv7-unknown-linux-gnueabihf)
     arch=(--target=arm-unknown-linux-gnueabihf)
-    defines+=(-D_FILE_OFFSET_BITS=64 -D_LARGEFILE64_SOURCE=1)
-    ar=arm-linux-gnueabihf-ar ;;
+    defines+=(-D_FILE_OFFSET_BITS=64 -D_LARGEFILE64_SOURCE=1) ;;
   *) echo "rocksdb-unity: no flags for $target; cargo compiles RocksDB itself" >&2; exit 2 ;;
 esac
+ar_var="AR_${target//-/_}"
+ar=${!ar_var:-ar}
 extra_var="CXXFLAGS_${target//-/_}"
 # shellcheck disable=SC2206 # the variable holds flags, split as cc splits them
 extra=(${!extra_var:-})

@@ -23,21 +23,17 @@ source deploy/cross/setup.sh
 step() { printf '\n=== %s\n' "$*"; }
 
 # cargo_for TARGET ARGS...: cargo, with librocksdb-sys linking the RocksDB that
-# deploy/rocksdb-unity.sh built for TARGET, or compiling RocksDB itself where that script
-# has no flags for TARGET.
-declare -A rocksdb_dirs=()
+# deploy/rocksdb-unity.sh built for TARGET (it keeps what it built), or compiling RocksDB
+# itself where that script has no flags for TARGET.
 cargo_for() {
-  local t=$1 status=0
+  local t=$1 dir status=0
   shift
-  if [ -z "${rocksdb_dirs[$t]+set}" ]; then
-    rocksdb_dirs[$t]=$(bash deploy/rocksdb-unity.sh "$t") || status=$?
-    if ((status == 2)); then rocksdb_dirs[$t]=""; elif ((status)); then return "$status"; fi
-  fi
-  if [ -n "${rocksdb_dirs[$t]}" ]; then
-    ROCKSDB_LIB_DIR=${rocksdb_dirs[$t]} ROCKSDB_STATIC=1 cargo "$@"
-  else
-    (unset ROCKSDB_LIB_DIR ROCKSDB_STATIC && cargo "$@")
-  fi
+  dir=$(bash deploy/rocksdb-unity.sh "$t") || status=$?
+  case $status in
+    0) ROCKSDB_LIB_DIR=$dir ROCKSDB_STATIC=1 cargo "$@" ;;
+    2) (unset ROCKSDB_LIB_DIR ROCKSDB_STATIC && cargo "$@") ;;
+    *) return "$status" ;;
+  esac
 }
 host=$(rustc -vV | sed -n 's/^host: //p')
 

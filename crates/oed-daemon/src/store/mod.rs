@@ -779,50 +779,49 @@ mod tests {
         std::fs::read_dir(&store.tmp).unwrap().count()
     }
 
-    /// Shard files of lengths at and around the batch boundaries, sent in pieces that
-    /// straddle them, are stored byte for byte.
+    /// Shard files are stored byte for byte however their bodies are cut: in pieces of
+    /// 10,007 bytes, in one piece, and past one batch in two pieces, cut so that the last
+    /// one fills the only batch (nothing left for the final write) or so that the first
+    /// one is a whole batch (the final write is the second).
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn shard_files_are_stored_byte_for_byte_at_every_length() {
-        let targets = [
-            4095,
-            WRITE_BATCH - 1,
-            WRITE_BATCH,
-            WRITE_BATCH + 1,
-            2 * WRITE_BATCH + 4096,
-            3 * WRITE_BATCH + 12345,
-        ];
+    async fn shard_files_are_stored_byte_for_byte_however_the_body_is_cut() {
         let dir = tempfile::tempdir().unwrap();
         let store = open_store(dir.path());
-        for (v, target) in (1u128..).zip(targets) {
-            // The largest object whose shard file is at most `target` bytes.
-            let layout = record::test_record("k", v, 0).layout().unwrap();
-            let len = |size: usize| {
-                let h = oed_ec::ShardHeader::new(v, 0, layout, size as u64).unwrap();
-                usize::try_from(h.file_len()).unwrap()
-            };
-            let (mut lo, mut hi) = (0, 4 * target);
-            while lo < hi {
-                let mid = (lo + hi).div_ceil(2);
-                if len(mid) <= target {
-                    lo = mid;
-                } else {
-                    hi = mid - 1;
-                }
+        let mut v = 0;
+        // Shard files (k = 2) of about 1.5 KiB, a batch and a bit, and 2.5 batches.
+        for size in [3000, 2 * WRITE_BATCH, 5 * WRITE_BATCH + 12_345] {
+            let len = shard(1, size).1.len();
+            let cuts: [Vec<usize>; 4] = [
+                (10_007..len).step_by(10_007).collect(),
+                Vec::new(),
+                (len > WRITE_BATCH)
+                    .then_some(WRITE_BATCH - 1)
+                    .into_iter()
+                    .collect(),
+                (len > WRITE_BATCH)
+                    .then_some(WRITE_BATCH)
+                    .into_iter()
+                    .collect(),
+            ];
+            for cut in cuts {
+                v += 1;
+                let (rec, file) = shard(v, size);
+                let pieces: Vec<_> = std::iter::once(0)
+                    .chain(cut.iter().copied())
+                    .zip(cut.iter().copied().chain(std::iter::once(len)))
+                    .map(|(from, to)| {
+                        Ok::<_, std::io::Error>(Bytes::copy_from_slice(&file[from..to]))
+                    })
+                    .collect();
+                store
+                    .put_shard(rec.clone(), futures_util::stream::iter(pieces), false)
+                    .await
+                    .unwrap();
+                let path = store.shard_path("bkt", "k", rec.version_id, 0);
+                let stored = std::fs::read(&path).unwrap();
+                assert!(stored == file, "{len} bytes cut at {cut:?}");
+                assert_eq!(tmp_files(&store), 0);
             }
-            let (rec, file) = shard(v, lo);
-            assert!(target - file.len() < 64, "{target}: {}", file.len());
-            let pieces: Vec<_> = file
-                .chunks(10_007)
-                .map(|c| Ok::<_, std::io::Error>(Bytes::copy_from_slice(c)))
-                .collect();
-            store
-                .put_shard(rec.clone(), futures_util::stream::iter(pieces), false)
-                .await
-                .unwrap();
-            let path = store.shard_path("bkt", "k", rec.version_id, 0);
-            let stored = std::fs::read(&path).unwrap();
-            assert!(stored == file, "{} bytes", file.len());
-            assert_eq!(tmp_files(&store), 0);
         }
     }
 
