@@ -188,6 +188,18 @@ def test_prometheus_scrapes_power_energy_and_traffic_under_load(metered):
     prom.wait_for(
         "oed_shards", lambda r: len(r) == 3 and all(v == len(sizes) for v in by_drive(r).values()), "shards per drive"
     )
+    # Each drive timed every shard it stored: one record each; the data's fsync and the
+    # rename for the shard files, all but the two smallest objects' (inline, under 4 KiB).
+    steps = {
+        phase: by_drive(prom.query(f'oed_shard_write_seconds_count{{phase="{phase}"}}'))
+        for phase in ("receive", "data_sync", "place", "record")
+    }
+    for phase in ("receive", "record"):
+        assert len(steps[phase]) == 3 and all(v == len(sizes) for v in steps[phase].values()), steps
+    for phase in ("data_sync", "place"):
+        assert len(steps[phase]) == 3 and all(v == len(sizes) - 2 for v in steps[phase].values()), steps
+    synced = by_drive(prom.query('oed_shard_write_seconds_sum{phase="data_sync"}'))
+    assert all(v > 0 for v in synced.values()), synced
 
     # Energy rises on every drive; power is measured where the sensor is, modelled
     # elsewhere, and the labels say which.

@@ -53,7 +53,8 @@ impl DriveMetrics {
         Ok(Self { registry, traffic })
     }
 
-    /// Adds the drive state collector (read at scrape time).
+    /// Adds the drive state collector (read at scrape time) and the store's shard-write
+    /// timings.
     ///
     /// # Errors
     /// As [`DriveMetrics::new`].
@@ -64,6 +65,8 @@ impl DriveMetrics {
         peer: Arc<PeerState>,
         drive_id: &str,
     ) -> Result<()> {
+        self.registry
+            .register(Box::new(store.write_phases().clone()))?;
         let state = StateCollector::new(store, cluster, peer, drive_id)?;
         self.registry.register(Box::new(AtScrape(state)))?;
         Ok(())

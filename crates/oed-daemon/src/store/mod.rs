@@ -13,9 +13,11 @@ pub mod record;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Instant;
 
 use bytes::Bytes;
 use futures_util::{Stream, StreamExt};
+use prometheus::{HistogramOpts, HistogramVec};
 use sha2::{Digest, Sha256};
 use tokio::sync::mpsc;
 
@@ -36,6 +38,12 @@ pub struct Stored {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub replaced_parts: Vec<PartRef>,
 }
+
+/// `oed_shard_write_seconds` buckets: 100 µs (a directory's fsync on a fast disk) to 10 s.
+const PHASE_BUCKETS: [f64; 16] = [
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+    5.0, 10.0,
+];
 
 /// Commit locks, striped by object key: two uploads of one key commit one at a time.
 const LOCK_STRIPES: usize = 64;
@@ -74,6 +82,33 @@ pub struct Store {
     /// Serialise a key's commit and delete. Taken only on blocking threads (see
     /// [`Store::delete_object`]).
     locks: Vec<Mutex<()>>,
+    /// Time spent in each step of a shard write ([`Store::write_phases`]).
+    phases: HistogramVec,
+}
+
+/// The steps of a shard write, as `oed_shard_write_seconds` labels them.
+#[derive(Clone, Copy)]
+enum Phase {
+    /// From the checked request to the end of its body: the sender's pace, the checks and
+    /// the batches written on the way.
+    Receive,
+    /// The last batch and the temp file's fsync.
+    DataSync,
+    /// The rename to the final name and the directory's fsync.
+    Place,
+    /// The synced RocksDB write of the record.
+    Record,
+}
+
+impl Phase {
+    fn label(self) -> &'static str {
+        match self {
+            Phase::Receive => "receive",
+            Phase::DataSync => "data_sync",
+            Phase::Place => "place",
+            Phase::Record => "record",
+        }
+    }
 }
 
 impl Store {
@@ -103,7 +138,34 @@ impl Store {
             max_shard_bytes: config.max_shard_bytes,
             reserve: config.reserve_bytes,
             locks: (0..LOCK_STRIPES).map(|_| Mutex::new(())).collect(),
+            phases: HistogramVec::new(
+                HistogramOpts::new(
+                    "oed_shard_write_seconds",
+                    "Time each step of a shard write took on this drive: receive (the body, \
+                     checked and written in batches), data_sync (the last batch and the \
+                     file's fsync), place (rename and the directory's fsync), record (the \
+                     synced RocksDB write).",
+                )
+                .buckets(PHASE_BUCKETS.to_vec()),
+                &["phase"],
+            )?,
         }))
+    }
+
+    /// The `oed_shard_write_seconds` histograms, by phase, for the drive's registry. Only
+    /// writes that complete a phase count in it; an inline shard has no `data_sync` or `place`.
+    #[must_use]
+    pub fn write_phases(&self) -> &HistogramVec {
+        &self.phases
+    }
+
+    /// Records that `phase` took the time since `since`; returns now, where the next one starts.
+    fn timed(&self, phase: Phase, since: Instant) -> Instant {
+        let now = Instant::now();
+        self.phases
+            .with_label_values(&[phase.label()])
+            .observe(now.duration_since(since).as_secs_f64());
+        now
     }
 
     /// The metadata store.
@@ -220,6 +282,7 @@ impl Store {
         }
         self.check_space(expected.file_len())?;
 
+        let started = Instant::now();
         let mut upload = if expected.file_len() <= self.inline_threshold {
             Upload::Inline(Vec::new())
         } else {
@@ -233,6 +296,7 @@ impl Store {
             record.etag = tail.etag;
             record.parts = tail.parts;
         }
+        self.timed(Phase::Receive, started);
         // The rest is one trip to a blocking thread: the last batch and fsync, the rename
         // and the directory's fsync, the synced record. A request dropped meanwhile (its
         // client gone) does not stop it halfway.
@@ -251,7 +315,9 @@ impl Store {
         let (inline, temp) = match upload {
             Upload::Inline(data) => (Some(data), None),
             Upload::File(mut temp) => {
+                let started = Instant::now();
                 temp.finish(self.fsync)?;
+                self.timed(Phase::DataSync, started);
                 (None, Some(temp))
             }
         };
@@ -269,8 +335,10 @@ impl Store {
         {
             return Err(Error::Superseded);
         }
+        let mut started = Instant::now();
         if let Some(temp) = temp {
             temp.place(&final_path, self.fsync)?;
+            started = self.timed(Phase::Place, started);
         }
         // Last step: the record. Until this synced write the new shard is invisible.
         if let Err(e) = self
@@ -286,6 +354,7 @@ impl Store {
             }
             return Err(e);
         }
+        self.timed(Phase::Record, started);
         let mut replaced_parts = Vec::new();
         if let Some(prev) = previous {
             let old = self.shard_path(&prev.bucket, &prev.key, prev.version_id, prev.shard_index);
@@ -823,6 +892,49 @@ mod tests {
                 assert_eq!(tmp_files(&store), 0);
             }
         }
+    }
+
+    /// Each completed step of a shard write counts once in `oed_shard_write_seconds`: a
+    /// shard file goes through all four, an inline shard has no `data_sync` or `place`, and
+    /// an upload refused on the way counts in none after the step that failed.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn write_phases_count_each_completed_step() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = Config {
+            data_dir: dir.path().to_owned(),
+            inline_threshold_bytes: 4096,
+            reserve_bytes: 0,
+            ..Config::default()
+        };
+        let store = Store::open(&config).unwrap();
+        store.create_bucket("bkt").unwrap();
+        let counts = |store: &Store| {
+            ["receive", "data_sync", "place", "record"].map(|p| {
+                let h = store.write_phases().with_label_values(&[p]);
+                (h.get_sample_count(), h.get_sample_sum())
+            })
+        };
+        let put = |v: u128, size: usize, keep: usize| {
+            let (rec, file) = shard(v, size);
+            let piece = Bytes::copy_from_slice(&file[..keep.min(file.len())]);
+            let store = store.clone();
+            async move {
+                let body = futures_util::stream::iter([Ok::<_, std::io::Error>(piece)]);
+                store.put_shard(rec, body, false).await
+            }
+        };
+
+        put(1, 200_000, usize::MAX).await.unwrap(); // a shard file
+        let after_file = counts(&store);
+        assert_eq!(after_file.map(|c| c.0), [1, 1, 1, 1]);
+        assert!(after_file.iter().all(|c| c.1 > 0.0), "{after_file:?}");
+
+        put(2, 3000, usize::MAX).await.unwrap(); // inline: about 1.5 KiB
+        assert_eq!(counts(&store).map(|c| c.0), [2, 1, 1, 2]);
+
+        // A body cut short fails its check at the end of the receive: nothing counts.
+        put(3, 200_000, 50_000).await.unwrap_err();
+        assert_eq!(counts(&store).map(|c| c.0), [2, 1, 1, 2]);
     }
 
     /// Bodies past the first batch, so a temp file exists when they fail: one that breaks
