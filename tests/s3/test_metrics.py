@@ -199,7 +199,7 @@ def test_prometheus_scrapes_power_energy_and_traffic_under_load(metered):
     for phase in ("data_sync", "place"):
         assert len(steps[phase]) == 3 and all(v == len(sizes) - 2 for v in steps[phase].values()), steps
     synced = by_drive(prom.query('oed_shard_write_seconds_sum{phase="data_sync"}'))
-    assert all(v > 0 for v in synced.values()), synced
+    assert len(synced) == 3 and all(v > 0 for v in synced.values()), synced
 
     # Energy rises on every drive; power is measured where the sensor is, modelled
     # elsewhere, and the labels say which.
