@@ -1,4 +1,4 @@
-//! MD5 throughput, one stream against streams hashed in lanes (`oed_daemon::md5_lanes`):
+//! MD5 throughput, one stream against streams hashed in lanes (`oed_ops::md5`):
 //! the bytes of all lanes together per second, over 1 MiB per lane (a 4+2 stripe of 256
 //! KiB chunks, the piece an upload hands over), from cache.
 //!
@@ -7,7 +7,7 @@
 use std::hint::black_box;
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
-use oed_daemon::md5_lanes::{INIT, compress_lanes};
+use oed_ops::md5::{INIT, compress_lanes};
 
 const LEN: usize = 1024 * 1024;
 

@@ -13,6 +13,7 @@ use anyhow::Context;
 use bytes::Bytes;
 use clap::Parser;
 use futures_util::StreamExt;
+use oed_daemon::drive::Drive as _;
 use oed_daemon::peer::auth::PeerKey;
 use oed_daemon::peer::client::PeerClient;
 use oed_daemon::store::record::{ObjectRecord, VersionId};
@@ -165,7 +166,7 @@ async fn main() -> anyhow::Result<()> {
                     .step_by(256 * 1024)
                     .map(|o| Ok(f.slice(o..(o + 256 * 1024).min(f.len()))))
                     .collect();
-                c.put_shard(&rec, futures_util::stream::iter(pieces))
+                c.put_shard(&rec, Box::pin(futures_util::stream::iter(pieces)), false)
                     .await?;
                 Ok(len)
             }
@@ -182,10 +183,7 @@ async fn main() -> anyhow::Result<()> {
                 // Read as it arrives and keep none of it, as a coordinator does: collecting
                 // each body into one buffer would add a copy of every byte, on the cores
                 // the drive shares with this tool.
-                let mut body = c
-                    .get_shard(&a.bucket, &key, None, None)
-                    .await?
-                    .bytes_stream();
+                let mut body = c.read_shard(&a.bucket, &key, None, None).await?.chunks;
                 let (mut n, stored) = (0, a.size_kib * 1024);
                 while let Some(piece) = body.next().await {
                     n += piece?.len();

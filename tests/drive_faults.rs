@@ -1,5 +1,6 @@
-//! Real faults against a real `oedd`: kill -9 during a stream of writes, a byte flipped
-//! in a shard file on disk, a shard file cut short, and a small file system filling up.
+//! Real faults against a real `oedd`: kill -9 during a stream of writes, and a small file
+//! system filling up. (Bytes flipped in a shard file and a shard file cut short are in
+//! the drive conformance suite, `drive_conformance.rs`, against both kinds of drive.)
 
 use std::collections::BTreeMap;
 use std::process::Command;
@@ -7,7 +8,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
-use oed_tests::{Daemon, body, bytes, chunk_bytes, files_under, read_shard, record, shard_file};
+use oed_daemon::drive::{Drive, ErrorCode};
+use oed_tests::{
+    Daemon, body, bytes, chunk_bytes, files_under, read_shard, record, shard_file, upload,
+};
 
 fn rt() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
@@ -40,7 +44,7 @@ fn kill_9_during_writes_loses_nothing_acknowledged_and_shows_nothing_partial() {
                     tokio::time::sleep(Duration::from_millis(2)).await;
                     b
                 });
-                match c.put_shard(&rec, slow).await {
+                match c.put_shard(&rec, Box::pin(slow), false).await {
                     Ok(_) => {
                         acked.lock().unwrap().insert(key, file);
                     }
@@ -79,7 +83,7 @@ fn kill_9_during_writes_loses_nothing_acknowledged_and_shows_nothing_partial() {
         let mut start = String::new();
         let mut seen = 0;
         loop {
-            let page = c.list("crash", &start, 100).await.unwrap();
+            let page = c.list_objects("crash", &start, 100).await.unwrap();
             let last = page.last().map(|r| r.key.clone());
             for r in &page {
                 if Some(&r.key) == last.as_ref() && page.len() == 100 {
@@ -111,98 +115,6 @@ fn kill_9_during_writes_loses_nothing_acknowledged_and_shows_nothing_partial() {
         "{} shard files for {records} records",
         files()
     );
-}
-
-/// Stores one shard of 4 stripes of 4096 bytes as "victim" in a new `bucket` of the drive
-/// in `dir`; returns the shard's data and its file.
-async fn one_stored_shard(
-    c: &oed_daemon::peer::client::PeerClient,
-    dir: &std::path::Path,
-    bucket: &str,
-    seed: u64,
-) -> (Vec<u8>, std::path::PathBuf) {
-    c.create_bucket(bucket).await.unwrap();
-    let data = bytes(4 * 4096, seed);
-    let rec = record(bucket, "victim", 1, data.len() as u64, 1, 1, 0);
-    let file = shard_file(&rec, &data);
-    c.put_shard(&rec, body(&file, 4096)).await.unwrap();
-    let mut shards = files_under(&dir.join("shards"));
-    assert_eq!(shards.len(), 1);
-    assert_eq!(std::fs::read(&shards[0]).unwrap(), file);
-    (data, shards.remove(0))
-}
-
-/// Asks for stripes `bad..4` of "victim" and checks that the drive refuses, naming `bad`.
-async fn assert_corrupt_from(c: &oed_daemon::peer::client::PeerClient, bucket: &str, bad: u64) {
-    let err = c
-        .get_shard(bucket, "victim", None, Some((bad, 4)))
-        .await
-        .unwrap_err();
-    assert_eq!(err.code(), Some("CorruptShard"));
-    assert!(err.to_string().contains(&format!("stripe {bad}")), "{err}");
-}
-
-/// Stripes `0..end` of "victim", which must be served whole.
-async fn good_stripes(
-    c: &oed_daemon::peer::client::PeerClient,
-    bucket: &str,
-    end: u64,
-) -> bytes::Bytes {
-    c.get_shard(bucket, "victim", None, Some((0, end)))
-        .await
-        .unwrap()
-        .bytes()
-        .await
-        .unwrap()
-}
-
-#[test]
-fn a_byte_flipped_on_disk_is_reported_never_served() {
-    let dir = tempfile::tempdir().unwrap();
-    let d = Daemon::start(dir.path(), &[]);
-    let c = d.client();
-    rt().block_on(async {
-        let (data, path) = one_stored_shard(&c, dir.path(), "rot", 4).await;
-        let mut on_disk = std::fs::read(&path).unwrap();
-        // Flip one byte inside stripe 2's chunk.
-        on_disk[64 + 2 * (4096 + 4) + 777] ^= 0x20;
-        std::fs::write(&path, &on_disk).unwrap();
-
-        // From stripe 2: the first chunk is bad, so the answer is an error.
-        assert_corrupt_from(&c, "rot", 2).await;
-        // Whole shard: stripes 0 and 1 are good, so the response starts, and then the
-        // connection is cut instead of carrying bad bytes. (When the cut comes before hyper
-        // has flushed the head, the client sees no response at all; both are refusals.)
-        match c.get_shard("rot", "victim", None, None).await {
-            Ok(resp) => assert!(
-                resp.bytes().await.is_err(),
-                "a corrupt body was delivered whole"
-            ),
-            Err(e) => assert!(e.code().is_none(), "unexpected error {e}"),
-        }
-        // Undamaged stripes are still served.
-        assert_eq!(good_stripes(&c, "rot", 2).await, data[..2 * 4096]);
-        assert!(c.info().await.unwrap().heal_backlog >= 1);
-    });
-}
-
-#[test]
-fn a_shard_cut_short_on_disk_is_reported_never_served() {
-    let dir = tempfile::tempdir().unwrap();
-    let d = Daemon::start(dir.path(), &[]);
-    let c = d.client();
-    rt().block_on(async {
-        let (data, path) = one_stored_shard(&c, dir.path(), "cut", 5).await;
-        // The file ends 1000 bytes into stripe 3's chunk.
-        let f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
-        f.set_len(64 + 3 * (4096 + 4) + 1000).unwrap();
-        drop(f);
-
-        assert_corrupt_from(&c, "cut", 3).await;
-        // The stripes before the cut are still served.
-        assert_eq!(good_stripes(&c, "cut", 3).await, data[..3 * 4096]);
-        assert!(c.info().await.unwrap().heal_backlog >= 1);
-    });
 }
 
 /// A small tmpfs mounted for the test and unmounted when dropped.
@@ -272,7 +184,7 @@ fn a_full_file_system_refuses_writes_cleanly_and_recovers_after_deletes() {
         for i in 0..100u32 {
             let rec = record("full", &format!("k{i}"), 1, data.len() as u64, 1, 0, 0);
             let file = shard_file(&rec, &data);
-            match c.put_shard(&rec, body(&file, 65536)).await {
+            match c.put_shard(&rec, upload(&file, 65536), false).await {
                 Ok(_) => stored.push(rec.key.clone()),
                 Err(e) => {
                     refused = Some(e);
@@ -281,7 +193,7 @@ fn a_full_file_system_refuses_writes_cleanly_and_recovers_after_deletes() {
             }
         }
         let err = refused.expect("48 MiB filled up within 100 MiB of writes");
-        assert_eq!(err.code(), Some("InsufficientStorage"), "{err}");
+        assert_eq!(err.code, ErrorCode::InsufficientStorage, "{err}");
         assert!(err.to_string().contains("reserve"), "{err}");
         assert!(stored.len() >= 10, "only {} writes fit", stored.len());
         let info = c.info().await.unwrap();
@@ -292,11 +204,11 @@ fn a_full_file_system_refuses_writes_cleanly_and_recovers_after_deletes() {
             assert_eq!(got, data);
         }
         for key in stored.iter().take(5) {
-            c.delete("full", key, None).await.unwrap();
+            c.delete_object("full", key, None).await.unwrap();
         }
         // And writes work again.
         let rec = record("full", "after", 1, data.len() as u64, 1, 0, 0);
-        c.put_shard(&rec, body(&shard_file(&rec, &data), 65536))
+        c.put_shard(&rec, upload(&shard_file(&rec, &data), 65536), false)
             .await
             .unwrap();
         assert!(files_under(&data_dir.join("tmp")).is_empty());

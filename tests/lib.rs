@@ -13,6 +13,8 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use futures_util::StreamExt as _;
+use oed_daemon::drive::{Drive, DriveError, ShardUpload};
 use oed_daemon::peer::auth::PeerKey;
 use oed_daemon::peer::client::PeerClient;
 use oed_daemon::store::record::{ObjectRecord, VersionId};
@@ -250,17 +252,40 @@ pub fn chunk_bytes(file: &[u8]) -> Vec<u8> {
     out
 }
 
-/// The chunk bytes of the whole stored shard of `bucket`/`key`, as `GET shard` sends them.
+/// The chunk bytes of stripes `stripes` (all when `None`) of the stored shard of
+/// `bucket`/`key`, as [`Drive::read_shard`] streams them; the error that ends the stream,
+/// if one does.
+///
+/// # Errors
+/// The read's error, or the one the stream ended with.
+pub async fn try_read_shard(
+    d: &dyn Drive,
+    bucket: &str,
+    key: &str,
+    stripes: Option<std::ops::Range<u64>>,
+) -> Result<Vec<u8>, DriveError> {
+    let mut read = d.read_shard(bucket, key, None, stripes).await?;
+    let mut out = Vec::new();
+    while let Some(piece) = read.chunks.next().await {
+        out.extend_from_slice(&piece?);
+    }
+    Ok(out)
+}
+
+/// The chunk bytes of the whole stored shard of `bucket`/`key`.
 ///
 /// # Panics
-/// When the request or the body fails.
-pub async fn read_shard(c: &PeerClient, bucket: &str, key: &str) -> Bytes {
-    c.get_shard(bucket, key, None, None)
+/// When the read or its stream fails.
+pub async fn read_shard(d: &dyn Drive, bucket: &str, key: &str) -> Vec<u8> {
+    try_read_shard(d, bucket, key, None)
         .await
-        .expect("GET shard")
-        .bytes()
-        .await
-        .expect("shard body")
+        .expect("shard read")
+}
+
+/// A shard upload body of `data` in pieces of `piece` bytes.
+#[must_use]
+pub fn upload(data: &[u8], piece: usize) -> ShardUpload {
+    Box::pin(body(data, piece))
 }
 
 /// A body stream of `data` in pieces of `piece` bytes.

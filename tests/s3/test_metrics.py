@@ -173,6 +173,19 @@ def test_prometheus_scrapes_power_energy_and_traffic_under_load(metered):
         lambda r: r and float(r[0]["value"][1]) == len(sizes),
         "PutObject requests",
     )
+    # GetObject is named by s3s too, and each of the other drives answered one PutShard
+    # per object, named by the peer route it matched (never "Other").
+    prom.wait_for(
+        'sum(oed_requests_total{api="s3",op="GetObject",code="200"})',
+        lambda r: r and float(r[0]["value"][1]) == len(sizes),
+        "GetObject requests",
+    )
+    prom.wait_for(
+        'oed_requests_total{api="peer",op="PutShard",code="200",drive!="drive-1"}',
+        lambda r: len(r) == 2 and all(v == len(sizes) for v in by_drive(r).values()),
+        "PutShard requests on drives 2 and 3",
+    )
+    assert not prom.query('oed_requests_total{op="Other"} > 0'), "requests left unnamed"
     # The other drives stored shards for it over the peer API, and the coordinator
     # encoded every byte.
     prom.wait_for(

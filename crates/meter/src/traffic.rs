@@ -3,6 +3,8 @@
 //! the erasure coding work. The daemon calls these from its request path; they are plain
 //! atomic counters and histograms, cheap enough for every request.
 
+use std::time::Instant;
+
 use prometheus::{CounterVec, HistogramOpts, HistogramVec, IntCounterVec, Opts, Registry};
 
 use crate::Result;
@@ -219,5 +221,46 @@ impl Traffic {
         };
         self.ec_bytes.with_label_values(&[op]).inc_by(bytes as f64);
         self.ec_seconds.with_label_values(&[op]).inc_by(seconds);
+    }
+}
+
+/// Counts the bytes of one request body as they go and records them, with the time
+/// since it was made, when dropped: at the end of the body or when the client goes away.
+#[derive(Debug)]
+pub struct BodyMeter {
+    traffic: Traffic,
+    class: Class,
+    direction: Direction,
+    started: Instant,
+    bytes: u64,
+}
+
+impl BodyMeter {
+    /// Starts counting.
+    #[must_use]
+    pub fn new(traffic: Traffic, class: Class, direction: Direction) -> Self {
+        Self {
+            traffic,
+            class,
+            direction,
+            started: Instant::now(),
+            bytes: 0,
+        }
+    }
+
+    /// `n` more bytes.
+    pub fn add(&mut self, n: usize) {
+        self.bytes += n as u64;
+    }
+}
+
+impl Drop for BodyMeter {
+    fn drop(&mut self) {
+        self.traffic.body(
+            self.class,
+            self.direction,
+            self.bytes,
+            self.started.elapsed().as_secs_f64(),
+        );
     }
 }

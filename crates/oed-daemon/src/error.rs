@@ -1,9 +1,13 @@
-//! The daemon's one error type, and the one place errors become HTTP responses
-//! (`IntoResponse`): a status, a stable `code` and a message that says what was wrong.
-//! 5xx errors are logged with their source chain; their internals never reach a body.
+//! The daemon's one error type, the typed [`ErrorCode`] that crosses the peer boundary,
+//! and the one place errors become answers: a drive's JSON error body
+//! (`IntoResponse for DriveError`) and an S3 error (`From<Error> for S3Error`). Both
+//! go through [`DriveError::from`] or [`s3_error`] here, which log 5xx errors with their
+//! source chain and keep their internals out of every body.
 
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
+use s3s::{S3Error, S3ErrorCode};
+use serde::{Deserialize, Serialize};
 
 /// Errors of the drive daemon.
 #[derive(Debug, thiserror::Error)]
@@ -97,66 +101,238 @@ pub enum Error {
 /// Result with [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
-impl Error {
-    /// The HTTP status and stable error code.
+/// What went wrong, as drives tell each other: the `code` of a peer API error body
+/// (`{"code": "...", "message": "..."}`), serialised as its name. Both sides of the peer
+/// boundary use this one enum, so the coordinator matches codes, never strings.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[non_exhaustive]
+pub enum ErrorCode {
+    /// A malformed request (400).
+    BadRequest,
+    /// Not signed, or signed with the wrong key (401).
+    Unauthenticated,
+    /// Signed too long ago or too far ahead (403).
+    RequestTimeTooSkewed,
+    /// A body that is not the one signed (403).
+    SignatureDoesNotMatch,
+    /// No such bucket, object, version or route there (404).
+    NotFound,
+    /// A newer version of the object is stored there (409).
+    Superseded,
+    /// The bucket still has objects there (409).
+    BucketNotEmpty,
+    /// Larger than the drive takes (413).
+    EntityTooLarge,
+    /// The body ended or broke off early (400).
+    IncompleteBody,
+    /// A chunk or body failed its checksum (400).
+    BadDigest,
+    /// Not a valid shard file (400).
+    InvalidShard,
+    /// A stored shard failed its CRC32C; it is queued for heal there (500).
+    CorruptShard,
+    /// Storing it would eat into the free-space reserve (507).
+    InsufficientStorage,
+    /// Too few drives, or shutting down (503).
+    ServiceUnavailable,
+    /// Memory for data in flight stayed taken too long (503).
+    SlowDown,
+    /// Anything else that failed inside the drive; its log has the cause (500).
+    InternalError,
+    /// The drive could not be asked, or its answer could not be read: down, refused,
+    /// timed out, cut off. Made by the asking side; no drive sends it.
+    Unreachable,
+    /// A code this build does not know (a newer drive's).
+    #[serde(other)]
+    Unknown,
+}
+
+impl ErrorCode {
+    /// The HTTP status a drive answers with.
     #[must_use]
-    pub fn status_and_code(&self) -> (StatusCode, &'static str) {
+    pub fn status(self) -> StatusCode {
+        use ErrorCode as C;
+        match self {
+            C::BadRequest | C::IncompleteBody | C::BadDigest | C::InvalidShard => {
+                StatusCode::BAD_REQUEST
+            }
+            C::Unauthenticated => StatusCode::UNAUTHORIZED,
+            C::RequestTimeTooSkewed | C::SignatureDoesNotMatch => StatusCode::FORBIDDEN,
+            C::NotFound => StatusCode::NOT_FOUND,
+            C::Superseded | C::BucketNotEmpty => StatusCode::CONFLICT,
+            C::EntityTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            C::InsufficientStorage => StatusCode::INSUFFICIENT_STORAGE,
+            C::ServiceUnavailable | C::SlowDown => StatusCode::SERVICE_UNAVAILABLE,
+            C::CorruptShard | C::InternalError | C::Unknown => StatusCode::INTERNAL_SERVER_ERROR,
+            C::Unreachable => StatusCode::BAD_GATEWAY,
+        }
+    }
+
+    /// Whether an answer with this code may say more than "internal error": the codes
+    /// whose message helps the asker and gives nothing away.
+    fn message_is_public(self) -> bool {
+        !matches!(self, ErrorCode::InternalError | ErrorCode::Unknown)
+    }
+}
+
+impl std::fmt::Display for ErrorCode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Debug::fmt(self, f)
+    }
+}
+
+impl Error {
+    /// The typed code of this error.
+    #[must_use]
+    pub fn code(&self) -> ErrorCode {
+        use ErrorCode as C;
         use oed_ec::Error as Ec;
         match self {
-            Error::BadRequest(_) => (StatusCode::BAD_REQUEST, "BadRequest"),
-            Error::Unauthenticated(_) => (StatusCode::UNAUTHORIZED, "Unauthenticated"),
-            Error::Expired(_) => (StatusCode::FORBIDDEN, "RequestTimeTooSkewed"),
-            Error::NotFound(_) => (StatusCode::NOT_FOUND, "NotFound"),
-            Error::ShuttingDown | Error::Unavailable(_) => {
-                (StatusCode::SERVICE_UNAVAILABLE, "ServiceUnavailable")
-            }
-            Error::SlowDown(_) => (StatusCode::SERVICE_UNAVAILABLE, "SlowDown"),
-            Error::Superseded => (StatusCode::CONFLICT, "Superseded"),
-            Error::BucketNotEmpty => (StatusCode::CONFLICT, "BucketNotEmpty"),
-            Error::TooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, "EntityTooLarge"),
-            Error::InsufficientStorage { .. } => {
-                (StatusCode::INSUFFICIENT_STORAGE, "InsufficientStorage")
-            }
-            Error::CorruptShard { .. } => (StatusCode::INTERNAL_SERVER_ERROR, "CorruptShard"),
+            Error::BadRequest(_) => C::BadRequest,
+            Error::Unauthenticated(_) => C::Unauthenticated,
+            Error::Expired(_) => C::RequestTimeTooSkewed,
+            Error::NotFound(_) => C::NotFound,
+            Error::ShuttingDown | Error::Unavailable(_) => C::ServiceUnavailable,
+            Error::SlowDown(_) => C::SlowDown,
+            Error::Superseded => C::Superseded,
+            Error::BucketNotEmpty => C::BucketNotEmpty,
+            Error::TooLarge(_) => C::EntityTooLarge,
+            Error::InsufficientStorage { .. } => C::InsufficientStorage,
+            Error::CorruptShard { .. } => C::CorruptShard,
             Error::Shard(Ec::Io(e)) | Error::Io(e)
                 if e.kind() == std::io::ErrorKind::StorageFull =>
             {
-                (StatusCode::INSUFFICIENT_STORAGE, "InsufficientStorage")
+                C::InsufficientStorage
             }
             Error::Config(_)
             | Error::Meta(_)
             | Error::Record(_)
             | Error::Io(_)
-            | Error::Shard(Ec::Io(_)) => (StatusCode::INTERNAL_SERVER_ERROR, "InternalError"),
-            Error::BodySignature { .. } => (StatusCode::FORBIDDEN, "SignatureDoesNotMatch"),
+            | Error::Shard(Ec::Io(_)) => C::InternalError,
+            Error::BodySignature { .. } => C::SignatureDoesNotMatch,
             Error::Shard(Ec::Truncated { .. })
             | Error::IncompleteBody { .. }
-            | Error::BodyBroken(_) => (StatusCode::BAD_REQUEST, "IncompleteBody"),
-            Error::Shard(Ec::CorruptChunk { .. }) | Error::BadDigest => {
-                (StatusCode::BAD_REQUEST, "BadDigest")
-            }
-            Error::Shard(_) => (StatusCode::BAD_REQUEST, "InvalidShard"),
+            | Error::BodyBroken(_) => C::IncompleteBody,
+            Error::Shard(Ec::CorruptChunk { .. }) | Error::BadDigest => C::BadDigest,
+            Error::Shard(_) => C::InvalidShard,
         }
+    }
+}
+
+/// An error as a drive reports it to whoever asked, this drive's coordinator or another
+/// drive's: a typed code and a message fit to be read by the asker. Cheap to clone.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+#[error("{code}: {message}")]
+pub struct DriveError {
+    /// What went wrong.
+    pub code: ErrorCode,
+    /// What the drive says about it.
+    pub message: String,
+}
+
+impl DriveError {
+    /// An error with `code` and `message`.
+    #[must_use]
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
+        Self {
+            code,
+            message: message.into(),
+        }
+    }
+
+    /// The drive could not be asked, or its answer not read (see [`ErrorCode::Unreachable`]).
+    #[must_use]
+    pub fn unreachable(message: impl Into<String>) -> Self {
+        Self::new(ErrorCode::Unreachable, message)
+    }
+
+    /// Whether it says the thing asked for is not there.
+    #[must_use]
+    pub fn is_not_found(&self) -> bool {
+        self.code == ErrorCode::NotFound
+    }
+}
+
+impl From<Error> for DriveError {
+    /// The one place a drive's error takes its public form: a 5xx is logged here with its
+    /// source chain, and an internal one leaves only "see the drive's log".
+    fn from(e: Error) -> Self {
+        let code = e.code();
+        if code.status().is_server_error() {
+            tracing::error!(error = %source_chain(&e), %code, "request failed");
+        }
+        let message = if code.message_is_public() {
+            e.to_string()
+        } else {
+            "internal error; see the drive's log".to_owned()
+        };
+        Self { code, message }
+    }
+}
+
+impl IntoResponse for DriveError {
+    /// The peer API's error answer: the code's status and `{"code", "message"}`.
+    fn into_response(self) -> Response {
+        (self.code.status(), axum::Json(self)).into_response()
     }
 }
 
 impl IntoResponse for Error {
     fn into_response(self) -> Response {
-        let (status, code) = self.status_and_code();
-        let message = if status.is_server_error() {
-            let chain = source_chain(&self);
-            tracing::error!(error = %chain, code, "request failed");
-            match code {
-                "InsufficientStorage" | "CorruptShard" | "ServiceUnavailable" | "SlowDown" => {
-                    self.to_string()
-                }
-                _ => "internal error; see the drive's log".to_owned(),
-            }
-        } else {
-            self.to_string()
-        };
-        error_response(status, code, &message)
+        DriveError::from(self).into_response()
     }
+}
+
+/// The one place OED's errors become S3 errors. 5xx are logged with their source chain;
+/// their bodies say only what a client can act on.
+#[must_use]
+#[allow(
+    clippy::needless_pass_by_value,
+    reason = "errors are handed over, as map_err does"
+)]
+pub fn s3_error(e: Error) -> S3Error {
+    use S3ErrorCode as C;
+    let msg = e.to_string();
+    let (code, status) = match &e {
+        Error::BadRequest(_) | Error::Config(_) => (C::InvalidArgument, None),
+        Error::NotFound("bucket") => (C::NoSuchBucket, None),
+        Error::NotFound("upload") => (C::NoSuchUpload, None),
+        Error::NotFound(_) => (C::NoSuchKey, None),
+        Error::BucketNotEmpty => (C::BucketNotEmpty, None),
+        Error::TooLarge(_) => (C::EntityTooLarge, None),
+        Error::IncompleteBody { .. } | Error::BodyBroken(_) => (C::IncompleteBody, None),
+        // S3 answers a payload-hash mismatch with 400; the body is not the one signed,
+        // so OED refuses it as it refuses any other signature failure.
+        Error::BodySignature { chunk: true } => (C::SignatureDoesNotMatch, None),
+        Error::BodySignature { chunk: false } => (
+            C::Custom("XAmzContentSHA256Mismatch".into()),
+            Some(http::StatusCode::FORBIDDEN),
+        ),
+        Error::BadDigest => (C::BadDigest, None),
+        Error::Unavailable(_) | Error::ShuttingDown => (C::ServiceUnavailable, None),
+        Error::SlowDown(_) => (C::SlowDown, None),
+        Error::InsufficientStorage { .. } => (
+            C::Custom("InsufficientStorage".into()),
+            Some(http::StatusCode::INSUFFICIENT_STORAGE),
+        ),
+        _ => {
+            tracing::error!(error = %source_chain(&e), "S3 request failed");
+            return S3Error::with_message(C::InternalError, "internal error; see the drive's log");
+        }
+    };
+    let mut err = S3Error::with_message(code, msg);
+    if let Some(s) = status {
+        err.set_status_code(s);
+    }
+    err
+}
+
+/// An S3 request `s3s` could not turn into a call of ours (it already answers protocol
+/// errors itself; this is what is left: a failure inside it). Logged; a bare 500.
+#[must_use]
+pub fn s3s_failure(e: &s3s::HttpError) -> StatusCode {
+    tracing::error!(error = ?e, "S3 request failed before a handler ran");
+    StatusCode::INTERNAL_SERVER_ERROR
 }
 
 /// An error and its sources, as one line: `top: cause: root cause`.
@@ -172,9 +348,43 @@ pub fn source_chain(e: &dyn std::error::Error) -> String {
     chain
 }
 
-/// The JSON error body every peer API error has: `{"code": "...", "message": "..."}`.
-#[must_use]
-pub fn error_response(status: StatusCode, code: &str, message: &str) -> Response {
-    let body = serde_json::json!({ "code": code, "message": message });
-    (status, axum::Json(body)).into_response()
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The codes keep the names the peer API documents, in both directions, and a code
+    /// from a newer drive reads as `Unknown` instead of failing the whole answer.
+    #[test]
+    fn codes_cross_the_wire_by_name() {
+        for (code, name) in [
+            (ErrorCode::NotFound, "NotFound"),
+            (ErrorCode::Superseded, "Superseded"),
+            (ErrorCode::InsufficientStorage, "InsufficientStorage"),
+            (ErrorCode::CorruptShard, "CorruptShard"),
+            (ErrorCode::RequestTimeTooSkewed, "RequestTimeTooSkewed"),
+        ] {
+            assert_eq!(serde_json::to_value(code).unwrap(), name);
+            assert_eq!(
+                serde_json::from_value::<ErrorCode>(name.into()).unwrap(),
+                code
+            );
+        }
+        let e: DriveError =
+            serde_json::from_str(r#"{"code":"SomethingNew","message":"m"}"#).unwrap();
+        assert_eq!(e.code, ErrorCode::Unknown);
+    }
+
+    #[test]
+    fn internal_errors_keep_their_cause_out_of_the_answer() {
+        let e = DriveError::from(Error::Io(std::io::Error::other("/secret/path")));
+        assert_eq!(e.code, ErrorCode::InternalError);
+        assert!(!e.message.contains("secret"), "{}", e.message);
+        let full = DriveError::from(Error::Io(std::io::ErrorKind::StorageFull.into()));
+        assert_eq!(full.code, ErrorCode::InsufficientStorage);
+        let nf = DriveError::from(Error::NotFound("bucket"));
+        assert_eq!(
+            (nf.code, nf.message.as_str()),
+            (ErrorCode::NotFound, "bucket not found")
+        );
+    }
 }

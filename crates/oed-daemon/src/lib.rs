@@ -1,18 +1,27 @@
 //! `oed-daemon`: the `oedd` drive daemon as a library, with a thin `main.rs`.
 //!
 //! One `oedd` runs on each drive. This crate holds everything it does; `main.rs` only
-//! parses flags, sets up tracing, binds the listeners and calls [`server::Drive::serve`].
+//! parses flags, sets up tracing, binds the listeners and calls
+//! [`server::DriveServer::serve`].
 //!
 //! # Layout
+//! Layers from the client down: [`s3`] calls [`cluster`], which talks to every drive
+//! through the one [`drive::Drive`] interface: this drive's [`store`] directly, the
+//! others through [`peer`]'s client, whose server side hands requests to their stores.
 //! - [`config`]: the documented [`config::Config`], from TOML, `OED_*` variables and flags.
-//! - [`error`]: the one error type and the one place errors become HTTP responses.
-//! - [`store`]: the local store: RocksDB metadata ([`store::meta`]), records
-//!   ([`store::record`]), shard files, and the durable write.
-//! - [`peer`]: the authenticated peer API (`/_oed/peer/v1/`), its signing ([`peer::auth`])
-//!   and a client ([`peer::client`]).
+//! - [`error`]: the one error type, the typed code that crosses the peer boundary, and the
+//!   one place errors become peer API and S3 answers.
+//! - [`drive`]: the operations drives offer each other, their types and errors.
+//! - [`store`]: the local store: RocksDB metadata ([`store::meta`], private to it),
+//!   records ([`store::record`]), shard files, the durable write; it is a `Drive`.
+//! - [`peer`]: the authenticated peer API (`/_oed/peer/v1/`, its routes in
+//!   [`peer::PeerOp`]), its signing ([`peer::auth`]) and the client that is a `Drive`
+//!   ([`peer::client`]).
 //! - [`cluster`]: the cluster map and placement, and the coordinator: the erasure-coded
-//!   write and read paths and the merged listing.
-//! - [`s3`]: the S3 API (through `s3s`), with handlers that call the cluster.
+//!   write path ([`cluster::write`], with MD5 in lanes, [`cluster::md5`]), the stripe
+//!   source ([`cluster::stripes`]) and the read path on it ([`cluster::read`]), the merged
+//!   listing ([`cluster::list`]), the memory budget, and the tasks requests leave running.
+//! - [`s3`]: the S3 API (through `s3s`), with thin handlers that call the cluster.
 //! - [`metrics`]: the drive's Prometheus registry (the meter's collectors from `oed-meter`,
 //!   request and traffic counters, the store's state at scrape time) and `/metrics`.
 //! - [`server`]: opening a drive and serving its listeners, with the meter's sampler, on
@@ -22,8 +31,8 @@
 pub mod cluster;
 pub mod config;
 pub mod dev;
+pub mod drive;
 pub mod error;
-pub mod md5_lanes;
 pub mod metrics;
 pub mod peer;
 pub mod s3;

@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 use oed_daemon::config::Config;
-use oed_daemon::server::Drive;
+use oed_daemon::server::DriveServer;
 use tokio_util::sync::CancellationToken;
 
 /// OED drive daemon: one per Open Ethernet Drive.
@@ -282,7 +282,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         .enable_all()
         .build()?;
     runtime.block_on(async move {
-        let drive = Drive::open(&config, &secret, s3_secret.as_deref())
+        let drive = DriveServer::open(&config, &secret, s3_secret.as_deref())
             .with_context(|| format!("opening the store in {}", config.data_dir.display()))?;
         let listener = tokio::net::TcpListener::bind(config.listen)
             .await

@@ -7,22 +7,22 @@
 // Prometheus samples are f64; counts past 2^52 lose their last digits there anyway.
 #![allow(clippy::cast_precision_loss)]
 
-use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
-use axum::extract::{Request, State};
-use axum::http::{HeaderValue, Method, StatusCode, header};
+use axum::extract::{MatchedPath, Request, State};
+use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use oed_meter::process::{AtScrape, ProcessCollector, ScrapeTime, advance};
-use oed_meter::traffic::{Class, Direction, Traffic};
+use oed_meter::traffic::Traffic;
 use prometheus::core::Collector;
 use prometheus::{Counter, Gauge, GaugeVec, Opts, Registry, TextEncoder};
 
 use crate::cluster::Cluster;
 use crate::error::{Error, Result};
-use crate::peer::PeerState;
+use crate::peer::{PeerOp, PeerState};
 use crate::store::Store;
 
 /// A drive's registry and the handles the request path records into.
@@ -60,7 +60,7 @@ impl DriveMetrics {
     /// As [`DriveMetrics::new`].
     pub fn watch(
         &self,
-        store: Arc<Store>,
+        store: Store,
         cluster: Arc<Cluster>,
         peer: Arc<PeerState>,
         drive_id: &str,
@@ -118,17 +118,44 @@ pub fn router(metrics: DriveMetrics) -> axum::Router {
         .with_state(metrics)
 }
 
+/// Where the S3 front end names the operation of the request it serves: the metered
+/// middleware puts an empty one in the request's extensions, `s3s` carries it to the S3
+/// layer, which fills it in once `s3s` has resolved the operation
+/// ([`crate::s3`]'s access check), and the middleware reads it when the answer is ready.
+#[derive(Clone, Debug, Default)]
+pub struct OpName(Arc<OnceLock<String>>);
+
+impl OpName {
+    /// Names the operation (the first name given stays).
+    pub fn set(&self, name: &str) {
+        let _ = self.0.set(name.to_owned());
+    }
+
+    /// The name given, if any.
+    #[must_use]
+    pub fn get(&self) -> Option<&str> {
+        self.0.get().map(String::as_str)
+    }
+}
+
 /// Counts each request in `oed_requests_total` and `oed_request_duration_seconds` by API
-/// and operation once its response head is ready.
-pub async fn metered(State(traffic): State<Traffic>, req: Request, next: Next) -> Response {
+/// and operation once its response head is ready. A peer operation is named by the route
+/// it matched ([`PeerOp`]), an S3 one by `s3s` ([`OpName`]); a request neither names
+/// (unknown routes, S3 requests refused before `s3s` resolved them) counts as `Other`.
+pub async fn metered(State(traffic): State<Traffic>, mut req: Request, next: Next) -> Response {
     let started = Instant::now();
-    let (api, op) = classify(
-        req.method(),
-        req.uri().path(),
-        req.uri().query().unwrap_or(""),
-        req.headers().contains_key("x-amz-copy-source"),
-    );
+    let peer = req
+        .extensions()
+        .get::<MatchedPath>()
+        .map(|p| PeerOp::of(req.method(), p.as_str()));
+    let peer = peer.or_else(|| req.uri().path().starts_with("/_oed/").then_some(None));
+    let s3 = OpName::default();
+    req.extensions_mut().insert(s3.clone());
     let resp = next.run(req).await;
+    let (api, op) = match peer {
+        Some(op) => ("peer", op.map_or("Other", PeerOp::name)),
+        None => ("s3", s3.get().unwrap_or("Other")),
+    };
     traffic.request(
         api,
         op,
@@ -138,122 +165,9 @@ pub async fn metered(State(traffic): State<Traffic>, req: Request, next: Next) -
     resp
 }
 
-/// The API and operation of a request, from its method, path and query alone (no body
-/// is read). S3 operations get their S3 names.
-#[must_use]
-pub fn classify(
-    method: &Method,
-    path: &str,
-    query: &str,
-    copy_source: bool,
-) -> (&'static str, &'static str) {
-    if let Some(rest) = path.strip_prefix("/_oed/peer/v1/") {
-        let op = match (method.as_str(), rest) {
-            ("PUT", "shard") => "PutShard",
-            ("GET", "shard") => "GetShard",
-            ("GET", "object") => "StatObject",
-            ("DELETE", "object") => "DeleteObject",
-            ("GET", "objects") => "ListObjects",
-            ("PUT", "bucket") => "CreateBucket",
-            ("DELETE", "bucket") => "DeleteBucket",
-            ("GET", "buckets") => "ListBuckets",
-            ("GET", "info") => "Info",
-            _ => "Other",
-        };
-        return ("peer", op);
-    }
-    if path.starts_with("/_oed/") {
-        return ("peer", "Other");
-    }
-    let has = |name: &str| {
-        query
-            .split('&')
-            .any(|kv| kv.split('=').next() == Some(name))
-    };
-    let trimmed = path.trim_start_matches('/');
-    let op = if trimmed.is_empty() {
-        match *method {
-            Method::GET => "ListBuckets",
-            _ => "Other",
-        }
-    } else if !trimmed.trim_end_matches('/').contains('/') {
-        // The bucket itself.
-        match *method {
-            Method::GET if has("uploads") => "ListMultipartUploads",
-            Method::GET if has("versions") => "ListObjectVersions",
-            Method::GET if has("location") => "GetBucketLocation",
-            Method::GET if has("versioning") => "GetBucketVersioning",
-            Method::GET if query.contains("list-type=2") => "ListObjectsV2",
-            Method::GET => "ListObjects",
-            Method::PUT => "CreateBucket",
-            Method::DELETE => "DeleteBucket",
-            Method::HEAD => "HeadBucket",
-            Method::POST if has("delete") => "DeleteObjects",
-            _ => "Other",
-        }
-    } else {
-        match *method {
-            Method::GET if has("uploadId") => "ListParts",
-            Method::GET => "GetObject",
-            Method::HEAD => "HeadObject",
-            Method::PUT if has("partNumber") && copy_source => "UploadPartCopy",
-            Method::PUT if has("partNumber") => "UploadPart",
-            Method::PUT if copy_source => "CopyObject",
-            Method::PUT => "PutObject",
-            Method::POST if has("uploads") => "CreateMultipartUpload",
-            Method::POST if has("uploadId") => "CompleteMultipartUpload",
-            Method::DELETE if has("uploadId") => "AbortMultipartUpload",
-            Method::DELETE => "DeleteObject",
-            _ => "Other",
-        }
-    };
-    ("s3", op)
-}
-
-/// Counts the bytes of one request body as they go and records them, with the time
-/// since it was made, when dropped: at the end of the body or when the client goes away.
-#[derive(Debug)]
-pub struct BodyMeter {
-    traffic: Traffic,
-    class: Class,
-    direction: Direction,
-    started: Instant,
-    bytes: u64,
-}
-
-impl BodyMeter {
-    /// Starts counting.
-    #[must_use]
-    pub fn new(traffic: Traffic, class: Class, direction: Direction) -> Self {
-        Self {
-            traffic,
-            class,
-            direction,
-            started: Instant::now(),
-            bytes: 0,
-        }
-    }
-
-    /// `n` more bytes.
-    pub fn add(&mut self, n: usize) {
-        self.bytes += n as u64;
-    }
-}
-
-impl Drop for BodyMeter {
-    fn drop(&mut self) {
-        self.traffic.body(
-            self.class,
-            self.direction,
-            self.bytes,
-            self.started.elapsed().as_secs_f64(),
-        );
-    }
-}
-
 /// The drive's state, read when Prometheus scrapes.
 struct StateCollector {
-    store: Arc<Store>,
+    store: Store,
     cluster: Arc<Cluster>,
     peer: Arc<PeerState>,
     capacity: GaugeVec,
@@ -268,7 +182,7 @@ struct StateCollector {
 
 impl StateCollector {
     fn new(
-        store: Arc<Store>,
+        store: Store,
         cluster: Arc<Cluster>,
         peer: Arc<PeerState>,
         drive_id: &str,
@@ -369,9 +283,8 @@ impl StateCollector {
             }
             Err(e) => tracing::debug!(error = %e, "capacity for metrics"),
         }
-        self.objects.set(self.store.meta().object_count() as f64);
-        self.heal_backlog
-            .set(self.store.meta().heal_backlog() as f64);
+        self.objects.set(self.store.object_count() as f64);
+        self.heal_backlog.set(self.store.heal_backlog() as f64);
         self.drives.set(self.cluster.map.drives.len() as f64);
         let budget = &self.cluster.budget;
         for (what, v) in [
@@ -386,7 +299,7 @@ impl StateCollector {
             stats.degraded_stripes.load(Ordering::Relaxed),
             stats.shard_failures.load(Ordering::Relaxed),
             self.peer.auth_failures.load(Ordering::Relaxed),
-            self.store.meta().checksum_failures(),
+            self.store.checksum_failures(),
             budget.refused.load(Ordering::Relaxed),
         ];
         for (c, n) in self.counters.iter().zip(now) {
@@ -402,54 +315,5 @@ impl ScrapeTime for StateCollector {
 
     fn refresh(&self) {
         StateCollector::refresh(self);
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn s3_and_peer_operations_are_named() {
-        let c = |m: Method, p: &str, q: &str| classify(&m, p, q, false).1;
-        assert_eq!(c(Method::GET, "/", ""), "ListBuckets");
-        assert_eq!(
-            c(Method::GET, "/b", "list-type=2&prefix=a"),
-            "ListObjectsV2"
-        );
-        assert_eq!(c(Method::GET, "/b/", "prefix=a"), "ListObjects");
-        assert_eq!(c(Method::GET, "/b", "uploads"), "ListMultipartUploads");
-        assert_eq!(c(Method::POST, "/b", "delete"), "DeleteObjects");
-        assert_eq!(c(Method::PUT, "/b", ""), "CreateBucket");
-        assert_eq!(c(Method::GET, "/b/k/x", ""), "GetObject");
-        assert_eq!(
-            c(Method::PUT, "/b/k", "partNumber=2&uploadId=u"),
-            "UploadPart"
-        );
-        assert_eq!(
-            classify(&Method::PUT, "/b/k", "partNumber=2&uploadId=u", true).1,
-            "UploadPartCopy"
-        );
-        assert_eq!(classify(&Method::PUT, "/b/k", "", true).1, "CopyObject");
-        assert_eq!(c(Method::POST, "/b/k", "uploads"), "CreateMultipartUpload");
-        assert_eq!(
-            c(Method::POST, "/b/k", "uploadId=u"),
-            "CompleteMultipartUpload"
-        );
-        assert_eq!(
-            c(Method::DELETE, "/b/k", "uploadId=u"),
-            "AbortMultipartUpload"
-        );
-        assert_eq!(c(Method::GET, "/b/k", "uploadId=u"), "ListParts");
-        // A key that merely contains the word is not a sub-resource.
-        assert_eq!(c(Method::GET, "/b/uploads", ""), "GetObject");
-        assert_eq!(
-            classify(&Method::PUT, "/_oed/peer/v1/shard", "record=x", false),
-            ("peer", "PutShard")
-        );
-        assert_eq!(
-            classify(&Method::GET, "/_oed/nothing", "", false),
-            ("peer", "Other")
-        );
     }
 }

@@ -1,7 +1,9 @@
 //! Running the daemon: build the state from a [`Config`], serve a listener the caller
 //! bound, and shut down along one path. SIGINT/SIGTERM (handled in `main`) cancel one
 //! `CancellationToken`; the HTTP server stops accepting, lets requests in flight finish
-//! within the grace period, background tasks stop, and then the store is flushed.
+//! within the grace period (with the work they left running, [`RequestTasks`]; what is
+//! still running after it is cancelled), background tasks stop, and then the store is
+//! flushed.
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -27,9 +29,9 @@ use crate::store::Store;
 /// A drive ready to serve: its store, its view of the cluster, and the state its routes
 /// share.
 #[derive(Debug)]
-pub struct Drive {
+pub struct DriveServer {
     /// The local store.
-    pub store: Arc<Store>,
+    pub store: Store,
     /// The cluster, as this drive coordinates requests in it.
     pub cluster: Arc<Cluster>,
     peer: Arc<PeerState>,
@@ -41,7 +43,7 @@ pub struct Drive {
     meter_period: Duration,
 }
 
-impl Drive {
+impl DriveServer {
     /// Opens the store, reads the cluster map (a drive without one is a cluster of
     /// itself, k = 1, m = 0) and prepares the routes. S3 is served when `s3_secret` is
     /// given.
@@ -57,8 +59,8 @@ impl Drive {
         if config.drive_id.is_empty() {
             return Err(Error::Config("drive_id must be set".into()));
         }
-        let store = Store::open(config)?;
         let metrics = DriveMetrics::new()?;
+        let store = Store::open(config, metrics.traffic.clone())?;
         let cluster = Arc::new(Cluster::new(
             map,
             config,
@@ -68,8 +70,7 @@ impl Drive {
         )?);
         let s3 = s3_secret.map(|s| crate::s3::service(cluster.clone(), &config.s3_access_key, s));
         let peer = Arc::new(PeerState {
-            store: store.clone(),
-            drive_id: config.drive_id.clone(),
+            drive: Arc::new(store.clone()),
             key: PeerKey::derive(secret),
             clock_skew: config.clock_skew_seconds,
             max_body: config.max_request_body_bytes,
@@ -141,10 +142,7 @@ impl Drive {
         let app = match self.s3.clone() {
             Some(s3) => app.fallback_service(axum::error_handling::HandleError::new(
                 s3,
-                |e: s3s::HttpError| async move {
-                    tracing::error!(error = ?e, "S3 request failed before a handler ran");
-                    axum::http::StatusCode::INTERNAL_SERVER_ERROR
-                },
+                |e: s3s::HttpError| async move { crate::error::s3s_failure(&e) },
             )),
             None => app.fallback(|| async { Error::NotFound("route (S3 is off: no S3 secret)") }),
         };
@@ -155,15 +153,24 @@ impl Drive {
             ))
             .layer(axum::middleware::from_fn(trace_request))
             .layer(axum::middleware::from_fn(close_if_continue_unread));
-        let server = serve_http(listener, app, shutdown.clone());
+        let requests = self.cluster.tasks.clone();
+        let served = async {
+            serve_http(listener, app, shutdown.clone()).await;
+            // Connections are closed; what their requests left running finishes too.
+            requests.close_and_wait().await;
+        };
         let grace = self.grace;
         let drained = async {
             shutdown.cancelled().await;
             tokio::time::sleep(grace).await;
         };
         tokio::select! {
-            () = server => {}
-            () = drained => tracing::warn!(grace_s = grace.as_secs(), "requests still running after the grace period; stopping"),
+            () = served => {}
+            () = drained => {
+                tracing::warn!(grace_s = grace.as_secs(), left = requests.len(), "requests still running after the grace period; stopping");
+                requests.cancel();
+                requests.close_and_wait().await;
+            }
         }
         self.peer.slots.close();
         tasks.close();

@@ -2,14 +2,15 @@
 //! holds, in key order, a page at a time; the merge walks them together and yields each
 //! key once, as the newest version that at least `k` drives hold. A write that did not
 //! reach its quorum therefore never shows, and one that did shows even with `m` drives
-//! down.
+//! down. [`walk`] cuts that merge into the pages S3 listings show: a prefix, a
+//! delimiter's common prefixes, a marker, a page size.
 
 use std::collections::VecDeque;
 
 use futures_util::future::join_all;
 
 use super::Cluster;
-use super::drive::DriveError;
+use crate::drive::DriveError;
 use crate::error::{Error, Result};
 use crate::store::record::ObjectRecord;
 
@@ -70,9 +71,10 @@ impl<'a> Merge<'a> {
                 .filter(|(c, _)| c.buf.is_empty() && !c.failed && c.next.is_some())
                 .map(|(c, d)| async move {
                     let start = c.next.clone().unwrap_or_default();
-                    let r = tokio::time::timeout(cluster.timeout, d.list(bucket, &start, PAGE))
-                        .await
-                        .unwrap_or_else(|_| Err(DriveError::Failed("timed out".into())));
+                    let r =
+                        tokio::time::timeout(cluster.timeout, d.list_objects(bucket, &start, PAGE))
+                            .await
+                            .unwrap_or_else(|_| Err(DriveError::unreachable("timed out")));
                     match r {
                         Ok(page) => {
                             c.next = if page.len() < PAGE {
@@ -84,7 +86,7 @@ impl<'a> Merge<'a> {
                             c.buf.extend(page);
                         }
                         // A drive that missed the bucket's creation has nothing of it.
-                        Err(DriveError::NotFound) => c.next = None,
+                        Err(e) if e.is_not_found() => c.next = None,
                         Err(e) => {
                             tracing::warn!(bucket = %bucket, error = %e, "a drive could not list");
                             c.failed = true;
@@ -130,4 +132,94 @@ impl<'a> Merge<'a> {
             }
         }
     }
+}
+
+/// One page of a listing.
+#[derive(Debug, Default)]
+pub struct Page {
+    /// The objects, in key order.
+    pub contents: Vec<ObjectRecord>,
+    /// The common prefixes, in order.
+    pub prefixes: Vec<String>,
+    /// Whether more entries follow.
+    pub truncated: bool,
+    /// The last key or common prefix returned: where the next page starts after.
+    pub last: Option<String>,
+}
+
+/// A key after which every key with prefix `p` has been passed (keys hold at most 1024
+/// bytes, so a run of the largest character this long is past all of them in practice;
+/// a key that still sorts before it is folded into the same prefix again).
+fn past_prefix(p: &str) -> String {
+    format!("{p}\u{10FFFF}")
+}
+
+/// Walks keys of `bucket` that start with `prefix` (and are not before `first_key`),
+/// after `after`, rolling keys that hold `delimiter` past the prefix into common
+/// prefixes, until `max` entries.
+///
+/// # Errors
+/// [`Error::Unavailable`] when more than `m` drives cannot list.
+pub async fn walk(
+    cluster: &Cluster,
+    bucket: &str,
+    prefix: &str,
+    delimiter: Option<&str>,
+    after: Option<&str>,
+    max: usize,
+    first_key: &str,
+) -> Result<Page> {
+    let delimiter = delimiter.filter(|d| !d.is_empty());
+    let mut start = first_key.max(prefix).to_owned();
+    if let Some(a) = after {
+        // A marker that is a common prefix skips all its keys; a key, just itself.
+        let skip = match (delimiter, a.strip_prefix(prefix)) {
+            (Some(d), Some(rest))
+                if rest.ends_with(d) && rest.find(d) == Some(rest.len() - d.len()) =>
+            {
+                past_prefix(a)
+            }
+            _ => format!("{a}\0"),
+        };
+        start = start.max(skip);
+    }
+    let mut page = Page::default();
+    if max == 0 {
+        return Ok(page);
+    }
+    let mut merge = Merge::new(cluster, bucket, &start);
+    let mut count = 0usize;
+    while let Some(rec) = merge.next().await? {
+        if !rec.key.starts_with(prefix) {
+            if rec.key.as_str() > prefix {
+                break;
+            }
+            continue;
+        }
+        let cp = delimiter.and_then(|d| {
+            rec.key[prefix.len()..]
+                .find(d)
+                .map(|pos| rec.key[..prefix.len() + pos + d.len()].to_owned())
+        });
+        if cp
+            .as_ref()
+            .is_some_and(|cp| page.prefixes.last() == Some(cp))
+        {
+            continue;
+        }
+        if count == max {
+            page.truncated = true;
+            break;
+        }
+        count += 1;
+        if let Some(cp) = cp {
+            merge.seek(&past_prefix(&cp));
+            page.last = Some(cp.clone());
+            page.prefixes.push(cp);
+        } else {
+            page.last = Some(rec.key.clone());
+            page.contents.push(rec);
+        }
+    }
+    Ok(page)
 }

@@ -1,8 +1,10 @@
-//! The cluster as a coordinator sees it: the map, a handle on every drive, and the
+//! The cluster as a coordinator sees it: the map, a [`Drive`] for every drive, and the
 //! operations that span drives. The drive that receives a client request coordinates it:
 //! it places the object ([`map::ClusterMap::place`]), streams its stripes to the drives
-//! ([`write`]), reads them back with parity when a drive fails ([`read`]), and merges the
-//! drives' listings ([`list`]).
+//! ([`write`]), reads them back through a [`stripes::StripeSource`], with parity when a
+//! drive fails ([`read`]), and merges the drives' listings ([`list`]). Work a request
+//! leaves running after its handler returns (a response body being read, shard uploads)
+//! runs as [`RequestTasks`], which shutdown waits for.
 //!
 //! Which version of an object is current is decided by its [`VersionId`] (time, then
 //! random bits): every drive keeps the newest it was sent, and a reader takes the newest
@@ -10,10 +12,11 @@
 //! never shown.
 
 pub mod budget;
-pub mod drive;
 pub mod list;
 pub mod map;
+pub mod md5;
 pub mod read;
+pub mod stripes;
 pub mod write;
 
 use std::collections::HashMap;
@@ -22,14 +25,69 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures_util::future::join_all;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::Instrument as _;
 
+use crate::drive::{Drive, DriveError, ErrorCode};
 use crate::error::{Error, Result};
 use crate::peer::auth::PeerKey;
 use crate::peer::client::PeerClient;
 use crate::store::Store;
 use crate::store::record::{BucketRecord, ObjectRecord};
-use drive::{DriveError, DriveHandle};
 use map::ClusterMap;
+
+/// The tasks requests leave running after their handlers return: a response body being
+/// read from the drives, the shard uploads of a write. Each runs in the span of the
+/// request that spawned it. Shutdown closes the set and waits for them; past the grace
+/// period it cancels what is left ([`RequestTasks::cancel`]). Cheap to clone.
+#[derive(Clone, Debug, Default)]
+pub struct RequestTasks {
+    tracker: TaskTracker,
+    cancel: CancellationToken,
+}
+
+impl RequestTasks {
+    /// Runs `task` in the current span; its handle yields `None` if it was cancelled.
+    pub fn spawn<F>(&self, task: F) -> tokio::task::JoinHandle<Option<F::Output>>
+    where
+        F: Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        let cancel = self.cancel.clone();
+        let task = async move {
+            tokio::select! {
+                out = task => Some(out),
+                () = cancel.cancelled() => None,
+            }
+        };
+        self.tracker
+            .spawn(task.instrument(tracing::Span::current()))
+    }
+
+    /// Takes no more tasks and waits for the running ones.
+    pub async fn close_and_wait(&self) {
+        self.tracker.close();
+        self.tracker.wait().await;
+    }
+
+    /// Stops the running tasks where they are (their futures are dropped).
+    pub fn cancel(&self) {
+        self.cancel.cancel();
+    }
+
+    /// Tasks still running.
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.tracker.len()
+    }
+
+    /// Whether none is running.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.tracker.is_empty()
+    }
+}
 
 /// Counters of what the coordinator did, read by the metrics and the tests.
 #[derive(Debug, Default)]
@@ -49,8 +107,8 @@ pub struct Cluster {
     pub map: ClusterMap,
     /// This drive's index in the map.
     pub local: usize,
-    drives: Vec<DriveHandle>,
-    store: Arc<Store>,
+    drives: Vec<Arc<dyn Drive>>,
+    store: Store,
     codecs: Mutex<HashMap<(u16, u16), Arc<oed_ec::Codec>>>,
     /// How long one drive may take to take or give a chunk before it counts as failed.
     pub timeout: Duration,
@@ -62,6 +120,8 @@ pub struct Cluster {
     pub stats: ClusterStats,
     /// Request, traffic and erasure coding counters.
     pub traffic: oed_meter::traffic::Traffic,
+    /// Work requests leave running.
+    pub tasks: RequestTasks,
 }
 
 impl Cluster {
@@ -73,7 +133,7 @@ impl Cluster {
     pub fn new(
         map: ClusterMap,
         config: &crate::config::Config,
-        store: Arc<Store>,
+        store: Store,
         key: &PeerKey,
         traffic: oed_meter::traffic::Traffic,
     ) -> Result<Self> {
@@ -89,11 +149,11 @@ impl Cluster {
             .drives
             .iter()
             .enumerate()
-            .map(|(i, d)| {
+            .map(|(i, d)| -> Arc<dyn Drive> {
                 if i == local {
-                    DriveHandle::Local(store.clone())
+                    Arc::new(store.clone())
                 } else {
-                    DriveHandle::Remote(PeerClient::with_http(&d.url(), key.clone(), http.clone()))
+                    Arc::new(PeerClient::with_http(&d.url(), key.clone(), http.clone()))
                 }
             })
             .collect();
@@ -111,12 +171,13 @@ impl Cluster {
             ),
             stats: ClusterStats::default(),
             traffic,
+            tasks: RequestTasks::default(),
         })
     }
 
-    /// The handle of drive `id`, if the map still has it.
+    /// Drive `id`, if the map still has it.
     #[must_use]
-    pub fn drive(&self, id: &str) -> Option<&DriveHandle> {
+    pub fn drive(&self, id: &str) -> Option<&Arc<dyn Drive>> {
         self.map.index_of(id).map(|i| &self.drives[i])
     }
 
@@ -179,7 +240,7 @@ impl Cluster {
     /// Runs `op` on every drive at once, each bounded by the timeout.
     async fn on_all<'a, T, F, Fut>(&'a self, op: F) -> Vec<Result<T, DriveError>>
     where
-        F: Fn(&'a DriveHandle) -> Fut,
+        F: Fn(&'a Arc<dyn Drive>) -> Fut,
         Fut: std::future::Future<Output = Result<T, DriveError>> + 'a,
     {
         join_all(self.drives.iter().map(|d| {
@@ -187,7 +248,7 @@ impl Cluster {
             async move {
                 tokio::time::timeout(self.timeout, fut)
                     .await
-                    .unwrap_or_else(|_| Err(DriveError::Failed("timed out".into())))
+                    .unwrap_or_else(|_| Err(DriveError::unreachable("timed out")))
             }
         }))
         .await
@@ -216,11 +277,11 @@ impl Cluster {
     /// # Errors
     /// [`Error::Meta`].
     pub async fn bucket_exists(&self, name: &str) -> Result<bool> {
-        if self.store.meta().bucket(name)?.is_some() {
+        if self.store.bucket(name)?.is_some() {
             return Ok(true);
         }
         let found = self
-            .on_all(DriveHandle::buckets)
+            .on_all(|d| d.buckets())
             .await
             .into_iter()
             .flatten()
@@ -239,12 +300,7 @@ impl Cluster {
     pub async fn buckets(&self) -> Result<Vec<BucketRecord>> {
         let mut all = std::collections::BTreeMap::new();
         let mut answered = false;
-        for list in self
-            .on_all(DriveHandle::buckets)
-            .await
-            .into_iter()
-            .flatten()
-        {
+        for list in self.on_all(|d| d.buckets()).await.into_iter().flatten() {
             answered = true;
             for b in list {
                 all.entry(b.name.clone()).or_insert(b);
@@ -265,18 +321,22 @@ impl Cluster {
         if !self.bucket_exists(name).await? {
             return Err(Error::NotFound("bucket"));
         }
+        // Objects first: a drive that holds none of them may not know it is not empty.
+        if list::Merge::new(self, name, "").next().await?.is_some() {
+            return Err(Error::BucketNotEmpty);
+        }
         let results = self.on_all(|d| d.delete_bucket(name)).await;
-        if results
-            .iter()
-            .any(|r| matches!(r, Err(DriveError::BucketNotEmpty)))
-        {
+        if results.iter().any(|r| {
+            r.as_ref()
+                .is_err_and(|e| e.code == ErrorCode::BucketNotEmpty)
+        }) {
             // Put the record back where it went, so the bucket stays whole.
             let _ = self.on_all(|d| d.create_bucket(name)).await;
             return Err(Error::BucketNotEmpty);
         }
         let failed = results
             .iter()
-            .filter(|r| matches!(r, Err(DriveError::Failed(_))))
+            .filter(|r| r.as_ref().is_err_and(|e| !e.is_not_found()))
             .count();
         if failed * 2 >= self.drives.len() {
             return Err(Error::Unavailable(format!(
@@ -313,11 +373,16 @@ impl Cluster {
                     .map(|d| async move {
                         match tokio::time::timeout(
                             self.timeout,
-                            d.delete(bucket, key, Some(*version)),
+                            d.delete_object(bucket, key, Some(*version)),
                         )
                         .await
                         {
-                            Ok(Ok(()) | Err(DriveError::NotFound | DriveError::Superseded)) => {}
+                            Ok(Ok(())) => {}
+                            Ok(Err(e))
+                                if matches!(
+                                    e.code,
+                                    ErrorCode::NotFound | ErrorCode::Superseded
+                                ) => {}
                             Ok(Err(e)) => {
                                 tracing::warn!(%bucket, %key, error = %e, "shard not deleted");
                             }
@@ -343,4 +408,52 @@ pub fn newest_readable(records: &[ObjectRecord]) -> Option<ObjectRecord> {
         .rev()
         .find(|(n, r)| *n >= usize::from(r.k))
         .map(|(_, r)| r.clone())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::time::Duration;
+
+    use super::*;
+
+    /// A task runs in the span of whoever spawned it, shutdown waits for it to finish, and
+    /// after `cancel` a task that would never finish is dropped where it waits.
+    #[test]
+    fn request_tasks_keep_their_span_and_are_waited_for_or_cancelled() {
+        let subscriber = tracing_subscriber::registry();
+        tracing::subscriber::with_default(subscriber, || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async {
+                let tasks = RequestTasks::default();
+                let done = Arc::new(AtomicBool::new(false));
+                let span = tracing::info_span!("request", path = "/b/k");
+                let finished = {
+                    let _in = span.enter();
+                    let done = done.clone();
+                    tasks.spawn(async move {
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        done.store(true, Ordering::SeqCst);
+                        tracing::Span::current().metadata().map(|m| m.name())
+                    })
+                };
+                tasks.close_and_wait().await;
+                assert!(done.load(Ordering::SeqCst), "shutdown did not wait");
+                assert_eq!(finished.await.unwrap(), Some(Some("request")));
+
+                let stuck = RequestTasks::default();
+                let never = stuck.spawn(std::future::pending::<()>());
+                assert_eq!(stuck.len(), 1);
+                stuck.cancel();
+                tokio::time::timeout(Duration::from_secs(5), stuck.close_and_wait())
+                    .await
+                    .expect("a cancelled task still held up shutdown");
+                assert_eq!(never.await.unwrap(), None);
+                assert!(stuck.is_empty());
+            });
+        });
+    }
 }

@@ -21,9 +21,9 @@ use tokio::sync::mpsc;
 
 use super::Cluster;
 use super::budget::Budget;
-use super::drive::DriveError;
+use super::md5::Md5Stream;
+use crate::drive::{DriveError, ErrorCode, Stored};
 use crate::error::{Error, Result};
-use crate::md5_lanes::Md5Stream;
 use crate::store::record::{ObjectRecord, PartRef, RecordTail, VersionId, now_ms};
 use oed_meter::traffic::{Class, Direction, EcOp};
 
@@ -56,9 +56,6 @@ pub struct Written {
     /// Shards that could not be stored (the write is degraded when this is not 0); they
     /// are queued for heal.
     pub missing: usize,
-    /// Parts of the multipart version this write replaced, as the drives reported them;
-    /// nothing references them any more.
-    pub replaced_parts: Vec<PartRef>,
 }
 
 /// The share of the coordinator's budget a write of `obj` holds. A completed multipart
@@ -84,7 +81,7 @@ impl Stream for ChunkChannel {
 struct Uploads<'a> {
     cluster: &'a Cluster,
     senders: Vec<Option<mpsc::Sender<std::io::Result<Bytes>>>>,
-    tasks: Vec<tokio::task::JoinHandle<Result<Vec<PartRef>, DriveError>>>,
+    tasks: Vec<tokio::task::JoinHandle<Option<Result<Stored, DriveError>>>>,
     quorum: usize,
 }
 
@@ -109,8 +106,10 @@ impl<'a> Uploads<'a> {
             let header =
                 oed_ec::ShardHeader::new(rec.version_id.0, rec.shard_index, layout, rec.size)?;
             let drive = cluster.drives[d].clone();
-            up.tasks.push(tokio::spawn(async move {
-                drive.put_shard(&rec, ChunkChannel(rx)).await
+            up.tasks.push(cluster.tasks.spawn(async move {
+                drive
+                    .put_shard(&rec, Box::pin(ChunkChannel(rx)), true)
+                    .await
             }));
             // The channel is new and has room: this cannot wait.
             let _ = tx.try_send(Ok(Bytes::copy_from_slice(&header.encode())));
@@ -166,23 +165,84 @@ impl<'a> Uploads<'a> {
 
 impl Cluster {
     /// Stores an object: see the module docs. Returns once all `k + m` shards are stored,
-    /// or, with drives down, once the write quorum is ([`Cluster::write_quorum`]).
+    /// or, with drives down, once the write quorum is ([`Cluster::write_quorum`]); then
+    /// drops what the version it replaced held beyond its own shards (the parts of a
+    /// multipart object).
     ///
     /// # Errors
-    /// [`Error::BadRequest`] (a bad key, or a body longer or shorter than `size`),
-    /// [`Error::BadDigest`] (Content-MD5), [`Error::Unavailable`] (too few drives stored
-    /// it). Nothing is visible after an error.
-    pub async fn put_object<S, E>(&self, obj: NewObject, mut body: S) -> Result<Written>
+    /// [`Error::BadRequest`] (a bad key, or a body longer than `size`),
+    /// [`Error::IncompleteBody`], [`Error::BadDigest`] (Content-MD5), the body's own
+    /// errors, [`Error::Unavailable`] (too few drives stored it). Nothing is visible after
+    /// an error.
+    pub async fn put_object<S>(&self, obj: NewObject, mut body: S) -> Result<Written>
     where
-        S: Stream<Item = std::result::Result<Bytes, E>> + Unpin,
-        E: std::fmt::Display,
+        S: Stream<Item = Result<Bytes>> + Unpin,
     {
         let started = std::time::Instant::now();
+        let (record, placed, layout) = self.new_record(&obj)?;
+        let _share = self.budget.take(write_share(&obj, layout)).await?;
+        let mut up = Uploads::start(self, &record, &placed, layout)?;
+        let etag = match self.stream_stripes(&mut up, &obj, layout, &mut body).await {
+            Ok(etag) => etag,
+            Err(e) => {
+                up.abort().await;
+                return Err(e);
+            }
+        };
+        let record = ObjectRecord {
+            etag,
+            parts: obj.parts,
+            ..record
+        };
+        let (written, replaced) = self.collect(up, record).await?;
+        // A completed multipart upload writes no data here: its parts were counted.
+        if written.record.parts.is_empty() {
+            self.traffic.body(
+                Class::Client,
+                Direction::In,
+                written.record.size,
+                started.elapsed().as_secs_f64(),
+            );
+        }
+        if !replaced.is_empty() {
+            // A record with no drives: only its parts are deleted.
+            let parts_only = ObjectRecord {
+                drives: Vec::new(),
+                parts: replaced,
+                ..written.record.clone()
+            };
+            self.delete_record(&parts_only).await;
+        }
+        Ok(written)
+    }
+
+    /// Completes a multipart upload: stores `obj` (the object's record, naming its parts),
+    /// then removes the upload's `marker` and the parts it left `unused`.
+    ///
+    /// # Errors
+    /// As [`Cluster::put_object`]; the upload is left as it was then.
+    pub async fn complete_upload(
+        &self,
+        obj: NewObject,
+        marker: &ObjectRecord,
+        unused: &[ObjectRecord],
+    ) -> Result<Written> {
+        let written = self
+            .put_object(obj, futures_util::stream::empty::<Result<Bytes>>())
+            .await?;
+        self.delete_record(marker).await;
+        for r in unused {
+            self.delete_record(r).await;
+        }
+        Ok(written)
+    }
+
+    /// The record of a new version of `obj` (its `ETag` still to come), the drives placed
+    /// for its shards, and its layout.
+    fn new_record(&self, obj: &NewObject) -> Result<(ObjectRecord, Vec<usize>, oed_ec::Layout)> {
         let p = self.map.profile;
         let layout = oed_ec::Layout::new(p.k.into(), p.m.into(), p.chunk_size)?;
-        let codec = self.codec(p.k, p.m)?;
-        let total = layout.total();
-        let placed = self.map.place(&obj.bucket, &obj.key, total);
+        let placed = self.map.place(&obj.bucket, &obj.key, layout.total());
         let record = ObjectRecord {
             bucket: obj.bucket.clone(),
             key: obj.key.clone(),
@@ -203,56 +263,56 @@ impl Cluster {
             parts: Vec::new(),
         };
         record.validate()?;
-        let _share = self.budget.take(write_share(&obj, layout)).await?;
-        let mut up = Uploads::start(self, &record, &placed, layout)?;
+        Ok((record, placed, layout))
+    }
 
-        let streamed = self
-            .stream_stripes(&mut up, &obj, layout, &codec, &mut body)
-            .await;
-        let etag = match streamed {
-            Ok(etag) => etag,
-            Err(e) => {
-                up.abort().await;
-                return Err(e);
-            }
-        };
-        let tail = serde_json::to_vec(&RecordTail {
-            etag: etag.clone(),
-            parts: obj.parts.clone(),
-        })?;
-        let tail = Bytes::from(tail);
+    /// Ends every upload with the record tail and waits for the drives' answers: the
+    /// write, and the parts of the multipart version it replaced (as the drives that held
+    /// it report them). Missing shards, when the quorum is met, go to the heal queue.
+    ///
+    /// # Errors
+    /// [`Error::Unavailable`] when fewer than the quorum stored their shard; the shards
+    /// that were stored are deleted again.
+    async fn collect(
+        &self,
+        mut up: Uploads<'_>,
+        record: ObjectRecord,
+    ) -> Result<(Written, Vec<PartRef>)> {
+        let total = up.senders.len();
+        let tail = Bytes::from(serde_json::to_vec(&RecordTail {
+            etag: record.etag.clone(),
+            parts: record.parts.clone(),
+        })?);
         for i in 0..total {
             up.send(i, [tail.clone(), Bytes::new()]).await;
         }
         up.senders.clear();
-
         let mut stored = Vec::with_capacity(total);
-        let mut replaced_parts = Vec::new();
+        let mut replaced = Vec::new();
         for (i, t) in up.tasks.drain(..).enumerate() {
-            let r = t
-                .await
-                .unwrap_or_else(|e| Err(DriveError::Failed(e.to_string())));
+            let r = match t.await {
+                Ok(Some(r)) => r,
+                Ok(None) => Err(DriveError::unreachable("the drive is shutting down")),
+                Err(e) => Err(DriveError::unreachable(e.to_string())),
+            };
             match r {
-                // A newer write of the key won on that drive: this version is already
-                // superseded there, which is what a stored shard would become anyway.
-                Ok(parts) => {
+                Ok(s) => {
                     // Every drive that held the replaced version reports the same parts.
-                    if replaced_parts.is_empty() {
-                        replaced_parts = parts;
+                    if replaced.is_empty() {
+                        replaced = s.replaced_parts;
                     }
                     stored.push(true);
                 }
-                Err(DriveError::Superseded) => stored.push(true),
+                // A newer write of the key won on that drive: this version is already
+                // superseded there, which is what a stored shard would become anyway.
+                Err(e) if e.code == ErrorCode::Superseded => stored.push(true),
                 Err(e) => {
-                    tracing::warn!(bucket = %obj.bucket, key = %obj.key, shard = i, drive = %record.drives[i], error = %e, "shard not stored");
+                    tracing::warn!(bucket = %record.bucket, key = %record.key, shard = i, drive = %record.drives[i], error = %e, "shard not stored");
                     stored.push(false);
                 }
             }
         }
         let ok = stored.iter().filter(|s| **s).count();
-        let mut record = record;
-        record.etag = etag;
-        record.parts = obj.parts;
         if ok < up.quorum {
             self.stats
                 .shard_failures
@@ -263,24 +323,11 @@ impl Cluster {
                 up.quorum
             )));
         }
-        // A completed multipart upload writes no data here: its parts were counted.
-        if record.parts.is_empty() {
-            self.traffic.body(
-                Class::Client,
-                Direction::In,
-                record.size,
-                started.elapsed().as_secs_f64(),
-            );
-        }
         let missing = total - ok;
         if missing > 0 {
             self.queue_missing(&record, &stored);
         }
-        Ok(Written {
-            record,
-            missing,
-            replaced_parts,
-        })
+        Ok((Written { record, missing }, replaced))
     }
 
     /// Counts a degraded write and queues its missing shards for heal.
@@ -293,49 +340,35 @@ impl Cluster {
         for (i, _) in stored.iter().enumerate().filter(|(_, s)| !**s) {
             let mut rec = record.clone();
             rec.shard_index = i as u16;
-            if let Err(e) = self
-                .store
-                .meta()
-                .queue_heal(&rec, "write missed this drive")
-            {
+            if let Err(e) = self.store.queue_heal(&rec, "write missed this drive") {
                 tracing::warn!(error = %e, "heal queue");
             }
         }
     }
 
     /// Reads the body, cuts it into stripes and sends their chunks; returns the `ETag`.
-    async fn stream_stripes<S, E>(
+    async fn stream_stripes<S>(
         &self,
         up: &mut Uploads<'_>,
         obj: &NewObject,
         layout: oed_ec::Layout,
-        codec: &oed_ec::Codec,
         body: &mut S,
     ) -> Result<String>
     where
-        S: Stream<Item = std::result::Result<Bytes, E>> + Unpin,
-        E: std::fmt::Display,
+        S: Stream<Item = Result<Bytes>> + Unpin,
     {
+        let codec = self.codec(layout.k() as u16, layout.m() as u16)?;
+        let codec = &*codec;
         let stripe_size = layout.stripe_size() as usize;
         let mut buf = BytesMut::with_capacity(stripe_size.min(obj.size as usize));
         let mut received: u64 = 0;
         let mut stripe: u64 = 0;
-        // Hashed a stripe at a time, in lanes with other uploads' (crate::md5_lanes).
+        // Hashed a stripe at a time, in lanes with other uploads' (super::md5).
         let mut md5 = (self.md5_etags || obj.content_md5.is_some()).then(Md5Stream::new);
         let mut fast = sha2::Sha256::new();
         fast.update(obj.size.to_le_bytes());
         while let Some(piece) = body.next().await {
-            let mut piece = piece.map_err(|e| {
-                // s3s does not export its aws-chunked error type; its message names it.
-                let msg = e.to_string();
-                if msg.contains("SignatureMismatch") {
-                    Error::BodySignature { chunk: true }
-                } else if msg.contains("Sha256Mismatch") {
-                    Error::BodySignature { chunk: false }
-                } else {
-                    Error::BodyBroken(msg)
-                }
-            })?;
+            let mut piece = piece?;
             received += piece.len() as u64;
             if received > obj.size {
                 return Err(Error::BadRequest(format!(

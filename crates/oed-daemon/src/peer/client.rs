@@ -1,5 +1,7 @@
-//! A client of another drive's peer API: signs each request and maps error bodies back to
-//! a [`PeerError`]. The coordinator of the cluster uses it; so do the end-to-end tests.
+//! A client of another drive's peer API: the [`Drive`] interface over HTTP. It signs
+//! each request, names its route from [`PeerOp`], and reads error bodies back into the
+//! typed [`DriveError`] the drive sent. The coordinator of the cluster uses it; so do the
+//! end-to-end tests.
 //!
 //! It speaks HTTP/1.1 through hyper's pooled client directly. A connection's read buffer
 //! is capped at [`READ_BUFFER_MAX`]: hyper's default lets each connection grow one to
@@ -7,19 +9,28 @@
 //! holds dozens of connections (`docs/cluster.md`, "Memory and back-pressure").
 
 use std::fmt::Write as _;
+use std::ops::Range;
 use std::time::Duration;
 
 use bytes::Bytes;
 use futures_util::{Stream, StreamExt, TryStreamExt};
 use http::{Method, Request, Response, StatusCode, Uri};
-use http_body_util::{BodyExt, Full, StreamBody, combinators::BoxBody};
+use http_body_util::{BodyExt, Full, StreamBody, combinators::UnsyncBoxBody};
 use hyper::body::{Frame, Incoming};
 use hyper_util::client::legacy::{Client, connect::HttpConnector};
 use hyper_util::rt::{TokioExecutor, TokioTimer};
-use serde::Deserialize;
 
+use super::PeerOp;
 use super::auth::{self, PeerKey};
+use crate::drive::{
+    Drive, DriveError, DriveInfo, ErrorCode, ShardRead, ShardStream, ShardUpload, Stored,
+};
 use crate::store::record::{BucketRecord, ObjectRecord, VersionId};
+
+/// The response header of `GET shard` that names the version read.
+pub const VERSION_HEADER: &str = "x-oed-version-id";
+/// The response header of `GET shard` that names the stripes sent, `from-to`.
+pub const STRIPES_HEADER: &str = "x-oed-stripes";
 
 /// The most a peer connection's read buffer grows to. A chunk of a shard arrives in
 /// pieces of at most this size, each sent on as it is. A connection idling in the pool
@@ -31,71 +42,33 @@ pub const READ_BUFFER_MAX: usize = 64 * 1024;
 /// A boxed error, as the transport reports it.
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
-/// What went wrong talking to a peer.
+/// What went wrong sending a request to a peer, before any answer was read.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum PeerError {
-    /// The peer answered with an error.
-    #[error("peer answered {status} {code}: {message}")]
-    Status {
-        /// HTTP status.
-        status: StatusCode,
-        /// The stable error code of the body.
-        code: String,
-        /// The peer's message.
-        message: String,
-    },
     /// The request did not complete (connection refused, reset, a body cut short).
     #[error("peer request failed")]
     Transport(#[source] BoxError),
     /// The drive's address is not an `http://host:port` URL.
     #[error("peer address {0:?} is not an http://host:port URL")]
     BadAddress(String),
-    /// The peer's answer could not be decoded.
-    #[error("peer answer could not be decoded")]
-    Decode(#[from] serde_json::Error),
 }
 
 impl PeerError {
-    /// The error code, when the peer answered with one.
-    #[must_use]
-    pub fn code(&self) -> Option<&str> {
-        match self {
-            PeerError::Status { code, .. } => Some(code),
-            _ => None,
-        }
-    }
-
     fn transport(e: impl Into<BoxError>) -> Self {
         PeerError::Transport(e.into())
     }
 }
 
-/// The record part of [`PeerClient::info`].
-#[derive(Clone, Debug, Deserialize)]
-pub struct DriveInfo {
-    /// Drive id.
-    pub drive_id: String,
-    /// `oedd` version.
-    pub version: String,
-    /// File system size.
-    pub capacity_bytes: u64,
-    /// Free bytes.
-    pub free_bytes: u64,
-    /// Reserve kept free.
-    pub reserve_bytes: u64,
-    /// Object records (so shards) held.
-    pub shard_count: u64,
-    /// Entries in the heal queue.
-    pub heal_backlog: u64,
-    /// Requests refused for bad or missing signatures since start.
-    pub auth_failures: u64,
-    /// "ok", or "low-space" when free space is within the reserve.
-    pub health: String,
+impl From<PeerError> for DriveError {
+    fn from(e: PeerError) -> Self {
+        // The chain says more than the top line (connection refused, reset...).
+        DriveError::unreachable(crate::error::source_chain(&e))
+    }
 }
 
 /// A request body: bytes in memory, or a stream (sent chunked).
-pub type PeerBody = BoxBody<Bytes, std::io::Error>;
+pub type PeerBody = UnsyncBoxBody<Bytes, std::io::Error>;
 
 /// The HTTP connections to other drives: one pool, shared by the [`PeerClient`]s of a
 /// drive. Cheap to clone.
@@ -121,7 +94,7 @@ impl Default for PeerHttp {
 
 /// A body of bytes in memory, sent with a Content-Length.
 fn full(bytes: Bytes) -> PeerBody {
-    Full::new(bytes).map_err(|e| match e {}).boxed()
+    Full::new(bytes).map_err(|e| match e {}).boxed_unsync()
 }
 
 /// A drive's base URL, split once: a request only adds its path and query, which spares
@@ -208,9 +181,9 @@ impl PeerRequest {
     /// The body: `stream`, sent chunked.
     pub fn stream_body<S>(mut self, stream: S) -> Self
     where
-        S: Stream<Item = Result<Bytes, std::io::Error>> + Send + Sync + 'static,
+        S: Stream<Item = Result<Bytes, std::io::Error>> + Send + 'static,
     {
-        self.body = BodyExt::boxed(StreamBody::new(stream.map_ok(Frame::data)));
+        self.body = BodyExt::boxed_unsync(StreamBody::new(stream.map_ok(Frame::data)));
         self
     }
 
@@ -241,6 +214,12 @@ impl PeerResponse {
         self.0.status()
     }
 
+    /// The value of header `name`, if it is text.
+    #[must_use]
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.0.headers().get(name).and_then(|v| v.to_str().ok())
+    }
+
     /// The whole body.
     ///
     /// # Errors
@@ -253,9 +232,12 @@ impl PeerResponse {
     /// The body, decoded from JSON.
     ///
     /// # Errors
-    /// [`PeerError::Transport`]; [`PeerError::Decode`].
-    pub async fn json<T: serde::de::DeserializeOwned>(self) -> Result<T, PeerError> {
-        Ok(serde_json::from_slice(&self.bytes().await?)?)
+    /// [`ErrorCode::Unreachable`] when it is cut short or is not the JSON expected.
+    pub async fn json<T: serde::de::DeserializeOwned>(self) -> Result<T, DriveError> {
+        let bytes = self.bytes().await?;
+        serde_json::from_slice(&bytes).map_err(|e| {
+            DriveError::unreachable(format!("the drive's answer could not be decoded: {e}"))
+        })
     }
 
     /// The body as it arrives, in pieces of at most [`READ_BUFFER_MAX`] bytes. A body cut
@@ -307,15 +289,27 @@ impl PeerClient {
         }
     }
 
-    /// A signed request with an empty body; `query` must already be encoded, `digest`
-    /// is the body's (see [`auth::body_digest`], or [`auth::STREAMING`]).
-    pub fn request(&self, method: Method, op: &str, query: &str, digest: &str) -> PeerRequest {
-        let path = format!("/_oed/peer/v1/{op}");
+    /// A signed request of operation `op` with an empty body; `query` must already be
+    /// encoded, `digest` is the body's (see [`auth::body_digest`], or [`auth::STREAMING`]).
+    pub fn request(&self, op: PeerOp, query: &str, digest: &str) -> PeerRequest {
+        let (method, path) = op.route();
+        self.request_raw(method, path, query, digest)
+    }
+
+    /// A signed request of any method and path: for testing how a drive answers requests
+    /// no [`PeerOp`] makes.
+    pub fn request_raw(
+        &self,
+        method: Method,
+        path: &str,
+        query: &str,
+        digest: &str,
+    ) -> PeerRequest {
         let date = auth::now_secs().to_string();
-        let sig = self.key.sign(method.as_str(), &path, query, &date, digest);
+        let sig = self.key.sign(method.as_str(), path, query, &date, digest);
         let head = match &self.base {
             Ok(base) => base
-                .uri(&path, query)
+                .uri(path, query)
                 .and_then(|uri| {
                     Request::builder()
                         .method(method)
@@ -335,191 +329,143 @@ impl PeerClient {
         }
     }
 
-    async fn send(&self, method: Method, op: &str, query: &str) -> Result<PeerResponse, PeerError> {
+    /// Sends `op` with an empty body and reads an error answer into its [`DriveError`].
+    async fn send(&self, op: PeerOp, query: &str) -> Result<PeerResponse, DriveError> {
         let resp = self
-            .request(method, op, query, &auth::body_digest(b""))
+            .request(op, query, &auth::body_digest(b""))
             .send()
             .await?;
         check(resp).await
     }
+}
 
-    /// Stores shard `record.shard_index` of an object: `shard_file` is the shard in the
-    /// oed-ec file format, streamed.
-    ///
-    /// # Errors
-    /// [`PeerError`]; the code says why (for example `Superseded`, `BadDigest`).
-    pub async fn put_shard<S>(
+#[async_trait::async_trait]
+impl Drive for PeerClient {
+    async fn put_shard(
         &self,
         record: &ObjectRecord,
-        shard_file: S,
-    ) -> Result<ObjectRecord, PeerError>
-    where
-        S: Stream<Item = Result<Bytes, std::io::Error>> + Send + Sync + 'static,
-    {
-        self.put_shard_inner(record, shard_file, false).await
-    }
-
-    /// Like [`PeerClient::put_shard`], with the shard file followed by a JSON
-    /// [`RecordTail`](crate::store::record::RecordTail) that completes the record.
-    ///
-    /// # Errors
-    /// As [`PeerClient::put_shard`].
-    pub async fn put_shard_with_tail<S>(
-        &self,
-        record: &ObjectRecord,
-        body: S,
-    ) -> Result<crate::store::Stored, PeerError>
-    where
-        S: Stream<Item = Result<Bytes, std::io::Error>> + Send + Sync + 'static,
-    {
-        self.put_shard_inner(record, body, true).await
-    }
-
-    async fn put_shard_inner<S, T: serde::de::DeserializeOwned>(
-        &self,
-        record: &ObjectRecord,
-        body: S,
+        body: ShardUpload,
         tail: bool,
-    ) -> Result<T, PeerError>
-    where
-        S: Stream<Item = Result<Bytes, std::io::Error>> + Send + Sync + 'static,
-    {
-        let mut query = format!("record={}", q(&serde_json::to_string(record)?));
+    ) -> Result<Stored, DriveError> {
+        let record = serde_json::to_string(record)
+            .map_err(|e| DriveError::new(ErrorCode::BadRequest, e.to_string()))?;
+        let mut query = format!("record={}", q(&record));
         if tail {
             query.push_str("&tail=true");
         }
         let resp = self
-            .request(Method::PUT, "shard", &query, auth::STREAMING)
+            .request(PeerOp::PutShard, &query, auth::STREAMING)
             .stream_body(body)
             .send()
             .await?;
         check(resp).await?.json().await
     }
 
-    /// Reads stripes `from..to` of the stored shard (all when `None`): the response body
-    /// is the chunk bytes, each checked against its CRC32C by the drive before sending.
-    ///
-    /// # Errors
-    /// [`PeerError`]; `CorruptShard` when the first chunk sent would have been bad. A bad
-    /// chunk later in the range ends the body early, which shows up as a transport error
-    /// while reading it.
-    pub async fn get_shard(
+    async fn read_shard(
         &self,
         bucket: &str,
         key: &str,
         version: Option<VersionId>,
-        stripes: Option<(u64, u64)>,
-    ) -> Result<PeerResponse, PeerError> {
+        stripes: Option<Range<u64>>,
+    ) -> Result<ShardRead, DriveError> {
         let mut query = key_query(bucket, key, version);
-        if let Some((from, to)) = stripes {
-            let _ = write!(query, "&from={from}&to={to}");
+        if let Some(r) = &stripes {
+            let _ = write!(query, "&from={}&to={}", r.start, r.end);
         }
-        self.send(Method::GET, "shard", &query).await
+        let resp = self.send(PeerOp::GetShard, &query).await?;
+        let bad =
+            |what: &str| DriveError::unreachable(format!("GET shard answered without {what}"));
+        let version = resp
+            .header(VERSION_HEADER)
+            .and_then(|v| v.parse().ok())
+            .ok_or_else(|| bad(VERSION_HEADER))?;
+        let stripes = resp
+            .header(STRIPES_HEADER)
+            .and_then(|v| v.split_once('-'))
+            .and_then(|(a, b)| Some(a.parse().ok()?..b.parse().ok()?))
+            .ok_or_else(|| bad(STRIPES_HEADER))?;
+        let chunks: ShardStream = Box::pin(resp.bytes_stream().map(|r| {
+            r.map_err(|e| {
+                DriveError::unreachable(format!(
+                    "shard read broken: {}",
+                    crate::error::source_chain(&e)
+                ))
+            })
+        }));
+        Ok(ShardRead {
+            version,
+            stripes,
+            chunks,
+        })
     }
 
-    /// The record of an object held here.
-    ///
-    /// # Errors
-    /// [`PeerError`] (`NotFound`).
-    pub async fn stat(&self, bucket: &str, key: &str) -> Result<ObjectRecord, PeerError> {
+    async fn stat(&self, bucket: &str, key: &str) -> Result<Option<ObjectRecord>, DriveError> {
         let query = key_query(bucket, key, None);
-        self.send(Method::GET, "object", &query).await?.json().await
+        match self.send(PeerOp::StatObject, &query).await {
+            Ok(resp) => resp.json().await.map(Some),
+            Err(e) if e.is_not_found() => Ok(None),
+            Err(e) => Err(e),
+        }
     }
 
-    /// Deletes an object's record and shard (with `version`: only if not newer).
-    ///
-    /// # Errors
-    /// [`PeerError`] (`NotFound`, `Superseded`).
-    pub async fn delete(
+    async fn delete_object(
         &self,
         bucket: &str,
         key: &str,
         version: Option<VersionId>,
-    ) -> Result<(), PeerError> {
+    ) -> Result<(), DriveError> {
         let query = key_query(bucket, key, version);
-        self.send(Method::DELETE, "object", &query).await?;
+        self.send(PeerOp::DeleteObject, &query).await?;
         Ok(())
     }
 
-    /// Up to `limit` records of `bucket` from key `start` (inclusive), in key order.
-    ///
-    /// # Errors
-    /// [`PeerError`].
-    pub async fn list(
+    async fn list_objects(
         &self,
         bucket: &str,
         start: &str,
         limit: usize,
-    ) -> Result<Vec<ObjectRecord>, PeerError> {
+    ) -> Result<Vec<ObjectRecord>, DriveError> {
         let query = format!("bucket={}&start={}&limit={limit}", q(bucket), q(start));
-        self.send(Method::GET, "objects", &query)
-            .await?
-            .json()
-            .await
+        self.send(PeerOp::ListObjects, &query).await?.json().await
     }
 
-    /// Creates (or keeps) a bucket record.
-    ///
-    /// # Errors
-    /// [`PeerError`].
-    pub async fn create_bucket(&self, name: &str) -> Result<BucketRecord, PeerError> {
+    async fn create_bucket(&self, name: &str) -> Result<BucketRecord, DriveError> {
         let query = format!("bucket={}", q(name));
-        self.send(Method::PUT, "bucket", &query).await?.json().await
+        self.send(PeerOp::CreateBucket, &query).await?.json().await
     }
 
-    /// Deletes an empty bucket's record.
-    ///
-    /// # Errors
-    /// [`PeerError`] (`NotFound`, `BucketNotEmpty`).
-    pub async fn delete_bucket(&self, name: &str) -> Result<(), PeerError> {
+    async fn delete_bucket(&self, name: &str) -> Result<(), DriveError> {
         let query = format!("bucket={}", q(name));
-        self.send(Method::DELETE, "bucket", &query).await?;
+        self.send(PeerOp::DeleteBucket, &query).await?;
         Ok(())
     }
 
-    /// Every bucket record.
-    ///
-    /// # Errors
-    /// [`PeerError`].
-    pub async fn buckets(&self) -> Result<Vec<BucketRecord>, PeerError> {
-        self.send(Method::GET, "buckets", "").await?.json().await
+    async fn buckets(&self) -> Result<Vec<BucketRecord>, DriveError> {
+        self.send(PeerOp::ListBuckets, "").await?.json().await
     }
 
-    /// Capacity, counts, version and health of the drive.
-    ///
-    /// # Errors
-    /// [`PeerError`].
-    pub async fn info(&self) -> Result<DriveInfo, PeerError> {
-        self.send(Method::GET, "info", "").await?.json().await
+    async fn info(&self) -> Result<DriveInfo, DriveError> {
+        self.send(PeerOp::Info, "").await?.json().await
     }
 }
 
-async fn check(resp: PeerResponse) -> Result<PeerResponse, PeerError> {
-    #[derive(Deserialize)]
-    struct Body {
-        code: String,
-        message: String,
-    }
+/// A success as it is; an error answer read into the [`DriveError`] the drive sent.
+///
+/// # Errors
+/// The drive's error; [`ErrorCode::Unreachable`] when its body cannot be read, and
+/// [`ErrorCode::Unknown`] when it is not an error body (a proxy's page, say).
+pub async fn check(resp: PeerResponse) -> Result<PeerResponse, DriveError> {
     let status = resp.status();
     if status.is_success() {
         return Ok(resp);
     }
-    let text = match resp.bytes().await {
-        Ok(b) => String::from_utf8_lossy(&b).into_owned(),
-        Err(e) => format!(
-            "(the error body could not be read: {})",
-            crate::error::source_chain(&e)
-        ),
-    };
-    let body: Body = serde_json::from_str(&text).unwrap_or(Body {
-        code: "Unknown".into(),
-        message: text,
-    });
-    Err(PeerError::Status {
-        status,
-        code: body.code,
-        message: body.message,
-    })
+    let body = resp.bytes().await?;
+    Err(serde_json::from_slice(&body).unwrap_or_else(|_| {
+        DriveError::new(
+            ErrorCode::Unknown,
+            format!("{status}: {}", String::from_utf8_lossy(&body)),
+        )
+    }))
 }
 
 #[cfg(test)]
@@ -528,7 +474,7 @@ mod tests {
 
     fn url_of(base: &str, query: &str) -> String {
         let c = PeerClient::new(base, PeerKey::derive(b"0123456789abcdef"));
-        let req = c.request(Method::GET, "shard", query, &auth::body_digest(b""));
+        let req = c.request(PeerOp::GetShard, query, &auth::body_digest(b""));
         req.uri().unwrap().to_string()
     }
 
@@ -559,7 +505,7 @@ mod tests {
             "",
         ] {
             let c = PeerClient::new(bad, PeerKey::derive(b"0123456789abcdef"));
-            let req = c.request(Method::GET, "info", "", &auth::body_digest(b""));
+            let req = c.request(PeerOp::Info, "", &auth::body_digest(b""));
             assert!(
                 matches!(req.uri(), Err(PeerError::BadAddress(t)) if t == bad),
                 "{bad:?}"
@@ -570,10 +516,8 @@ mod tests {
                 .unwrap()
                 .block_on(c.info())
                 .unwrap_err();
-            assert!(
-                err.to_string().contains("not an http://host:port URL"),
-                "{err}"
-            );
+            assert_eq!(err.code, ErrorCode::Unreachable);
+            assert!(err.message.contains("not an http://host:port URL"), "{err}");
         }
     }
 }

@@ -1,6 +1,8 @@
 //! The peer API under `/_oed/peer/v1/`: how the drives of a cluster use each other's
-//! stores. Every route is authenticated ([`auth`]); handlers are thin and call the
-//! [`Store`](crate::store::Store). The routes (all answers JSON unless said):
+//! stores. Every route is authenticated ([`auth`]). Its handlers are thin adapters from
+//! HTTP to the [`Drive`] interface of this drive's store; [`client::PeerClient`]
+//! implements the same interface on the other side. The routes, named once in
+//! [`PeerOp`] (all answers JSON unless said):
 //!
 //! | method and path | query | what |
 //! |---|---|---|
@@ -16,36 +18,130 @@
 pub mod auth;
 pub mod client;
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::task::{Context, Poll};
 
 use axum::Json;
 use axum::Router;
 use axum::body::Body;
 use axum::extract::{Query, Request, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{MethodRouter, delete, get, put};
+use bytes::Bytes;
+use futures_util::{Stream, StreamExt as _};
 use http_body_util::BodyExt;
 use serde::Deserialize;
 use tokio::sync::Semaphore;
 
-use crate::error::{Error, Result};
-use crate::metrics::BodyMeter;
-use crate::store::Store;
-use crate::store::record::{ObjectRecord, VersionId};
+use crate::drive::{Drive, DriveError, DriveInfo, MAX_LIST, Stored};
+use crate::error::Error;
+use crate::store::record::{BucketRecord, ObjectRecord, VersionId};
 use auth::PeerKey;
-use futures_util::StreamExt as _;
-use oed_meter::traffic::{Class, Direction};
+use oed_meter::traffic::{BodyMeter, Class, Direction};
+
+/// The operations of the peer API: the one table of its routes, used by the router, by
+/// [`client::PeerClient`] and by the request metrics (`op` label).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PeerOp {
+    /// `PUT shard`.
+    PutShard,
+    /// `GET shard`.
+    GetShard,
+    /// `GET object`.
+    StatObject,
+    /// `DELETE object`.
+    DeleteObject,
+    /// `GET objects`.
+    ListObjects,
+    /// `PUT bucket`.
+    CreateBucket,
+    /// `DELETE bucket`.
+    DeleteBucket,
+    /// `GET buckets`.
+    ListBuckets,
+    /// `GET info`.
+    Info,
+}
+
+impl PeerOp {
+    /// Every operation.
+    pub const ALL: [Self; 9] = [
+        Self::PutShard,
+        Self::GetShard,
+        Self::StatObject,
+        Self::DeleteObject,
+        Self::ListObjects,
+        Self::CreateBucket,
+        Self::DeleteBucket,
+        Self::ListBuckets,
+        Self::Info,
+    ];
+
+    /// Its name, as the `op` label of the request metrics.
+    #[must_use]
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::PutShard => "PutShard",
+            Self::GetShard => "GetShard",
+            Self::StatObject => "StatObject",
+            Self::DeleteObject => "DeleteObject",
+            Self::ListObjects => "ListObjects",
+            Self::CreateBucket => "CreateBucket",
+            Self::DeleteBucket => "DeleteBucket",
+            Self::ListBuckets => "ListBuckets",
+            Self::Info => "Info",
+        }
+    }
+
+    /// Its HTTP method and path.
+    #[must_use]
+    pub fn route(self) -> (Method, &'static str) {
+        match self {
+            Self::PutShard => (Method::PUT, "/_oed/peer/v1/shard"),
+            Self::GetShard => (Method::GET, "/_oed/peer/v1/shard"),
+            Self::StatObject => (Method::GET, "/_oed/peer/v1/object"),
+            Self::DeleteObject => (Method::DELETE, "/_oed/peer/v1/object"),
+            Self::ListObjects => (Method::GET, "/_oed/peer/v1/objects"),
+            Self::CreateBucket => (Method::PUT, "/_oed/peer/v1/bucket"),
+            Self::DeleteBucket => (Method::DELETE, "/_oed/peer/v1/bucket"),
+            Self::ListBuckets => (Method::GET, "/_oed/peer/v1/buckets"),
+            Self::Info => (Method::GET, "/_oed/peer/v1/info"),
+        }
+    }
+
+    /// The operation a request's method and matched route name, if any.
+    #[must_use]
+    pub fn of(method: &Method, path: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|op| {
+            let (m, p) = op.route();
+            m == method && p == path
+        })
+    }
+
+    /// Its handler.
+    fn handler(self) -> MethodRouter<Arc<PeerState>> {
+        match self {
+            Self::PutShard => put(put_shard),
+            Self::GetShard => get(get_shard),
+            Self::StatObject => get(stat),
+            Self::DeleteObject => delete(delete_object),
+            Self::ListObjects => get(list),
+            Self::CreateBucket => put(create_bucket),
+            Self::DeleteBucket => delete(delete_bucket),
+            Self::ListBuckets => get(buckets),
+            Self::Info => get(info),
+        }
+    }
+}
 
 /// Everything the peer API's handlers share.
 #[derive(Debug)]
 pub struct PeerState {
-    /// The drive's store.
-    pub store: Arc<Store>,
-    /// This drive's id.
-    pub drive_id: String,
+    /// This drive, as other drives use it: its store.
+    pub drive: Arc<dyn Drive>,
     /// Key peer requests must be signed with.
     pub key: PeerKey,
     /// Allowed clock skew, seconds.
@@ -62,16 +158,11 @@ pub struct PeerState {
 
 /// The peer API routes, with authentication and the concurrency limit applied.
 pub fn router(state: Arc<PeerState>) -> Router {
-    Router::new()
-        .route("/_oed/peer/v1/shard", get(get_shard).put(put_shard))
-        .route("/_oed/peer/v1/object", get(stat).delete(delete_object))
-        .route("/_oed/peer/v1/objects", get(list))
-        .route(
-            "/_oed/peer/v1/bucket",
-            axum::routing::put(create_bucket).delete(delete_bucket),
-        )
-        .route("/_oed/peer/v1/buckets", get(buckets))
-        .route("/_oed/peer/v1/info", get(info))
+    let mut router = Router::new();
+    for op in PeerOp::ALL {
+        router = router.route(op.route().1, op.handler());
+    }
+    router
         .route(
             "/_oed/{*rest}",
             axum::routing::any(|| async { Error::NotFound("route") }),
@@ -103,7 +194,7 @@ async fn authenticate(State(state): State<Arc<PeerState>>, req: Request, next: N
     }
 }
 
-async fn check_auth(state: &PeerState, req: Request) -> Result<Request> {
+async fn check_auth(state: &PeerState, req: Request) -> Result<Request, Error> {
     let h = req.headers();
     let text = |name: &str| h.get(name).and_then(|v| v.to_str().ok()).map(str::to_owned);
     let date = text(auth::DATE_HEADER).ok_or(Error::Unauthenticated("missing x-oed-date"))?;
@@ -133,7 +224,7 @@ async fn check_auth(state: &PeerState, req: Request) -> Result<Request> {
     }
     if digest == auth::STREAMING {
         // Only shard uploads may stream; their chunks are checked by CRC32C.
-        if !(method == "PUT" && path == "/_oed/peer/v1/shard") {
+        if PeerOp::of(req.method(), &path) != Some(PeerOp::PutShard) {
             return Err(Error::Unauthenticated(
                 "only shard uploads may use STREAMING-CRC32C",
             ));
@@ -154,6 +245,9 @@ async fn check_auth(state: &PeerState, req: Request) -> Result<Request> {
     Ok(Request::from_parts(parts, Body::from(bytes)))
 }
 
+/// A handler's answer: errors in their public form ([`DriveError`]).
+type Answer<T> = Result<T, DriveError>;
+
 #[derive(Deserialize)]
 struct PutShardQuery {
     record: String,
@@ -164,34 +258,50 @@ struct PutShardQuery {
 /// How much of an unread upload is read and dropped before an early error answer.
 const DRAIN_LIMIT: usize = 4 << 20;
 
+/// A stream two owners take turns at: the drive reads the upload through one handle,
+/// and when it refuses the upload early the handler drains the rest through the other.
+struct Shared<S>(Arc<Mutex<S>>);
+
+impl<S: Stream + Unpin> Stream for Shared<S> {
+    type Item = S::Item;
+    fn poll_next(self: std::pin::Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<S::Item>> {
+        // Never contended: the handler waits for the drive before it reads.
+        let mut s = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        s.poll_next_unpin(cx)
+    }
+}
+
 async fn put_shard(
     State(state): State<Arc<PeerState>>,
     Query(q): Query<PutShardQuery>,
     body: Body,
-) -> Result<Json<crate::store::Stored>> {
+) -> Answer<Json<Stored>> {
     // Counted as it arrives, drained rest included; recorded when the stream is dropped.
     let mut meter = BodyMeter::new(state.traffic.clone(), Class::Peer, Direction::In);
-    let mut stream = body.into_data_stream().inspect(move |piece| {
-        if let Ok(b) = piece {
-            meter.add(b.len());
-        }
+    let stream = body.into_data_stream().map(move |piece| {
+        let piece = piece.map_err(std::io::Error::other)?;
+        meter.add(piece.len());
+        Ok::<Bytes, std::io::Error>(piece)
     });
+    let stream = Arc::new(Mutex::new(stream));
     let result = match serde_json::from_str::<ObjectRecord>(&q.record) {
         Ok(record) => {
+            let upload = Box::pin(Shared(stream.clone()));
             state
-                .store
-                .put_shard(record, &mut stream, q.tail.unwrap_or(false))
+                .drive
+                .put_shard(&record, upload, q.tail.unwrap_or(false))
                 .await
         }
-        Err(e) => Err(Error::BadRequest(format!("record: {e}"))),
+        Err(e) => Err(Error::BadRequest(format!("record: {e}")).into()),
     };
     if result.is_err() {
         // A client still sending its body when the answer comes and the connection
         // closes sees a reset, not the answer. Reading a bounded rest lets it read the
         // error; past the bound, closing is the cheaper choice.
+        let mut rest = Shared(stream);
         let drain = async {
             let mut left = DRAIN_LIMIT;
-            while let Some(Ok(piece)) = futures_util::StreamExt::next(&mut stream).await {
+            while let Some(Ok(piece)) = rest.next().await {
                 left = left.saturating_sub(piece.len());
                 if left == 0 {
                     break;
@@ -200,7 +310,6 @@ async fn put_shard(
         };
         let _ = tokio::time::timeout(std::time::Duration::from_secs(5), drain).await;
     }
-    drop(stream);
     Ok(Json(result?))
 }
 
@@ -215,58 +324,43 @@ struct ObjectQuery {
 }
 
 impl ObjectQuery {
-    fn version(&self) -> Result<Option<VersionId>> {
-        self.version.as_deref().map(str::parse).transpose()
+    fn version(&self) -> Answer<Option<VersionId>> {
+        Ok(self.version.as_deref().map(str::parse).transpose()?)
     }
 }
 
 async fn get_shard(
     State(state): State<Arc<PeerState>>,
     Query(q): Query<ObjectQuery>,
-) -> Result<Response> {
-    let (record, bytes) = state.store.shard(&q.bucket, &q.key, q.version()?)?;
-    let layout = record.layout()?;
-    let stripes = layout.stripe_count(record.size);
-    let from = q.from.unwrap_or(0);
-    let to = q.to.unwrap_or(stripes).min(stripes);
-    if from > to {
-        return Err(Error::BadRequest(format!(
-            "stripe range {from}..{to} is empty or reversed"
-        )));
-    }
-    let version_id = record.version_id;
-    let mut rx = state.store.read_stripes(record, bytes, from, to);
-    state.traffic.shard_read(from);
-    let mut meter = BodyMeter::new(state.traffic.clone(), Class::Peer, Direction::Out);
-    // The first chunk decides the status: a bad one is an error answer, not a short body.
-    let first = match rx.recv().await {
-        Some(Err(e)) => return Err(e),
-        Some(Ok(b)) => Some(b),
-        None => None,
+) -> Answer<Response> {
+    let stripes = match (q.from, q.to) {
+        (None, None) => None,
+        (from, to) => Some(from.unwrap_or(0)..to.unwrap_or(u64::MAX)),
     };
-    let body = futures_util::stream::unfold((first, rx), |(first, mut rx)| async move {
-        let item = match first {
-            Some(b) => Ok(b),
-            // An error ends the body: the client sees a broken transfer.
-            None => rx
-                .recv()
-                .await?
-                .map_err(|e| std::io::Error::other(e.to_string())),
-        };
-        Some((item, (None, rx)))
-    })
-    .inspect(move |item| {
-        if let Ok(b) = item {
-            meter.add(b.len());
-        }
+    let read = state
+        .drive
+        .read_shard(&q.bucket, &q.key, q.version()?, stripes)
+        .await?;
+    let mut meter = BodyMeter::new(state.traffic.clone(), Class::Peer, Direction::Out);
+    // An error ends the body: the client sees a broken transfer, never bad bytes.
+    let body = read.chunks.map(move |item| {
+        let b = item.map_err(std::io::Error::other)?;
+        meter.add(b.len());
+        Ok::<Bytes, std::io::Error>(b)
     });
     let mut headers = HeaderMap::new();
     headers.insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/octet-stream"),
     );
-    headers.insert("x-oed-version-id", header_value(&version_id.to_string()));
-    headers.insert("x-oed-stripes", header_value(&format!("{from}-{to}")));
+    headers.insert(
+        client::VERSION_HEADER,
+        header_value(&read.version.to_string()),
+    );
+    headers.insert(
+        client::STRIPES_HEADER,
+        header_value(&format!("{}-{}", read.stripes.start, read.stripes.end)),
+    );
     Ok((StatusCode::OK, headers, Body::from_stream(body)).into_response())
 }
 
@@ -277,21 +371,17 @@ fn header_value(s: &str) -> HeaderValue {
 async fn stat(
     State(state): State<Arc<PeerState>>,
     Query(q): Query<ObjectQuery>,
-) -> Result<Json<ObjectRecord>> {
-    let rec = state
-        .store
-        .meta()
-        .object(&q.bucket, &q.key)?
-        .ok_or(Error::NotFound("object"))?;
-    Ok(Json(rec))
+) -> Answer<Json<ObjectRecord>> {
+    let rec = state.drive.stat(&q.bucket, &q.key).await?;
+    Ok(Json(rec.ok_or(Error::NotFound("object"))?))
 }
 
 async fn delete_object(
     State(state): State<Arc<PeerState>>,
     Query(q): Query<ObjectQuery>,
-) -> Result<StatusCode> {
+) -> Answer<StatusCode> {
     state
-        .store
+        .drive
         .delete_object(&q.bucket, &q.key, q.version()?)
         .await?;
     Ok(StatusCode::NO_CONTENT)
@@ -305,22 +395,13 @@ struct ListQuery {
     limit: Option<usize>,
 }
 
-/// Most records one listing call returns.
-const MAX_LIST: usize = 1000;
-
 async fn list(
     State(state): State<Arc<PeerState>>,
     Query(q): Query<ListQuery>,
-) -> Result<Json<Vec<ObjectRecord>>> {
-    if state.store.meta().bucket(&q.bucket)?.is_none() {
-        return Err(Error::NotFound("bucket"));
-    }
-    let limit = q.limit.unwrap_or(MAX_LIST).min(MAX_LIST);
+) -> Answer<Json<Vec<ObjectRecord>>> {
+    let limit = q.limit.unwrap_or(MAX_LIST);
     Ok(Json(
-        state
-            .store
-            .meta()
-            .list_objects(&q.bucket, &q.start, limit)?,
+        state.drive.list_objects(&q.bucket, &q.start, limit).await?,
     ))
 }
 
@@ -332,38 +413,25 @@ struct BucketQuery {
 async fn create_bucket(
     State(state): State<Arc<PeerState>>,
     Query(q): Query<BucketQuery>,
-) -> Result<impl IntoResponse> {
-    Ok(Json(state.store.create_bucket(&q.bucket)?))
+) -> Answer<Json<BucketRecord>> {
+    Ok(Json(state.drive.create_bucket(&q.bucket).await?))
 }
 
 async fn delete_bucket(
     State(state): State<Arc<PeerState>>,
     Query(q): Query<BucketQuery>,
-) -> Result<StatusCode> {
-    state.store.meta().delete_bucket(&q.bucket)?;
+) -> Answer<StatusCode> {
+    state.drive.delete_bucket(&q.bucket).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
-async fn buckets(State(state): State<Arc<PeerState>>) -> Result<impl IntoResponse> {
-    Ok(Json(state.store.meta().buckets()?))
+async fn buckets(State(state): State<Arc<PeerState>>) -> Answer<Json<Vec<BucketRecord>>> {
+    Ok(Json(state.drive.buckets().await?))
 }
 
-async fn info(State(state): State<Arc<PeerState>>) -> Result<impl IntoResponse> {
-    let cap = state.store.capacity()?;
-    let health = if cap.free_bytes < cap.reserve_bytes {
-        "low-space"
-    } else {
-        "ok"
-    };
-    Ok(Json(serde_json::json!({
-        "drive_id": state.drive_id,
-        "version": env!("CARGO_PKG_VERSION"),
-        "capacity_bytes": cap.capacity_bytes,
-        "free_bytes": cap.free_bytes,
-        "reserve_bytes": cap.reserve_bytes,
-        "shard_count": state.store.meta().object_count(),
-        "heal_backlog": state.store.meta().heal_backlog(),
-        "auth_failures": state.auth_failures.load(Ordering::Relaxed),
-        "health": health,
-    })))
+async fn info(State(state): State<Arc<PeerState>>) -> Answer<Json<DriveInfo>> {
+    let mut info = state.drive.info().await?;
+    // The one figure the store cannot know: refusals happen before any handler runs.
+    info.auth_failures = state.auth_failures.load(Ordering::Relaxed);
+    Ok(Json(info))
 }

@@ -55,14 +55,6 @@ pub(crate) async fn delete(
     cluster: &Cluster,
     bucket: &str,
 ) -> S3Result<S3Response<DeleteBucketOutput>> {
-    // Objects first: a drive that holds none of them may not know it is not empty.
-    let mut walk = crate::cluster::list::Merge::new(cluster, bucket, super::USER_KEYS_START);
-    if walk.next().await.or_s3()?.is_some() {
-        return Err(err(
-            S3ErrorCode::BucketNotEmpty,
-            format!("bucket {bucket:?} still holds objects"),
-        ));
-    }
     cluster.delete_bucket(bucket).await.or_s3()?;
     Ok(S3Response::new(DeleteBucketOutput {}))
 }

@@ -14,91 +14,8 @@ use s3s::{S3ErrorCode, S3Response, S3Result};
 
 use super::{OrS3, USER_KEYS_START, bucket::owner, err, etag, need_bucket, timestamp};
 use crate::cluster::Cluster;
-use crate::cluster::list::Merge;
+use crate::cluster::list::{Page, walk};
 use crate::store::record::ObjectRecord;
-
-/// One page of a listing.
-#[derive(Debug, Default)]
-pub(crate) struct Page {
-    pub contents: Vec<ObjectRecord>,
-    pub prefixes: Vec<String>,
-    pub truncated: bool,
-    /// The last key or common prefix returned: where the next page starts after.
-    pub last: Option<String>,
-}
-
-/// A key after which every key with prefix `p` has been passed (keys hold at most 1024
-/// bytes, so a run of the largest character this long is past all of them in practice;
-/// a key that still sorts before it is folded into the same prefix again).
-fn past_prefix(p: &str) -> String {
-    format!("{p}\u{10FFFF}")
-}
-
-/// Walks keys of `bucket` that start with `prefix`, after `after`, rolling keys that
-/// hold `delimiter` past the prefix into common prefixes, until `max` entries.
-pub(crate) async fn walk(
-    cluster: &Cluster,
-    bucket: &str,
-    prefix: &str,
-    delimiter: Option<&str>,
-    after: Option<&str>,
-    max: usize,
-    first_key: &str,
-) -> S3Result<Page> {
-    let delimiter = delimiter.filter(|d| !d.is_empty());
-    let mut start = first_key.max(prefix).to_owned();
-    if let Some(a) = after {
-        // A marker that is a common prefix skips all its keys; a key, just itself.
-        let skip = match (delimiter, a.strip_prefix(prefix)) {
-            (Some(d), Some(rest))
-                if rest.ends_with(d) && rest.find(d) == Some(rest.len() - d.len()) =>
-            {
-                past_prefix(a)
-            }
-            _ => format!("{a}\0"),
-        };
-        start = start.max(skip);
-    }
-    let mut page = Page::default();
-    if max == 0 {
-        return Ok(page);
-    }
-    let mut merge = Merge::new(cluster, bucket, &start);
-    let mut count = 0usize;
-    while let Some(rec) = merge.next().await.or_s3()? {
-        if !rec.key.starts_with(prefix) {
-            if rec.key.as_str() > prefix {
-                break;
-            }
-            continue;
-        }
-        let cp = delimiter.and_then(|d| {
-            rec.key[prefix.len()..]
-                .find(d)
-                .map(|pos| rec.key[..prefix.len() + pos + d.len()].to_owned())
-        });
-        if cp
-            .as_ref()
-            .is_some_and(|cp| page.prefixes.last() == Some(cp))
-        {
-            continue;
-        }
-        if count == max {
-            page.truncated = true;
-            break;
-        }
-        count += 1;
-        if let Some(cp) = cp {
-            merge.seek(&past_prefix(&cp));
-            page.last = Some(cp.clone());
-            page.prefixes.push(cp);
-        } else {
-            page.last = Some(rec.key.clone());
-            page.contents.push(rec);
-        }
-    }
-    Ok(page)
-}
 
 /// Percent-encodes like S3 does for `encoding-type=url`.
 fn url_encode(s: &str) -> String {
@@ -192,7 +109,8 @@ async fn user_page(
         max,
         USER_KEYS_START,
     )
-    .await?;
+    .await
+    .or_s3()?;
     Ok((e, max, prefix, page))
 }
 

@@ -1,8 +1,8 @@
 //! The S3 front end every drive serves. The `s3s` crate does the protocol: routing,
 //! SigV4 (headers, presigned URLs, aws-chunked streaming bodies), XML in and out. This
 //! module implements its [`S3`] trait with thin handlers that call the cluster: one file
-//! per group of operations ([`bucket`], [`object`], [`list`], [`multipart`]), and
-//! [`s3_error`], the one place OED's errors become S3 error codes.
+//! per group of operations ([`bucket`], [`object`], [`list`], [`multipart`]). OED's
+//! errors become S3 error codes in [`crate::error::s3_error`].
 //!
 //! Keys beginning with U+0001 are the cluster's own (multipart uploads and their parts,
 //! see [`multipart`]); clients cannot create them, and listings never show them.
@@ -31,6 +31,7 @@ use s3s::{S3, S3Error, S3ErrorCode, S3Request, S3Response, S3Result};
 
 use crate::cluster::Cluster;
 use crate::error::Error;
+use crate::metrics::OpName;
 
 /// The first character of the cluster's own keys.
 pub const INTERNAL_PREFIX: char = '\u{1}';
@@ -60,52 +61,28 @@ pub fn service(
 ) -> s3s::service::S3Service {
     let mut b = s3s::service::S3ServiceBuilder::new(OedS3::new(cluster));
     b.set_auth(s3s::auth::SimpleAuth::from_single(access_key, secret_key));
+    b.set_access(NameOperation);
     b.build()
 }
 
-/// The one place OED's errors become S3 errors. 5xx are logged with their source chain;
-/// their bodies say only what a client can act on.
-#[must_use]
-#[allow(
-    clippy::needless_pass_by_value,
-    reason = "errors are handed over, as map_err does"
-)]
-pub fn s3_error(e: Error) -> S3Error {
-    use S3ErrorCode as C;
-    let msg = e.to_string();
-    let (code, status) = match &e {
-        Error::BadRequest(_) | Error::Config(_) => (C::InvalidArgument, None),
-        Error::NotFound("bucket") => (C::NoSuchBucket, None),
-        Error::NotFound("upload") => (C::NoSuchUpload, None),
-        Error::NotFound(_) => (C::NoSuchKey, None),
-        Error::BucketNotEmpty => (C::BucketNotEmpty, None),
-        Error::TooLarge(_) => (C::EntityTooLarge, None),
-        Error::IncompleteBody { .. } | Error::BodyBroken(_) => (C::IncompleteBody, None),
-        // S3 answers a payload-hash mismatch with 400; the body is not the one signed,
-        // so OED refuses it as it refuses any other signature failure.
-        Error::BodySignature { chunk: true } => (C::SignatureDoesNotMatch, None),
-        Error::BodySignature { chunk: false } => (
-            C::Custom("XAmzContentSHA256Mismatch".into()),
-            Some(http::StatusCode::FORBIDDEN),
-        ),
-        Error::BadDigest => (C::BadDigest, None),
-        Error::Unavailable(_) | Error::ShuttingDown => (C::ServiceUnavailable, None),
-        Error::SlowDown(_) => (C::SlowDown, None),
-        Error::InsufficientStorage { .. } => (
-            C::Custom("InsufficientStorage".into()),
-            Some(http::StatusCode::INSUFFICIENT_STORAGE),
-        ),
-        _ => {
-            let chain = crate::error::source_chain(&e);
-            tracing::error!(error = %chain, "S3 request failed");
-            return S3Error::with_message(C::InternalError, "internal error; see the drive's log");
+/// The access check `s3s` runs once it has verified a request's signature and resolved
+/// its operation: it names the operation for the request metrics ([`OpName`]) and, as
+/// `s3s`' default check does, refuses anonymous requests.
+#[derive(Debug)]
+struct NameOperation;
+
+#[async_trait::async_trait]
+impl s3s::access::S3Access for NameOperation {
+    async fn check(&self, cx: &mut s3s::access::S3AccessContext<'_>) -> S3Result<()> {
+        let name = cx.s3_op().name().to_owned();
+        if let Some(slot) = cx.extensions_mut().get::<OpName>() {
+            slot.set(&name);
         }
-    };
-    let mut err = S3Error::with_message(code, msg);
-    if let Some(s) = status {
-        err.set_status_code(s);
+        match cx.credentials() {
+            Some(_) => Ok(()),
+            None => Err(err(S3ErrorCode::AccessDenied, "Signature is required")),
+        }
     }
-    err
 }
 
 /// `Result<T, Error>` to `S3Result<T>`.
@@ -115,7 +92,7 @@ pub(crate) trait OrS3<T> {
 
 impl<T> OrS3<T> for Result<T, Error> {
     fn or_s3(self) -> S3Result<T> {
-        self.map_err(s3_error)
+        self.map_err(crate::error::s3_error)
     }
 }
 

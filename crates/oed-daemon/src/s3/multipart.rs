@@ -19,10 +19,11 @@ use s3s::dto::{
 use s3s::{S3ErrorCode, S3Response, S3Result};
 
 use super::object::{
-    body_length, body_stream, content_md5, copy_source_record, mark_degraded, store, user_meta,
+    body_length, body_stream, content_md5, copy_body, copy_source_record, mark_degraded, user_meta,
 };
-use super::{OrS3, check_user_key, err, etag, list::walk, need_bucket, timestamp};
+use super::{OrS3, check_user_key, err, etag, need_bucket, timestamp};
 use crate::cluster::Cluster;
+use crate::cluster::list::walk;
 use crate::cluster::write::NewObject;
 use crate::store::record::{ObjectRecord, PartRef, VersionId};
 
@@ -86,7 +87,8 @@ async fn stored_parts(
         super::from_s3_i32(MAX_PARTS),
         &prefix,
     )
-    .await?;
+    .await
+    .or_s3()?;
     Ok(page.contents)
 }
 
@@ -116,10 +118,7 @@ pub(crate) async fn create(
         ..Default::default()
     };
     cluster
-        .put_object(
-            obj,
-            futures_util::stream::empty::<Result<bytes::Bytes, String>>(),
-        )
+        .put_object(obj, futures_util::stream::empty())
         .await
         .or_s3()?;
     Ok(S3Response::new(CreateMultipartUploadOutput {
@@ -201,7 +200,7 @@ pub(crate) async fn upload_part_copy(
         size: range.end - range.start,
         ..Default::default()
     };
-    let written = cluster.put_object(obj, body).await.or_s3()?;
+    let written = cluster.put_object(obj, copy_body(body)).await.or_s3()?;
     Ok(S3Response::new(UploadPartCopyOutput {
         copy_part_result: Some(CopyPartResult {
             e_tag: Some(etag(&written.record.etag)),
@@ -310,16 +309,10 @@ pub(crate) async fn complete(
         etag: Some(object_etag.clone()),
         ..Default::default()
     };
-    let written = store(
-        cluster,
-        obj,
-        futures_util::stream::empty::<Result<bytes::Bytes, String>>(),
-    )
-    .await?;
-    cluster.delete_record(&marker).await;
-    for r in &unused {
-        cluster.delete_record(r).await;
-    }
+    let written = cluster
+        .complete_upload(obj, &marker, &unused)
+        .await
+        .or_s3()?;
     let mut resp = S3Response::new(CompleteMultipartUploadOutput {
         bucket: Some(input.bucket.clone()),
         key: Some(input.key.clone()),
@@ -361,7 +354,8 @@ pub(crate) async fn list_parts(
         max,
         &prefix,
     )
-    .await?;
+    .await
+    .or_s3()?;
     let parts: Vec<Part> = page
         .contents
         .iter()
@@ -415,7 +409,8 @@ pub(crate) async fn list_uploads(
         max,
         &prefix,
     )
-    .await?;
+    .await
+    .or_s3()?;
     let uploads: Vec<MultipartUpload> = page
         .contents
         .iter()

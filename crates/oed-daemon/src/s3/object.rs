@@ -18,6 +18,7 @@ use s3s::{S3ErrorCode, S3Request, S3Response, S3Result};
 use super::{OrS3, check_user_key, err, etag, need_bucket, timestamp};
 use crate::cluster::Cluster;
 use crate::cluster::write::{NewObject, Written};
+use crate::error::Error;
 use crate::store::record::ObjectRecord;
 
 /// The response header that says a write was stored with fewer than `k + m` shards.
@@ -61,34 +62,37 @@ pub(crate) fn user_meta(meta: Option<s3s::dto::Metadata>) -> BTreeMap<String, St
         .collect()
 }
 
-/// A client's body as the write path takes it (an empty one when there is none).
+/// A client's body as the write path takes it (an empty one when there is none), its
+/// failures read into the daemon's errors: a frame of an aws-chunked body that fails its
+/// signature, a body that fails its `x-amz-content-sha256`, or one that broke off.
 pub(crate) fn body_stream(
     body: Option<StreamingBlob>,
-) -> futures_util::stream::BoxStream<'static, Result<Bytes, s3s::StdError>> {
+) -> futures_util::stream::BoxStream<'static, Result<Bytes, Error>> {
     match body {
-        Some(b) => b.boxed(),
+        Some(b) => b.map(|r| r.map_err(|e| body_error(&*e))).boxed(),
         None => futures_util::stream::empty().boxed(),
     }
 }
 
-/// Stores an object, and then drops what the version it replaced held beyond its own
-/// shards (the parts of a multipart object).
-pub(crate) async fn store(
-    cluster: &Cluster,
-    obj: NewObject,
-    body: impl futures_util::Stream<Item = Result<Bytes, impl std::fmt::Display>> + Unpin,
-) -> S3Result<Written> {
-    let written = cluster.put_object(obj, body).await.or_s3()?;
-    if !written.replaced_parts.is_empty() {
-        // A record with no drives: only its parts are deleted.
-        let parts_only = ObjectRecord {
-            drives: Vec::new(),
-            parts: written.replaced_parts.clone(),
-            ..written.record.clone()
-        };
-        cluster.delete_record(&parts_only).await;
+/// What a client's body failed with. `s3s` does not export its aws-chunked and payload
+/// errors' types; their messages name them.
+fn body_error(e: &(dyn std::error::Error + Send + Sync)) -> Error {
+    let msg = e.to_string();
+    if msg.contains("SignatureMismatch") {
+        Error::BodySignature { chunk: true }
+    } else if msg.contains("Sha256Mismatch") {
+        Error::BodySignature { chunk: false }
+    } else {
+        Error::BodyBroken(msg)
     }
-    Ok(written)
+}
+
+/// A copy's source as the write path takes it: a failure to read the source is the
+/// cluster's, not the client's.
+pub(crate) fn copy_body(
+    body: crate::cluster::read::ObjectBody,
+) -> impl futures_util::Stream<Item = Result<Bytes, Error>> + Unpin {
+    body.map(|r| r.map_err(|e| Error::Unavailable(format!("reading the copy source: {e}"))))
 }
 
 pub(crate) async fn put(
@@ -122,7 +126,10 @@ pub(crate) async fn put(
         content_md5: content_md5(input.content_md5.as_deref())?,
         ..Default::default()
     };
-    let written = store(cluster, obj, body_stream(input.body)).await?;
+    let written = cluster
+        .put_object(obj, body_stream(input.body))
+        .await
+        .or_s3()?;
     let mut resp = S3Response::new(PutObjectOutput {
         e_tag: Some(etag(&written.record.etag)),
         ..Default::default()
@@ -410,7 +417,7 @@ pub(crate) async fn copy(
         user_meta: user,
         ..Default::default()
     };
-    let written = store(cluster, obj, body).await?;
+    let written = cluster.put_object(obj, copy_body(body)).await.or_s3()?;
     let mut resp = S3Response::new(CopyObjectOutput {
         copy_object_result: Some(CopyObjectResult {
             e_tag: Some(etag(&written.record.etag)),

@@ -7,6 +7,7 @@
 //! A crash at any point leaves either the old state or the new one visible, plus at most
 //! an unreferenced file, which [`Store::sweep_orphans`] removes.
 
+mod drive;
 pub mod meta;
 pub mod record;
 
@@ -22,22 +23,11 @@ use sha2::{Digest, Sha256};
 use tokio::sync::mpsc;
 
 use crate::config::{Config, FsyncPolicy};
+use crate::drive::Stored;
 use crate::error::{Error, Result};
 use meta::MetaStore;
-use record::{BucketRecord, ObjectRecord, PartRef, RecordTail, VersionId};
-
-/// A committed shard: its record, and the parts of the version it replaced on this drive
-/// when that was a multipart object (nothing else references them any more; the
-/// coordinator deletes them). The peer API answers a shard upload with this, as JSON.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct Stored {
-    /// The committed record.
-    #[serde(flatten)]
-    pub record: ObjectRecord,
-    /// Parts of the replaced version.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub replaced_parts: Vec<PartRef>,
-}
+use oed_meter::traffic::Traffic;
+use record::{BucketRecord, ObjectRecord, RecordTail, VersionId};
 
 /// `oed_shard_write_seconds` buckets: 100 µs (a directory's fsync on a fast disk) to 10 s.
 const PHASE_BUCKETS: [f64; 16] = [
@@ -68,10 +58,17 @@ pub struct Capacity {
     pub reserve_bytes: u64,
 }
 
-/// One drive's store. Cheap to share behind an `Arc`.
+/// One drive's store: a cheap handle (clones share one store).
+#[derive(Clone, Debug)]
+pub struct Store(Arc<Shared>);
+
+/// What the handles of one [`Store`] share; reached through the handle.
 #[derive(Debug)]
-pub struct Store {
+pub struct Shared {
     meta: MetaStore,
+    drive_id: String,
+    /// Request and traffic counters (shard reads by access pattern).
+    traffic: Traffic,
     root: PathBuf,
     shards: PathBuf,
     tmp: PathBuf,
@@ -86,6 +83,13 @@ pub struct Store {
     phases: HistogramVec,
 }
 
+impl std::ops::Deref for Store {
+    type Target = Shared;
+    fn deref(&self) -> &Shared {
+        &self.0
+    }
+}
+
 impl Store {
     /// Opens the store in `config.data_dir`, creating its directories, and empties `tmp/`
     /// (uploads a crash interrupted).
@@ -93,7 +97,7 @@ impl Store {
     /// # Errors
     /// [`Error::Io`] when the directories cannot be created; [`Error::Meta`] when RocksDB
     /// cannot be opened.
-    pub fn open(config: &Config) -> Result<Arc<Self>> {
+    pub fn open(config: &Config, traffic: Traffic) -> Result<Self> {
         let root = config.data_dir.clone();
         let shards = root.join("shards");
         let tmp = root.join("tmp");
@@ -103,8 +107,10 @@ impl Store {
         }
         std::fs::create_dir_all(&tmp)?;
         let meta = MetaStore::open(&root.join("meta"), config)?;
-        Ok(Arc::new(Self {
+        Ok(Self(Arc::new(Shared {
             meta,
+            drive_id: config.drive_id.clone(),
+            traffic,
             root,
             shards,
             tmp,
@@ -124,7 +130,7 @@ impl Store {
                 .buckets(PHASE_BUCKETS.to_vec()),
                 &["phase"],
             )?,
-        }))
+        })))
     }
 
     /// The `oed_shard_write_seconds` histograms, by phase, for the drive's registry. Only
@@ -144,10 +150,45 @@ impl Store {
         now
     }
 
-    /// The metadata store.
+    /// This drive's id.
     #[must_use]
-    pub fn meta(&self) -> &MetaStore {
-        &self.meta
+    pub fn drive_id(&self) -> &str {
+        &self.drive_id
+    }
+
+    /// A bucket's record, if this drive has it.
+    ///
+    /// # Errors
+    /// [`Error::Meta`] or [`Error::Record`].
+    pub fn bucket(&self, name: &str) -> Result<Option<BucketRecord>> {
+        self.meta.bucket(name)
+    }
+
+    /// Object records (so shards) held here.
+    #[must_use]
+    pub fn object_count(&self) -> u64 {
+        self.meta.object_count()
+    }
+
+    /// Entries in the heal queue.
+    #[must_use]
+    pub fn heal_backlog(&self) -> u64 {
+        self.meta.heal_backlog()
+    }
+
+    /// Shards found failing their CRC32C check since start.
+    #[must_use]
+    pub fn checksum_failures(&self) -> u64 {
+        self.meta.checksum_failures()
+    }
+
+    /// Notes that shard `record.shard_index` of `record`'s object needs rebuilding (why:
+    /// `reason`), in this drive's persistent heal queue.
+    ///
+    /// # Errors
+    /// [`Error::Meta`] or [`Error::Record`].
+    pub fn queue_heal(&self, record: &ObjectRecord, reason: &str) -> Result<()> {
+        self.meta.queue_heal(record, reason)
     }
 
     /// Capacity and free space of the data file system.
@@ -232,7 +273,7 @@ impl Store {
     /// [`Error::TooLarge`], [`Error::InsufficientStorage`], [`Error::Superseded`],
     /// [`Error::Io`], [`Error::Meta`]. On every error nothing visible has changed.
     pub async fn put_shard<S, E>(
-        self: &Arc<Self>,
+        &self,
         mut record: ObjectRecord,
         body: S,
         with_tail: bool,
@@ -276,7 +317,7 @@ impl Store {
         // The rest is one trip to a blocking thread: the last batch and fsync, the rename
         // and the directory's fsync, the synced record. A request dropped meanwhile (its
         // client gone) does not stop it halfway.
-        let store = Arc::clone(self);
+        let store = self.clone();
         tokio::task::spawn_blocking(move || store.commit_upload(record, upload))
             .await
             .map_err(join_error)?
@@ -379,14 +420,14 @@ impl Store {
     /// # Errors
     /// [`Error::NotFound`], [`Error::Superseded`], [`Error::Meta`].
     pub async fn delete_object(
-        self: &Arc<Self>,
+        &self,
         bucket: &str,
         key: &str,
         version: Option<VersionId>,
     ) -> Result<()> {
         // On a blocking thread, like a write's commit: a holder of a key's lock must never
         // wait for the blocking pool, which commits waiting for that lock may have filled.
-        let (store, bucket, key) = (Arc::clone(self), bucket.to_owned(), key.to_owned());
+        let (store, bucket, key) = (self.clone(), bucket.to_owned(), key.to_owned());
         tokio::task::spawn_blocking(move || store.delete_now(&bucket, &key, version))
             .await
             .map_err(join_error)?
@@ -640,7 +681,7 @@ impl Store {
     /// Reading stops when the receiver is dropped.
     #[must_use]
     pub fn read_stripes(
-        self: &Arc<Self>,
+        &self,
         record: ObjectRecord,
         bytes: ShardBytes,
         from: u64,
@@ -648,13 +689,16 @@ impl Store {
     ) -> mpsc::Receiver<Result<Bytes>> {
         let (tx, rx) = mpsc::channel(1);
         let store = self.clone();
+        // The read outlives the call: it logs in the span of the request it serves.
+        let span = tracing::Span::current();
         tokio::task::spawn_blocking(move || {
+            let _in = span.enter();
             let Err(e) = read_stripes_into(bytes, from, to, &tx) else {
                 return;
             };
             if let Error::CorruptShard { stripe } = e {
                 tracing::error!(bucket = %record.bucket, key = %record.key, stripe, "stored shard is corrupt");
-                if let Err(q) = store.meta().queue_corrupt(&record) {
+                if let Err(q) = store.meta.queue_corrupt(&record) {
                     tracing::warn!(error = %q, "heal queue");
                 }
             }
@@ -798,14 +842,19 @@ mod tests {
 
     use super::*;
 
-    fn open_store(dir: &Path) -> Arc<Store> {
+    /// Counters for a store under test.
+    fn traffic() -> Traffic {
+        Traffic::new(&prometheus::Registry::new()).unwrap()
+    }
+
+    fn open_store(dir: &Path) -> Store {
         let config = Config {
             data_dir: dir.to_owned(),
             inline_threshold_bytes: 0,
             reserve_bytes: 0,
             ..Config::default()
         };
-        let store = Store::open(&config).unwrap();
+        let store = Store::open(&config, traffic()).unwrap();
         store.create_bucket("bkt").unwrap();
         store
     }
@@ -882,7 +931,7 @@ mod tests {
             reserve_bytes: 0,
             ..Config::default()
         };
-        let store = Store::open(&config).unwrap();
+        let store = Store::open(&config, traffic()).unwrap();
         store.create_bucket("bkt").unwrap();
         let counts = |store: &Store| {
             ["receive", "data_sync", "place", "record"].map(|p| {
@@ -937,11 +986,11 @@ mod tests {
         let stalled = futures_util::stream::iter([Ok::<_, std::io::Error>(first)])
             .chain(futures_util::stream::pending());
         let upload = tokio::spawn({
-            let store = Arc::clone(&store);
+            let store = store.clone();
             async move { store.put_shard(rec, stalled, false).await }
         });
         let waited = |want: usize| {
-            let store = Arc::clone(&store);
+            let store = store.clone();
             async move {
                 for _ in 0..500 {
                     if tmp_files(&store) == want {
@@ -978,7 +1027,7 @@ mod tests {
         let finished = rt.block_on(async {
             let tasks: Vec<_> = (1..=48u128)
                 .map(|v| {
-                    let store = Arc::clone(&store);
+                    let store = store.clone();
                     tokio::spawn(async move {
                         if v % 4 == 0 {
                             match store.delete_object("bkt", "k", None).await {

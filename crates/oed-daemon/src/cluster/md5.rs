@@ -1,4 +1,5 @@
-//! MD5, for S3's `ETag` and `Content-MD5`, hashed in lanes.
+//! MD5 of the objects being written, for S3's `ETag` and `Content-MD5`, hashed in lanes
+//! on one thread. The hashing itself is `oed_ops::md5`'s; this module feeds it.
 //!
 //! MD5 is one long chain of dependent additions and rotations: a single stream keeps a
 //! CPU's execution units mostly idle, and on the coordinator of a PUT it was the largest
@@ -18,6 +19,7 @@ use std::sync::OnceLock;
 use std::sync::mpsc;
 
 use bytes::Bytes;
+use oed_ops::md5::{Md5, compress_lanes};
 use tokio::sync::oneshot;
 
 /// The most streams hashed together. Three ran fastest on the x86 development machine
@@ -30,90 +32,11 @@ pub const MAX_LANES: usize = 3;
 /// take in: 16 KiB, about 60 µs in three lanes on the development machine.
 const ROUND_BLOCKS: usize = 256;
 
-/// MD5's initial state (RFC 1321).
-pub const INIT: [u32; 4] = [0x6745_2301, 0xefcd_ab89, 0x98ba_dcfe, 0x1032_5476];
-
-/// The state of an MD5 computation between pieces.
-#[derive(Clone, Debug)]
-struct State {
-    h: [u32; 4],
-    /// Bytes hashed so far, including those waiting in `tail`.
-    len: u64,
-    /// Bytes short of a whole block, waiting for the next piece.
-    tail: [u8; 64],
-    tail_len: usize,
-}
-
-impl State {
-    fn new() -> Self {
-        Self {
-            h: INIT,
-            len: 0,
-            tail: [0; 64],
-            tail_len: 0,
-        }
-    }
-
-    /// Moves as much of `data` as fits into the tail, compressing it once it is whole;
-    /// returns the bytes taken.
-    fn fill_tail(&mut self, data: &[u8]) -> usize {
-        if self.tail_len == 0 {
-            return 0;
-        }
-        let take = (64 - self.tail_len).min(data.len());
-        self.tail[self.tail_len..self.tail_len + take].copy_from_slice(&data[..take]);
-        self.tail_len += take;
-        if self.tail_len == 64 {
-            md5::block_api::compress(&mut self.h, &[self.tail]);
-            self.tail_len = 0;
-        }
-        take
-    }
-
-    /// Keeps `rest` (less than a block) for the next piece.
-    fn keep(&mut self, rest: &[u8]) {
-        debug_assert!(self.tail_len + rest.len() < 64);
-        self.tail[self.tail_len..self.tail_len + rest.len()].copy_from_slice(rest);
-        self.tail_len += rest.len();
-    }
-
-    /// Counts `data` in and completes the tail from it; returns where its next whole
-    /// block starts.
-    fn begin(&mut self, data: &[u8]) -> usize {
-        self.len += data.len() as u64;
-        self.fill_tail(data)
-    }
-
-    /// Hashes `data` on the calling thread.
-    fn absorb(&mut self, data: &[u8]) {
-        let data = &data[self.begin(data)..];
-        let (blocks, rest) = data.as_chunks::<64>();
-        md5::block_api::compress(&mut self.h, blocks);
-        self.keep(rest);
-    }
-
-    fn finish(mut self) -> [u8; 16] {
-        let bits = self.len.wrapping_mul(8);
-        let mut pad = [0u8; 72];
-        pad[0] = 0x80;
-        // To 56 bytes past a block boundary, then the length.
-        let zeros = (55 + 64 - (self.len % 64) as usize) % 64;
-        pad[1 + zeros..9 + zeros].copy_from_slice(&bits.to_le_bytes());
-        self.absorb(&pad[..9 + zeros]);
-        debug_assert_eq!(self.tail_len, 0);
-        let mut out = [0u8; 16];
-        for (o, h) in out.chunks_exact_mut(4).zip(self.h) {
-            o.copy_from_slice(&h.to_le_bytes());
-        }
-        out
-    }
-}
-
 /// One piece of a stream, handed to the hashing thread.
 struct Job {
-    state: State,
+    state: Md5,
     data: Bytes,
-    done: oneshot::Sender<State>,
+    done: oneshot::Sender<Md5>,
 }
 
 /// A job on the thread: `pos` is where its next whole block starts.
@@ -194,7 +117,7 @@ fn run(rx: &mpsc::Receiver<Job>) {
 
 /// Hashes the next `n` blocks of every lane.
 fn round<const N: usize>(lanes: [&mut Lane; N], n: usize) {
-    let mut states: [[u32; 4]; N] = std::array::from_fn(|l| lanes[l].job.state.h);
+    let mut states: [[u32; 4]; N] = std::array::from_fn(|l| *lanes[l].job.state.chain_mut());
     {
         let data: [&[u8]; N] =
             std::array::from_fn(|l| &lanes[l].job.data[lanes[l].pos..lanes[l].pos + 64 * n]);
@@ -205,7 +128,7 @@ fn round<const N: usize>(lanes: [&mut Lane; N], n: usize) {
         }
     }
     for (lane, h) in lanes.into_iter().zip(states) {
-        lane.job.state.h = h;
+        *lane.job.state.chain_mut() = h;
         lane.pos += 64 * n;
     }
 }
@@ -217,9 +140,9 @@ pub struct Md5Stream(Progress);
 #[derive(Debug)]
 enum Progress {
     /// No piece is being hashed.
-    Ready(State),
+    Ready(Md5),
     /// A piece is being hashed on the `oed-md5` thread.
-    Hashing(oneshot::Receiver<State>),
+    Hashing(oneshot::Receiver<Md5>),
     /// The thread stopped with a piece of this stream.
     Lost,
 }
@@ -238,13 +161,13 @@ impl Md5Stream {
     /// An empty stream.
     #[must_use]
     pub fn new() -> Self {
-        Self(Progress::Ready(State::new()))
+        Self(Progress::Ready(Md5::new()))
     }
 
     /// The state once the piece in flight is hashed. The thread answers every piece it
     /// takes while it runs; if it stopped with one, that piece is lost and no digest of
     /// this stream can be right.
-    async fn settle(&mut self) -> std::io::Result<State> {
+    async fn settle(&mut self) -> std::io::Result<Md5> {
         let lost = || std::io::Error::other("the MD5 thread stopped with a piece of this object");
         match std::mem::replace(&mut self.0, Progress::Lost) {
             Progress::Ready(state) => Ok(state),
@@ -288,144 +211,6 @@ impl Md5Stream {
     }
 }
 
-/// The MD5 compression function over `N` independent streams at once: `data[l]` (a whole
-/// number of blocks, the same for every lane) is hashed into `states[l]`. The lanes share
-/// one loop, so each step's `N` chains are independent work the CPU overlaps; written with
-/// plain arrays, the same code serves every target.
-pub fn compress_lanes<const N: usize>(states: &mut [[u32; 4]; N], data: [&[u8]; N]) {
-    let blocks = data[0].len() / 64;
-    assert!(
-        data.iter().all(|d| d.len() == blocks * 64),
-        "every lane takes the same whole number of blocks"
-    );
-    let mut s: [[u32; N]; 4] = std::array::from_fn(|w| std::array::from_fn(|l| states[l][w]));
-    for blk in 0..blocks {
-        let mut m = [[0u32; N]; 16];
-        for (l, lane) in data.iter().enumerate() {
-            let (words, _) = lane[blk * 64..blk * 64 + 64].as_chunks::<4>();
-            for (w, bytes) in words.iter().enumerate() {
-                m[w][l] = u32::from_le_bytes(*bytes);
-            }
-        }
-        let t = steps(s, &m);
-        for (w, lanes) in s.iter_mut().enumerate() {
-            for (x, y) in lanes.iter_mut().zip(t[w]) {
-                *x = x.wrapping_add(y);
-            }
-        }
-    }
-    for (l, state) in states.iter_mut().enumerate() {
-        *state = std::array::from_fn(|w| s[w][l]);
-    }
-}
-
-#[inline]
-fn f(b: u32, c: u32, d: u32) -> u32 {
-    (b & c) | (!b & d)
-}
-
-#[inline]
-fn g(b: u32, c: u32, d: u32) -> u32 {
-    (d & b) | (!d & c)
-}
-
-#[inline]
-fn h(b: u32, c: u32, d: u32) -> u32 {
-    b ^ c ^ d
-}
-
-#[inline]
-fn i(b: u32, c: u32, d: u32) -> u32 {
-    c ^ (b | !d)
-}
-
-/// One MD5 step in every lane: `a = b + (a + fun(b, c, d) + m + k) <<< s`.
-macro_rules! step {
-    ($fun:ident, $a:ident, $b:ident, $c:ident, $d:ident, $m:expr, $k:expr, $s:expr) => {
-        for l in 0..$a.len() {
-            let x = $fun($b[l], $c[l], $d[l]);
-            $a[l] = $b[l].wrapping_add(
-                $a[l]
-                    .wrapping_add(x)
-                    .wrapping_add($m[l])
-                    .wrapping_add($k)
-                    .rotate_left($s),
-            );
-        }
-    };
-}
-
-/// The 64 steps of one block in every lane, from state `[a, b, c, d]`.
-#[inline]
-fn steps<const N: usize>(s: [[u32; N]; 4], m: &[[u32; N]; 16]) -> [[u32; N]; 4] {
-    let [mut a, mut b, mut c, mut d] = s;
-    step!(f, a, b, c, d, m[0], 0xd76a_a478, 7);
-    step!(f, d, a, b, c, m[1], 0xe8c7_b756, 12);
-    step!(f, c, d, a, b, m[2], 0x2420_70db, 17);
-    step!(f, b, c, d, a, m[3], 0xc1bd_ceee, 22);
-    step!(f, a, b, c, d, m[4], 0xf57c_0faf, 7);
-    step!(f, d, a, b, c, m[5], 0x4787_c62a, 12);
-    step!(f, c, d, a, b, m[6], 0xa830_4613, 17);
-    step!(f, b, c, d, a, m[7], 0xfd46_9501, 22);
-    step!(f, a, b, c, d, m[8], 0x6980_98d8, 7);
-    step!(f, d, a, b, c, m[9], 0x8b44_f7af, 12);
-    step!(f, c, d, a, b, m[10], 0xffff_5bb1, 17);
-    step!(f, b, c, d, a, m[11], 0x895c_d7be, 22);
-    step!(f, a, b, c, d, m[12], 0x6b90_1122, 7);
-    step!(f, d, a, b, c, m[13], 0xfd98_7193, 12);
-    step!(f, c, d, a, b, m[14], 0xa679_438e, 17);
-    step!(f, b, c, d, a, m[15], 0x49b4_0821, 22);
-    step!(g, a, b, c, d, m[1], 0xf61e_2562, 5);
-    step!(g, d, a, b, c, m[6], 0xc040_b340, 9);
-    step!(g, c, d, a, b, m[11], 0x265e_5a51, 14);
-    step!(g, b, c, d, a, m[0], 0xe9b6_c7aa, 20);
-    step!(g, a, b, c, d, m[5], 0xd62f_105d, 5);
-    step!(g, d, a, b, c, m[10], 0x0244_1453, 9);
-    step!(g, c, d, a, b, m[15], 0xd8a1_e681, 14);
-    step!(g, b, c, d, a, m[4], 0xe7d3_fbc8, 20);
-    step!(g, a, b, c, d, m[9], 0x21e1_cde6, 5);
-    step!(g, d, a, b, c, m[14], 0xc337_07d6, 9);
-    step!(g, c, d, a, b, m[3], 0xf4d5_0d87, 14);
-    step!(g, b, c, d, a, m[8], 0x455a_14ed, 20);
-    step!(g, a, b, c, d, m[13], 0xa9e3_e905, 5);
-    step!(g, d, a, b, c, m[2], 0xfcef_a3f8, 9);
-    step!(g, c, d, a, b, m[7], 0x676f_02d9, 14);
-    step!(g, b, c, d, a, m[12], 0x8d2a_4c8a, 20);
-    step!(h, a, b, c, d, m[5], 0xfffa_3942, 4);
-    step!(h, d, a, b, c, m[8], 0x8771_f681, 11);
-    step!(h, c, d, a, b, m[11], 0x6d9d_6122, 16);
-    step!(h, b, c, d, a, m[14], 0xfde5_380c, 23);
-    step!(h, a, b, c, d, m[1], 0xa4be_ea44, 4);
-    step!(h, d, a, b, c, m[4], 0x4bde_cfa9, 11);
-    step!(h, c, d, a, b, m[7], 0xf6bb_4b60, 16);
-    step!(h, b, c, d, a, m[10], 0xbebf_bc70, 23);
-    step!(h, a, b, c, d, m[13], 0x289b_7ec6, 4);
-    step!(h, d, a, b, c, m[0], 0xeaa1_27fa, 11);
-    step!(h, c, d, a, b, m[3], 0xd4ef_3085, 16);
-    step!(h, b, c, d, a, m[6], 0x0488_1d05, 23);
-    step!(h, a, b, c, d, m[9], 0xd9d4_d039, 4);
-    step!(h, d, a, b, c, m[12], 0xe6db_99e5, 11);
-    step!(h, c, d, a, b, m[15], 0x1fa2_7cf8, 16);
-    step!(h, b, c, d, a, m[2], 0xc4ac_5665, 23);
-    step!(i, a, b, c, d, m[0], 0xf429_2244, 6);
-    step!(i, d, a, b, c, m[7], 0x432a_ff97, 10);
-    step!(i, c, d, a, b, m[14], 0xab94_23a7, 15);
-    step!(i, b, c, d, a, m[5], 0xfc93_a039, 21);
-    step!(i, a, b, c, d, m[12], 0x655b_59c3, 6);
-    step!(i, d, a, b, c, m[3], 0x8f0c_cc92, 10);
-    step!(i, c, d, a, b, m[10], 0xffef_f47d, 15);
-    step!(i, b, c, d, a, m[1], 0x8584_5dd1, 21);
-    step!(i, a, b, c, d, m[8], 0x6fa8_7e4f, 6);
-    step!(i, d, a, b, c, m[15], 0xfe2c_e6e0, 10);
-    step!(i, c, d, a, b, m[6], 0xa301_4314, 15);
-    step!(i, b, c, d, a, m[13], 0x4e08_11a1, 21);
-    step!(i, a, b, c, d, m[4], 0xf753_7e82, 6);
-    step!(i, d, a, b, c, m[11], 0xbd3a_f235, 10);
-    step!(i, c, d, a, b, m[2], 0x2ad7_d2bb, 15);
-    step!(i, b, c, d, a, m[9], 0xeb86_d391, 21);
-    [a, b, c, d]
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -440,24 +225,6 @@ mod tests {
 
     fn reference(data: &[u8]) -> [u8; 16] {
         md5::Md5::digest(data).into()
-    }
-
-    #[test]
-    fn lanes_compress_as_the_reference_does() {
-        fn check<const N: usize>() {
-            let inputs: Vec<Vec<u8>> = (0..N).map(|l| bytes(64 * 37, l as u32 + 7)).collect();
-            let mut states = [INIT; N];
-            compress_lanes(&mut states, std::array::from_fn(|l| &inputs[l][..]));
-            for (l, input) in inputs.iter().enumerate() {
-                let mut want = INIT;
-                md5::block_api::compress(&mut want, input.as_chunks::<64>().0);
-                assert_eq!(states[l], want, "lane {l} of {N}");
-            }
-        }
-        check::<1>();
-        check::<2>();
-        check::<3>();
-        check::<4>();
     }
 
     #[tokio::test]
@@ -531,7 +298,7 @@ mod tests {
         let mut answers = Vec::new();
         for input in &inputs {
             let (done, answer) = oneshot::channel();
-            let mut state = State::new();
+            let mut state = Md5::new();
             // A tail carried in from an earlier piece.
             state.absorb(&input[..input.len().min(9)]);
             let data = Bytes::copy_from_slice(&input[input.len().min(9)..]);
@@ -542,7 +309,7 @@ mod tests {
         run(&rx);
         for (input, answer) in inputs.iter().zip(answers) {
             let state = answer.blocking_recv().unwrap();
-            assert_eq!(state.len, input.len() as u64);
+            assert_eq!(state.len(), input.len() as u64);
             assert_eq!(state.finish(), reference(input), "{} bytes", input.len());
         }
     }

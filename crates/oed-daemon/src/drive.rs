@@ -1,0 +1,180 @@
+//! The one interface drives offer each other: [`Drive`]. A coordinator holds a
+//! `Arc<dyn Drive>` for every drive of its cluster and never asks which kind it is:
+//! this drive's own [`Store`](crate::store::Store) implements it directly, and
+//! [`PeerClient`](crate::peer::client::PeerClient) implements it over another drive's
+//! peer API, whose handlers are thin adapters from HTTP to the same trait on that drive's
+//! store. Errors are [`DriveError`]s with a typed [`ErrorCode`](crate::error::ErrorCode)
+//! on both sides, so a local call and a remote one fail alike; `tests/drive_conformance.rs`
+//! runs every operation, errors included, against both.
+//!
+//! A new drive operation (near-data work, heal, scrub) is one method here, one in the
+//! store, one route in [`crate::peer::PeerOp`] with its handler, and one in the client.
+
+use std::ops::Range;
+use std::pin::Pin;
+
+use bytes::Bytes;
+use futures_util::Stream;
+use serde::{Deserialize, Serialize};
+
+pub use crate::error::{DriveError, ErrorCode};
+use crate::store::record::{BucketRecord, ObjectRecord, PartRef, VersionId};
+
+/// The body of a shard upload: the shard file (oed-ec format), in pieces as they come,
+/// optionally followed by a JSON [`RecordTail`](crate::store::record::RecordTail).
+pub type ShardUpload = Pin<Box<dyn Stream<Item = std::io::Result<Bytes>> + Send>>;
+
+/// The chunk bytes of a shard read, in pieces (not necessarily one per chunk), each chunk
+/// checked against its CRC32C by the drive before it is sent. A chunk that fails its check
+/// ends the stream with an error (a [`ErrorCode::CorruptShard`] from a local drive, an
+/// [`ErrorCode::Unreachable`] broken transfer from a remote one): never bad bytes.
+pub type ShardStream = Pin<Box<dyn Stream<Item = Result<Bytes, DriveError>> + Send>>;
+
+/// A shard read that has started: the first chunk of the range was read and checked
+/// (a bad one is an error of [`Drive::read_shard`] itself, not of the stream).
+pub struct ShardRead {
+    /// The version read.
+    pub version: VersionId,
+    /// The stripes the stream holds, clipped to the shard's.
+    pub stripes: Range<u64>,
+    /// Their chunk bytes, stripe after stripe.
+    pub chunks: ShardStream,
+}
+
+impl std::fmt::Debug for ShardRead {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ShardRead")
+            .field("version", &self.version)
+            .field("stripes", &self.stripes)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A committed shard: its record, and the parts of the version it replaced on the drive
+/// when that was a multipart object (nothing else references them any more; the
+/// coordinator deletes them). The peer API answers a shard upload with this, as JSON.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Stored {
+    /// The committed record.
+    #[serde(flatten)]
+    pub record: ObjectRecord,
+    /// Parts of the replaced version.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub replaced_parts: Vec<PartRef>,
+}
+
+/// What a drive says about itself (`GET info`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DriveInfo {
+    /// Drive id.
+    pub drive_id: String,
+    /// `oedd` version.
+    pub version: String,
+    /// File system size.
+    pub capacity_bytes: u64,
+    /// Free bytes.
+    pub free_bytes: u64,
+    /// Reserve kept free.
+    pub reserve_bytes: u64,
+    /// Object records (so shards) held.
+    pub shard_count: u64,
+    /// Entries in the heal queue.
+    pub heal_backlog: u64,
+    /// Peer requests refused for bad or missing signatures since start (counted by the
+    /// drive's HTTP server; 0 when asked without HTTP).
+    pub auth_failures: u64,
+    /// "ok", or "low-space" when free space is within the reserve.
+    pub health: String,
+}
+
+/// Most records one [`Drive::list_objects`] call returns, whatever the caller asks.
+pub const MAX_LIST: usize = 1000;
+
+/// The operations drives offer each other. Every method's errors are [`DriveError`]s;
+/// [`ErrorCode::Unreachable`] means the drive could not be asked or its answer not read
+/// (nothing is known about what it did then).
+#[async_trait::async_trait]
+pub trait Drive: Send + Sync + std::fmt::Debug {
+    /// Stores shard `record.shard_index` of an object durably. `body` is the shard file;
+    /// with `tail`, a JSON record tail follows it whose fields complete the record. Its
+    /// header must agree with `record` and every chunk's CRC32C must match.
+    ///
+    /// # Errors
+    /// `BadRequest` (record, header), `NotFound` (bucket), `BadDigest`, `IncompleteBody`,
+    /// `InvalidShard`, `EntityTooLarge`, `InsufficientStorage`, `Superseded` (a newer
+    /// version is stored). Nothing is stored on any error.
+    async fn put_shard(
+        &self,
+        record: &ObjectRecord,
+        body: ShardUpload,
+        tail: bool,
+    ) -> Result<Stored, DriveError>;
+
+    /// Reads stripes `stripes` (all when `None`; clipped to the shard's) of the stored
+    /// shard of `bucket`/`key`, which must be at `version` when one is given.
+    ///
+    /// # Errors
+    /// `NotFound` (no such object or version), `BadRequest` (a reversed range),
+    /// `CorruptShard` (the first chunk is bad: queued for heal there).
+    async fn read_shard(
+        &self,
+        bucket: &str,
+        key: &str,
+        version: Option<VersionId>,
+        stripes: Option<Range<u64>>,
+    ) -> Result<ShardRead, DriveError>;
+
+    /// The record of `bucket`/`key` held there, if any.
+    ///
+    /// # Errors
+    /// When the drive cannot answer.
+    async fn stat(&self, bucket: &str, key: &str) -> Result<Option<ObjectRecord>, DriveError>;
+
+    /// Deletes the record and shard of `bucket`/`key`; with `version`, only when the
+    /// stored version is not newer.
+    ///
+    /// # Errors
+    /// `NotFound`, `Superseded`.
+    async fn delete_object(
+        &self,
+        bucket: &str,
+        key: &str,
+        version: Option<VersionId>,
+    ) -> Result<(), DriveError>;
+
+    /// Up to `limit` (at most [`MAX_LIST`]) records of `bucket` with keys `>= start`, in
+    /// key order.
+    ///
+    /// # Errors
+    /// `NotFound` when the drive has no such bucket.
+    async fn list_objects(
+        &self,
+        bucket: &str,
+        start: &str,
+        limit: usize,
+    ) -> Result<Vec<ObjectRecord>, DriveError>;
+
+    /// Creates a bucket record, or keeps the one there.
+    ///
+    /// # Errors
+    /// `BadRequest` for an invalid name.
+    async fn create_bucket(&self, name: &str) -> Result<BucketRecord, DriveError>;
+
+    /// Deletes a bucket record that has no object records there.
+    ///
+    /// # Errors
+    /// `NotFound`, `BucketNotEmpty`.
+    async fn delete_bucket(&self, name: &str) -> Result<(), DriveError>;
+
+    /// Every bucket record there, by name.
+    ///
+    /// # Errors
+    /// When the drive cannot answer.
+    async fn buckets(&self) -> Result<Vec<BucketRecord>, DriveError>;
+
+    /// Capacity, counts, version and health.
+    ///
+    /// # Errors
+    /// When the drive cannot answer.
+    async fn info(&self) -> Result<DriveInfo, DriveError>;
+}

@@ -1,0 +1,149 @@
+//! This drive's store as a [`Drive`]: what the coordinator calls for its own shards, and
+//! what the peer API's handlers call for other drives. Each method is the store's own
+//! operation with the checks both kinds of caller need (a reversed stripe range, a list
+//! of a bucket the drive does not have), and its errors in their public form.
+
+use std::ops::Range;
+
+use bytes::Bytes;
+use futures_util::StreamExt as _;
+
+use super::Store;
+use super::record::{BucketRecord, ObjectRecord, VersionId};
+use crate::drive::{
+    Drive, DriveError, DriveInfo, MAX_LIST, ShardRead, ShardStream, ShardUpload, Stored,
+};
+use crate::error::{Error, Result};
+
+impl Store {
+    /// [`Drive::read_shard`] with this store's errors: the first chunk is read and checked
+    /// before this returns.
+    async fn start_read(
+        &self,
+        bucket: &str,
+        key: &str,
+        version: Option<VersionId>,
+        stripes: Option<Range<u64>>,
+    ) -> Result<ShardRead> {
+        let (record, bytes) = self.shard(bucket, key, version)?;
+        let count = record.layout()?.stripe_count(record.size);
+        let asked = stripes.unwrap_or(0..count);
+        let range = asked.start..asked.end.min(count);
+        if range.start > range.end {
+            return Err(Error::BadRequest(format!(
+                "stripe range {}..{} is reversed or starts past the shard's {count} stripes",
+                asked.start, asked.end
+            )));
+        }
+        let version = record.version_id;
+        let mut rx = self.read_stripes(record, bytes, range.start, range.end);
+        self.traffic.shard_read(range.start);
+        let first = match rx.recv().await {
+            Some(Err(e)) => return Err(e),
+            Some(Ok(b)) => Some(b),
+            None => None,
+        };
+        let rest = futures_util::stream::unfold(rx, |mut rx| async move {
+            let item = rx.recv().await?;
+            Some((item.map_err(DriveError::from), rx))
+        });
+        let chunks: ShardStream = match first {
+            Some(b) => {
+                Box::pin(futures_util::stream::once(async { Ok::<Bytes, _>(b) }).chain(rest))
+            }
+            None => Box::pin(rest),
+        };
+        Ok(ShardRead {
+            version,
+            stripes: range,
+            chunks,
+        })
+    }
+
+    fn list_now(&self, bucket: &str, start: &str, limit: usize) -> Result<Vec<ObjectRecord>> {
+        if self.meta.bucket(bucket)?.is_none() {
+            return Err(Error::NotFound("bucket"));
+        }
+        self.meta.list_objects(bucket, start, limit.min(MAX_LIST))
+    }
+
+    fn info_now(&self) -> Result<DriveInfo> {
+        let cap = self.capacity()?;
+        let health = if cap.free_bytes < cap.reserve_bytes {
+            "low-space"
+        } else {
+            "ok"
+        };
+        Ok(DriveInfo {
+            drive_id: self.drive_id.clone(),
+            version: env!("CARGO_PKG_VERSION").to_owned(),
+            capacity_bytes: cap.capacity_bytes,
+            free_bytes: cap.free_bytes,
+            reserve_bytes: cap.reserve_bytes,
+            shard_count: self.meta.object_count(),
+            heal_backlog: self.meta.heal_backlog(),
+            auth_failures: 0,
+            health: health.to_owned(),
+        })
+    }
+}
+
+#[async_trait::async_trait]
+impl Drive for Store {
+    async fn put_shard(
+        &self,
+        record: &ObjectRecord,
+        body: ShardUpload,
+        tail: bool,
+    ) -> Result<Stored, DriveError> {
+        Ok(Store::put_shard(self, record.clone(), body, tail).await?)
+    }
+
+    async fn read_shard(
+        &self,
+        bucket: &str,
+        key: &str,
+        version: Option<VersionId>,
+        stripes: Option<Range<u64>>,
+    ) -> Result<ShardRead, DriveError> {
+        Ok(self.start_read(bucket, key, version, stripes).await?)
+    }
+
+    async fn stat(&self, bucket: &str, key: &str) -> Result<Option<ObjectRecord>, DriveError> {
+        Ok(self.meta.object(bucket, key)?)
+    }
+
+    async fn delete_object(
+        &self,
+        bucket: &str,
+        key: &str,
+        version: Option<VersionId>,
+    ) -> Result<(), DriveError> {
+        Ok(Store::delete_object(self, bucket, key, version).await?)
+    }
+
+    async fn list_objects(
+        &self,
+        bucket: &str,
+        start: &str,
+        limit: usize,
+    ) -> Result<Vec<ObjectRecord>, DriveError> {
+        Ok(self.list_now(bucket, start, limit)?)
+    }
+
+    async fn create_bucket(&self, name: &str) -> Result<BucketRecord, DriveError> {
+        Ok(Store::create_bucket(self, name)?)
+    }
+
+    async fn delete_bucket(&self, name: &str) -> Result<(), DriveError> {
+        Ok(self.meta.delete_bucket(name)?)
+    }
+
+    async fn buckets(&self) -> Result<Vec<BucketRecord>, DriveError> {
+        Ok(self.meta.buckets()?)
+    }
+
+    async fn info(&self) -> Result<DriveInfo, DriveError> {
+        Ok(self.info_now()?)
+    }
+}

@@ -1,0 +1,467 @@
+//! The drive conformance suite: every operation of the `Drive` interface, and every
+//! error it names, run alike against both implementations: this drive's store, called in
+//! the test's own process, and a real `oedd` on 127.0.0.1 through the peer client. A
+//! coordinator holds both kinds side by side and must not be able to tell them apart, so
+//! every case checks results, error codes and what is left on disk the same way.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use oed_daemon::config::Config;
+use oed_daemon::drive::{Drive, DriveError, ErrorCode};
+use oed_daemon::store::Store;
+use oed_daemon::store::record::{ObjectRecord, VersionId};
+use oed_tests::{
+    Daemon, bytes, chunk_bytes, files_under, read_shard, record, shard_file, try_read_shard, upload,
+};
+
+/// Settings both kinds of drive run with (on top of the defaults they share).
+const MAX_SHARD_BYTES: u64 = 100_000;
+
+/// One drive under test and where its data lives.
+struct Subject {
+    name: &'static str,
+    drive: Arc<dyn Drive>,
+    dir: PathBuf,
+    /// Keeps the remote drive running, and the data directory, for the test's length.
+    _keep: (Option<Daemon>, tempfile::TempDir),
+}
+
+impl Subject {
+    fn local() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let config = Config {
+            data_dir: dir.path().to_owned(),
+            drive_id: "test-drive".into(),
+            max_shard_bytes: MAX_SHARD_BYTES,
+            ..Config::default()
+        };
+        let traffic =
+            oed_meter::traffic::Traffic::new(&prometheus::Registry::new()).expect("counters");
+        let store = Store::open(&config, traffic).expect("open the store");
+        Self {
+            name: "local store",
+            drive: Arc::new(store),
+            dir: dir.path().to_owned(),
+            _keep: (None, dir),
+        }
+    }
+
+    fn remote() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let d = Daemon::start(dir.path(), &[&format!("max_shard_bytes={MAX_SHARD_BYTES}")]);
+        Self {
+            name: "peer client",
+            drive: Arc::new(d.client()),
+            dir: dir.path().to_owned(),
+            _keep: (Some(d), dir),
+        }
+    }
+
+    fn shard_files(&self) -> Vec<PathBuf> {
+        files_under(&self.dir.join("shards"))
+    }
+
+    fn temp_files(&self) -> Vec<PathBuf> {
+        files_under(&self.dir.join("tmp"))
+    }
+}
+
+/// Runs `case` against a local store and a remote drive, each fresh.
+fn both<F>(case: F)
+where
+    F: for<'a> Fn(&'a Subject) -> std::pin::Pin<Box<dyn Future<Output = ()> + 'a>>,
+{
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    for subject in [Subject::local(), Subject::remote()] {
+        println!("case against the {}", subject.name);
+        rt.block_on(case(&subject));
+    }
+}
+
+#[track_caller]
+fn expect_code<T: std::fmt::Debug>(r: Result<T, DriveError>, code: ErrorCode, s: &Subject) {
+    match r {
+        Err(e) => assert_eq!(e.code, code, "{}: {e}", s.name),
+        Ok(v) => panic!("{}: expected {code}, got {v:?}", s.name),
+    }
+}
+
+fn keys(records: &[ObjectRecord]) -> Vec<&str> {
+    records.iter().map(|r| r.key.as_str()).collect()
+}
+
+#[test]
+#[allow(
+    clippy::too_many_lines,
+    reason = "one walk through every operation, in order"
+)]
+fn every_operation_round_trips() {
+    both(|s| {
+        Box::pin(async move {
+            let d = &*s.drive;
+            assert!(d.buckets().await.unwrap().is_empty(), "{}", s.name);
+            d.create_bucket("photos").await.unwrap();
+            d.create_bucket("photos").await.unwrap(); // idempotent
+            d.create_bucket("logs").await.unwrap();
+            let names: Vec<String> = d
+                .buckets()
+                .await
+                .unwrap()
+                .into_iter()
+                .map(|b| b.name)
+                .collect();
+            assert_eq!(names, ["logs", "photos"], "{}", s.name);
+
+            // A multi-stripe shard file and a small (inline) one.
+            let big = bytes(5 * 2 * 4096 + 1234, 2);
+            let rec_big = record("photos", "a/b/ünï code", 10, big.len() as u64, 2, 1, 2);
+            let file_big = shard_file(&rec_big, &big);
+            let stored = d
+                .put_shard(&rec_big, upload(&file_big, 3000), false)
+                .await
+                .unwrap();
+            assert_eq!(stored.record, rec_big, "{}", s.name);
+            assert!(stored.replaced_parts.is_empty());
+            let small = b"tiny".to_vec();
+            let rec_small = record("photos", "tiny", 11, 4, 2, 1, 0);
+            let file_small = shard_file(&rec_small, &small);
+            d.put_shard(&rec_small, upload(&file_small, 7), false)
+                .await
+                .unwrap();
+
+            assert_eq!(
+                d.stat("photos", "a/b/ünï code").await.unwrap(),
+                Some(rec_big.clone())
+            );
+            assert_eq!(
+                d.stat("photos", "nothing").await.unwrap(),
+                None,
+                "{}",
+                s.name
+            );
+            let read = d
+                .read_shard("photos", "a/b/ünï code", Some(VersionId(10)), None)
+                .await
+                .unwrap();
+            assert_eq!(
+                (read.version, read.stripes.clone()),
+                (VersionId(10), 0..6),
+                "{}",
+                s.name
+            );
+            let all = chunk_bytes(&file_big);
+            assert_eq!(read_shard(d, "photos", "a/b/ünï code").await, all);
+            // Stripes 2..4: two full chunks; a range past the end is clipped to it.
+            let part = try_read_shard(d, "photos", "a/b/ünï code", Some(2..4))
+                .await
+                .unwrap();
+            assert_eq!(part, all[2 * 4096..4 * 4096], "{}", s.name);
+            let tail = d
+                .read_shard("photos", "a/b/ünï code", None, Some(5..99))
+                .await
+                .unwrap();
+            assert_eq!(tail.stripes, 5..6, "{}", s.name);
+            assert_eq!(
+                read_shard(d, "photos", "tiny").await,
+                chunk_bytes(&file_small)
+            );
+            // Only the big shard has a file; the tiny one lives in RocksDB.
+            assert_eq!(s.shard_files().len(), 1, "{}", s.name);
+
+            let listed = d.list_objects("photos", "", 10).await.unwrap();
+            assert_eq!(keys(&listed), ["a/b/ünï code", "tiny"], "{}", s.name);
+            let from = d.list_objects("photos", "b", 10).await.unwrap();
+            assert_eq!(keys(&from), ["tiny"], "{}", s.name);
+            assert_eq!(d.list_objects("photos", "", 1).await.unwrap().len(), 1);
+            assert!(d.list_objects("logs", "", 10).await.unwrap().is_empty());
+
+            let info = d.info().await.unwrap();
+            assert_eq!(
+                (
+                    info.drive_id.as_str(),
+                    info.shard_count,
+                    info.health.as_str(),
+                    info.heal_backlog
+                ),
+                ("test-drive", 2, "ok", 0),
+                "{}",
+                s.name
+            );
+            assert!(info.capacity_bytes >= info.free_bytes && info.free_bytes > 0);
+            assert_eq!(info.version, env!("CARGO_PKG_VERSION"));
+
+            expect_code(
+                d.delete_bucket("photos").await,
+                ErrorCode::BucketNotEmpty,
+                s,
+            );
+            d.delete_object("photos", "a/b/ünï code", None)
+                .await
+                .unwrap();
+            d.delete_object("photos", "tiny", Some(VersionId(11)))
+                .await
+                .unwrap();
+            assert_eq!(d.stat("photos", "tiny").await.unwrap(), None);
+            expect_code(
+                d.read_shard("photos", "tiny", None, None).await.map(|_| ()),
+                ErrorCode::NotFound,
+                s,
+            );
+            expect_code(
+                d.delete_object("photos", "tiny", None).await,
+                ErrorCode::NotFound,
+                s,
+            );
+            assert!(s.shard_files().is_empty(), "{}", s.name);
+            d.delete_bucket("photos").await.unwrap();
+            expect_code(d.delete_bucket("photos").await, ErrorCode::NotFound, s);
+            expect_code(
+                d.list_objects("photos", "", 10).await,
+                ErrorCode::NotFound,
+                s,
+            );
+            assert_eq!(d.info().await.unwrap().shard_count, 0);
+        })
+    });
+}
+
+#[test]
+fn the_newest_version_wins_whatever_the_order() {
+    both(|s| {
+        Box::pin(async move {
+            let d = &*s.drive;
+            d.create_bucket("b-1").await.unwrap();
+            let put = |v: u128, seed: u64| {
+                let data = bytes(3 * 4096, seed);
+                let rec = record("b-1", "k", v, data.len() as u64, 1, 1, 0);
+                let file = shard_file(&rec, &data);
+                async move { d.put_shard(&rec, upload(&file, 5000), false).await }
+            };
+            put(5, 5).await.unwrap();
+            put(9, 9).await.unwrap();
+            expect_code(put(7, 7).await, ErrorCode::Superseded, s);
+            assert_eq!(
+                d.stat("b-1", "k").await.unwrap().unwrap().version_id,
+                VersionId(9)
+            );
+            // Reading a version that is not the stored one finds nothing.
+            let old = d.read_shard("b-1", "k", Some(VersionId(5)), None).await;
+            expect_code(old.map(|_| ()), ErrorCode::NotFound, s);
+            // The replaced and the refused versions left no files behind.
+            assert_eq!(s.shard_files().len(), 1, "{}", s.name);
+            assert!(s.temp_files().is_empty(), "{}", s.name);
+            // A delete older than the stored version changes nothing.
+            expect_code(
+                d.delete_object("b-1", "k", Some(VersionId(8))).await,
+                ErrorCode::Superseded,
+                s,
+            );
+            assert!(d.stat("b-1", "k").await.unwrap().is_some());
+        })
+    });
+}
+
+/// A drive holding one good shard, and the check that it is exactly as it was.
+async fn one_good_shard(d: &dyn Drive) -> (ObjectRecord, Vec<u8>, Vec<u8>) {
+    let data = bytes(2 * 4096 + 5, 3);
+    let rec = record("bkt", "good", 1, data.len() as u64, 1, 1, 1);
+    let file = shard_file(&rec, &data);
+    d.create_bucket("bkt").await.unwrap();
+    d.put_shard(&rec, upload(&file, 4096), false).await.unwrap();
+    (rec, file, data)
+}
+
+async fn expect_unchanged(s: &Subject, rec: &ObjectRecord, file: &[u8]) {
+    let d = &*s.drive;
+    assert_eq!(
+        d.stat("bkt", "good").await.unwrap().as_ref(),
+        Some(rec),
+        "{}",
+        s.name
+    );
+    assert_eq!(
+        read_shard(d, "bkt", "good").await,
+        chunk_bytes(file),
+        "{}",
+        s.name
+    );
+    assert_eq!(d.list_objects("bkt", "", 100).await.unwrap().len(), 1);
+    assert!(s.temp_files().is_empty(), "{}", s.name);
+}
+
+#[test]
+fn bad_requests_get_the_same_errors_and_change_nothing() {
+    both(|s| {
+        Box::pin(async move {
+            let d = &*s.drive;
+            let (rec, file, data) = one_good_shard(d).await;
+            expect_code(d.create_bucket("Bad_Name").await, ErrorCode::BadRequest, s);
+            let mut r = rec.clone();
+            r.bucket = "missing".into();
+            expect_code(
+                d.put_shard(&r, upload(&file, 100), false).await,
+                ErrorCode::NotFound,
+                s,
+            );
+
+            // Oversized: the record promises a file over max_shard_bytes.
+            let big = record("bkt", "good", 2, 200_000, 1, 1, 1);
+            expect_code(
+                d.put_shard(&big, upload(&[0; 10], 10), false).await,
+                ErrorCode::EntityTooLarge,
+                s,
+            );
+
+            // A newer version whose body is truncated, corrupt, too long, for another shard,
+            // or without the record tail it was announced with.
+            let newer = record("bkt", "good", 3, data.len() as u64, 1, 1, 1);
+            let newer_file = shard_file(&newer, &data);
+            let cut = &newer_file[..newer_file.len() - 3];
+            expect_code(
+                d.put_shard(&newer, upload(cut, 1000), false).await,
+                ErrorCode::IncompleteBody,
+                s,
+            );
+            let mut flipped = newer_file.clone();
+            flipped[100] ^= 1;
+            expect_code(
+                d.put_shard(&newer, upload(&flipped, 1000), false).await,
+                ErrorCode::BadDigest,
+                s,
+            );
+            let mut longer = newer_file.clone();
+            longer.extend_from_slice(b"extra");
+            expect_code(
+                d.put_shard(&newer, upload(&longer, 1000), false).await,
+                ErrorCode::InvalidShard,
+                s,
+            );
+            let other = shard_file(&record("bkt", "good", 3, data.len() as u64, 1, 1, 0), &data);
+            expect_code(
+                d.put_shard(&newer, upload(&other, 1000), false).await,
+                ErrorCode::BadRequest,
+                s,
+            );
+            let mut bad_index = newer.clone();
+            bad_index.shard_index = 2;
+            expect_code(
+                d.put_shard(&bad_index, upload(&newer_file, 1000), false)
+                    .await,
+                ErrorCode::BadRequest,
+                s,
+            );
+            expect_code(
+                d.put_shard(&newer, upload(&newer_file, 1000), true).await,
+                ErrorCode::BadRequest,
+                s,
+            );
+            // A reversed stripe range, and one that starts past the shard's end.
+            #[allow(
+                clippy::reversed_empty_ranges,
+                reason = "the reversed range is the bad input"
+            )]
+            let reversed = d.read_shard("bkt", "good", None, Some(2..1)).await;
+            expect_code(reversed.map(|_| ()), ErrorCode::BadRequest, s);
+            let past = d.read_shard("bkt", "good", None, Some(9..12)).await;
+            expect_code(past.map(|_| ()), ErrorCode::BadRequest, s);
+            expect_unchanged(s, &rec, &file).await;
+
+            // The drive still works after all of that, and a record tail completes a record.
+            let tail = br#"{"etag":"abc","parts":[]}"#;
+            let with_tail = [newer_file.as_slice(), tail].concat();
+            let stored = d
+                .put_shard(&newer, upload(&with_tail, 1000), true)
+                .await
+                .unwrap();
+            assert_eq!(
+                (stored.record.version_id, stored.record.etag.as_str()),
+                (VersionId(3), "abc")
+            );
+            assert_eq!(
+                d.stat("bkt", "good").await.unwrap().unwrap().etag,
+                "abc",
+                "{}",
+                s.name
+            );
+        })
+    });
+}
+
+/// Stores "victim", 4 stripes of 4096 bytes, in a new `bucket`; returns its data and file.
+async fn victim(s: &Subject, bucket: &str, seed: u64) -> (Vec<u8>, PathBuf) {
+    let d = &*s.drive;
+    d.create_bucket(bucket).await.unwrap();
+    let data = bytes(4 * 4096, seed);
+    let rec = record(bucket, "victim", 1, data.len() as u64, 1, 1, 0);
+    let file = shard_file(&rec, &data);
+    d.put_shard(&rec, upload(&file, 4096), false).await.unwrap();
+    let mut shards = s.shard_files();
+    assert_eq!(shards.len(), 1, "{}", s.name);
+    assert_eq!(std::fs::read(&shards[0]).unwrap(), file);
+    (data, shards.remove(0))
+}
+
+/// Reading from stripe `bad` on is refused, naming it, and the stripes before it are
+/// served; the shard is queued for heal.
+async fn expect_corrupt_from(s: &Subject, bucket: &str, bad: u64, data: &[u8]) {
+    let d = &*s.drive;
+    let err = d
+        .read_shard(bucket, "victim", None, Some(bad..4))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code, ErrorCode::CorruptShard, "{}: {err}", s.name);
+    assert!(
+        err.message.contains(&format!("stripe {bad}")),
+        "{}: {err}",
+        s.name
+    );
+    let good = try_read_shard(d, bucket, "victim", Some(0..bad))
+        .await
+        .unwrap();
+    assert_eq!(good, data[..bad as usize * 4096], "{}", s.name);
+    // The whole shard: the stripes before the bad one may come, then the stream breaks
+    // instead of carrying bad bytes (over HTTP the break may come before the answer's
+    // head, which is a refusal too).
+    match try_read_shard(d, bucket, "victim", None).await {
+        Ok(_) => panic!("{}: a corrupt shard was delivered whole", s.name),
+        Err(e) => assert!(
+            matches!(e.code, ErrorCode::CorruptShard | ErrorCode::Unreachable),
+            "{}: {e}",
+            s.name
+        ),
+    }
+    assert!(d.info().await.unwrap().heal_backlog >= 1, "{}", s.name);
+}
+
+#[test]
+fn a_byte_flipped_on_disk_is_reported_never_served() {
+    both(|s| {
+        Box::pin(async move {
+            let (data, path) = victim(s, "rot", 4).await;
+            let mut on_disk = std::fs::read(&path).unwrap();
+            // Flip one byte inside stripe 2's chunk.
+            on_disk[64 + 2 * (4096 + 4) + 777] ^= 0x20;
+            std::fs::write(&path, &on_disk).unwrap();
+            expect_corrupt_from(s, "rot", 2, &data).await;
+        })
+    });
+}
+
+#[test]
+fn a_shard_cut_short_on_disk_is_reported_never_served() {
+    both(|s| {
+        Box::pin(async move {
+            let (data, path) = victim(s, "cut", 5).await;
+            // The file ends 1000 bytes into stripe 3's chunk.
+            let f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+            f.set_len(64 + 3 * (4096 + 4) + 1000).unwrap();
+            drop(f);
+            expect_corrupt_from(s, "cut", 3, &data).await;
+        })
+    });
+}
