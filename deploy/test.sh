@@ -7,7 +7,8 @@
 #      packages go into ~/.cache/oed/venv, the prometheus package comes from apt, when
 #      missing),
 #   3. builds for aarch64 and armv7 and runs the erasure-code tests there under qemu-user,
-#      so the ARM SIMD kernels are checked against the reference on every run,
+#      so the ARM SIMD kernels are checked against the reference on every run, and the
+#      near-data kernels' tests (oed-ops: merges equal single passes, on 32-bit too),
 #   4. builds oedd for both ARM targets and runs the peer-API smoke test against each
 #      under qemu: start, put and get a shard, stop cleanly on SIGTERM.
 # Each target must pick its SIMD kernel (OED_EXPECT_KERNEL), not silently fall back.
@@ -80,6 +81,8 @@ for pair in aarch64-unknown-linux-gnu:neon64 armv7-unknown-linux-gnueabihf:neon3
   t=${pair%%:*}
   step "$t: oed-ec tests under qemu (expecting the ${pair##*:} kernel)"
   OED_EXPECT_KERNEL=${pair##*:} cargo test --locked -p oed-ec --target "$t"
+  step "$t: oed-ops tests under qemu (checksums, statistics, MD5)"
+  cargo test --locked -p oed-ops --target "$t"
   step "$t: oedd smoke test under qemu"
   cargo_for "$t" build --locked -p oed-daemon --bin oedd --target "$t"
   runner_var="CARGO_TARGET_$(tr 'a-z-' 'A-Z_' <<<"$t")_RUNNER"

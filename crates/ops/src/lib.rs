@@ -3,12 +3,36 @@
 //! every target (x86_64, aarch64, armv7) runs the same code, and so that it can be
 //! tested and benchmarked on its own.
 //!
-//! Each kernel folds over byte runs at known object offsets into a small state that the
-//! daemon carries from piece to piece; those that run on several drives at once (the
-//! near-data operations to come) also merge partial states exactly, in object order.
+//! An operation on an object is a fold over runs of its bytes at known object offsets
+//! (each drive folds the data chunks it holds) into a small **partial** result; partials
+//! of adjacent runs **merge** exactly and associatively, in object order; the partial of
+//! the whole object **finishes** into the answer. Partials are serde types, since they
+//! cross the network from drive to coordinator.
 //!
 //! # Layout
+//! - [`checksum`]: CRC32C and CRC64NVME (combined from per-run CRCs) and BLAKE3 (joined
+//!   from subtree chaining values); why SHA-256 cannot be split.
+//! - [`stats`]: count, sum, min, max, mean, variance and histograms over fixed-width
+//!   little-endian numbers, with Welford's moments and Chan's merge.
 //! - [`md5`]: MD5 for S3's `ETag` and `Content-MD5`, incremental and over several
 //!   independent streams at once (the write path hashes concurrent uploads together).
 
+pub mod checksum;
 pub mod md5;
+pub mod stats;
+
+/// What an operation can refuse or fail with.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The operation's parameters, or the runs it was given, do not fit it; the message
+    /// says which and why.
+    #[error("{0}")]
+    BadArgument(String),
+    /// The partials to finish do not cover the object exactly once.
+    #[error("incomplete: {0}")]
+    Incomplete(String),
+}
+
+/// Result with [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
