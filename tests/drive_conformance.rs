@@ -72,11 +72,7 @@ fn both<F>(case: F)
 where
     F: for<'a> Fn(&'a Subject) -> std::pin::Pin<Box<dyn Future<Output = ()> + 'a>>,
 {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = oed_tests::runtime();
     for subject in [Subject::local(), Subject::remote()] {
         println!("case against the {}", subject.name);
         rt.block_on(case(&subject));
@@ -462,6 +458,106 @@ fn a_shard_cut_short_on_disk_is_reported_never_served() {
             f.set_len(64 + 3 * (4096 + 4) + 1000).unwrap();
             drop(f);
             expect_corrupt_from(s, "cut", 3, &data).await;
+        })
+    });
+}
+
+#[test]
+fn operations_fold_the_chunks_a_drive_holds() {
+    use oed_daemon::drive::OpRequest;
+    use oed_ops::op::{Op, Partial, Plan};
+    both(|s| {
+        Box::pin(async move {
+            let d = &*s.drive;
+            d.create_bucket("ops").await.unwrap();
+            // Data shard 1 of a 2+1 object of 5 stripes and a short one: chunks of 4096
+            // bytes at object offsets 4096, 12288, ..., then the last stripe's.
+            let data = bytes(5 * 2 * 4096 + 3000, 8);
+            let rec = record("ops", "obj", 3, data.len() as u64, 2, 1, 1);
+            d.put_shard(&rec, upload(&shard_file(&rec, &data), 5000), false)
+                .await
+                .unwrap();
+            let op: Op = serde_json::from_str(r#"{"op":"checksum","algorithm":"crc32c"}"#).unwrap();
+            let plan = Plan::new(op, data.len() as u64, 4096).unwrap();
+            let req = OpRequest {
+                bucket: "ops".into(),
+                key: "obj".into(),
+                version: VersionId(3),
+                base: 0,
+                plan: plan.clone(),
+                stripes: None,
+            };
+            let a = d.run_op(&req).await.unwrap();
+            assert_eq!((a.shard, a.stripes_done), (1, 6), "{}", s.name);
+            assert_eq!(a.partials.len(), 6);
+            // Each partial is the CRC of exactly that chunk's object bytes.
+            let layout = rec.layout().unwrap();
+            for p in &a.partials {
+                let st = layout.stripe(rec.size, p.stripe).unwrap();
+                let r = st.chunk_range(1);
+                let at = (st.object_offset + r.start as u64) as usize;
+                let want = crc32c::crc32c(&data[at..at + r.len()]);
+                assert_eq!(
+                    p.partial,
+                    Partial::Crc(oed_ops::checksum::CrcPartial {
+                        crc: u64::from(want),
+                        len: r.len() as u64
+                    }),
+                    "{}",
+                    s.name
+                );
+            }
+            assert!(a.bytes_read >= 5 * 4096);
+            // Some stripes only, a version not stored, stripes past the end.
+            let some = d
+                .run_op(&OpRequest {
+                    stripes: Some(2..4),
+                    ..req.clone()
+                })
+                .await
+                .unwrap();
+            assert_eq!((some.stripes_done, some.partials[0].stripe), (2, 2));
+            expect_code(
+                d.run_op(&OpRequest {
+                    version: VersionId(4),
+                    ..req.clone()
+                })
+                .await,
+                ErrorCode::NotFound,
+                s,
+            );
+            expect_code(
+                d.run_op(&OpRequest {
+                    stripes: Some(3..9),
+                    ..req.clone()
+                })
+                .await,
+                ErrorCode::BadRequest,
+                s,
+            );
+            // A parity shard is no place for an operation.
+            let parity = record("ops", "par", 1, data.len() as u64, 2, 1, 2);
+            d.put_shard(&parity, upload(&shard_file(&parity, &data), 5000), false)
+                .await
+                .unwrap();
+            let req_parity = OpRequest {
+                key: "par".into(),
+                version: VersionId(1),
+                ..req.clone()
+            };
+            expect_code(d.run_op(&req_parity).await, ErrorCode::BadRequest, s);
+            // A flipped byte in stripe 3: the fold stops there and says so.
+            let file = s
+                .shard_files()
+                .into_iter()
+                .find(|f| std::fs::read(f).unwrap() == shard_file(&rec, &data))
+                .unwrap();
+            let mut on_disk = std::fs::read(&file).unwrap();
+            on_disk[64 + 3 * (4096 + 4) + 9] ^= 4;
+            std::fs::write(&file, &on_disk).unwrap();
+            let cut = d.run_op(&req).await.unwrap();
+            assert_eq!((cut.stripes_done, cut.partials.len()), (3, 3), "{}", s.name);
+            assert!(d.info().await.unwrap().heal_backlog >= 1);
         })
     });
 }

@@ -13,13 +13,7 @@ use oed_tests::{
     Daemon, body, bytes, chunk_bytes, files_under, read_shard, record, shard_file, upload,
 };
 
-fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-}
+use oed_tests::runtime as rt;
 
 #[test]
 fn kill_9_during_writes_loses_nothing_acknowledged_and_shows_nothing_partial() {

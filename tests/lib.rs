@@ -67,6 +67,19 @@ pub fn oedd_command() -> Command {
     }
 }
 
+/// A multi-threaded runtime with two workers, as a drive has on the development machine.
+///
+/// # Panics
+/// When the runtime cannot be built.
+#[must_use]
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a tokio runtime")
+}
+
 /// The secret every test drive uses.
 pub const SECRET: &str = "test-cluster-secret-0123456789";
 
@@ -320,4 +333,114 @@ pub fn files_under(dir: &Path) -> Vec<PathBuf> {
     }
     out.sort();
     out
+}
+
+/// A drive of a cluster served in the test's own process ([`local_cluster`]): its id, its
+/// data directory, its view of the cluster (to coordinate through), and how to stop it.
+pub struct LocalDrive {
+    /// Its id in the cluster map.
+    pub id: String,
+    /// Its data directory.
+    pub dir: PathBuf,
+    /// The cluster as it coordinates requests.
+    pub cluster: std::sync::Arc<oed_daemon::cluster::Cluster>,
+    stop: tokio_util::sync::CancellationToken,
+    served: tokio::task::JoinHandle<()>,
+}
+
+impl LocalDrive {
+    /// Stops serving (a drive gone down) and waits until it has.
+    ///
+    /// # Panics
+    /// When serving failed.
+    pub async fn stop(self) {
+        self.stop.cancel();
+        self.served.await.expect("the drive's server task");
+    }
+}
+
+/// Starts `k + m` drives sharing one cluster map (EC `k + m`, chunks of `chunk` bytes),
+/// each with its store in a directory under `root`, serving the peer API on 127.0.0.1
+/// in the current runtime. No S3: tests coordinate through a drive's `cluster`.
+///
+/// # Panics
+/// When a drive cannot be started.
+pub async fn local_cluster(root: &Path, k: usize, m: usize, chunk: usize) -> Vec<LocalDrive> {
+    use std::fmt::Write as _;
+    let mut listeners = Vec::new();
+    for _ in 0..k + m {
+        listeners.push(
+            tokio::net::TcpListener::bind("127.0.0.1:0")
+                .await
+                .expect("bind 127.0.0.1:0"),
+        );
+    }
+    let mut map =
+        format!("cluster_id = \"local\"\n[profile]\nk = {k}\nm = {m}\nchunk_size = {chunk}\n");
+    for (i, l) in listeners.iter().enumerate() {
+        let addr = l.local_addr().expect("bound address");
+        let _ = write!(map, "[[drives]]\nid = \"d{i}\"\naddress = \"{addr}\"\n");
+    }
+    let map_path = root.join("cluster.toml");
+    std::fs::write(&map_path, map).expect("write the cluster map");
+    let mut drives = Vec::new();
+    for (i, listener) in listeners.into_iter().enumerate() {
+        let dir = root.join(format!("d{i}"));
+        let config = oed_daemon::config::Config {
+            drive_id: format!("d{i}"),
+            data_dir: dir.clone(),
+            listen: listener.local_addr().expect("bound address"),
+            cluster_map: Some(map_path.clone()),
+            inline_threshold_bytes: 0,
+            reserve_bytes: 0,
+            peer_timeout_seconds: 2,
+            op_timeout_seconds: 10,
+            ..oed_daemon::config::Config::default()
+        };
+        let server = oed_daemon::server::DriveServer::open(&config, SECRET.as_bytes(), None)
+            .expect("open the drive");
+        let cluster = server.cluster.clone();
+        let stop = tokio_util::sync::CancellationToken::new();
+        let served = tokio::spawn({
+            let stop = stop.clone();
+            async move { server.serve(listener, None, stop).await.expect("serve") }
+        });
+        drives.push(LocalDrive {
+            id: format!("d{i}"),
+            dir,
+            cluster,
+            stop,
+            served,
+        });
+    }
+    drives
+}
+
+/// Stores `data` as `bucket`/`key` through `cluster`, in pieces of 10,000 bytes; returns
+/// the record of the write, which must have stored every shard.
+///
+/// # Panics
+/// When the write fails or is degraded.
+pub async fn put_object(
+    cluster: &oed_daemon::cluster::Cluster,
+    bucket: &str,
+    key: &str,
+    data: &[u8],
+) -> ObjectRecord {
+    let obj = oed_daemon::cluster::write::NewObject {
+        bucket: bucket.into(),
+        key: key.into(),
+        size: data.len() as u64,
+        ..oed_daemon::cluster::write::NewObject::default()
+    };
+    let pieces: Vec<oed_daemon::Result<Bytes>> = data
+        .chunks(10_000)
+        .map(|p| Ok(Bytes::copy_from_slice(p)))
+        .collect();
+    let written = cluster
+        .put_object(obj, futures_util::stream::iter(pieces))
+        .await
+        .expect("put the object");
+    assert_eq!(written.missing, 0, "a degraded write");
+    written.record
 }

@@ -5,76 +5,19 @@
 //! others when its drive is down or its bytes on disk are bad, and fails rather than
 //! yield wrong bytes when fewer than `k` can be had.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 
-use bytes::Bytes;
 use oed_daemon::cluster::Cluster;
 use oed_daemon::cluster::stripes::{Stripe, StripeSource};
-use oed_daemon::cluster::write::NewObject;
-use oed_daemon::config::Config;
-use oed_daemon::server::DriveServer;
 use oed_daemon::store::record::{ObjectRecord, PartRef};
-use oed_tests::{SECRET, bytes, chunk_bytes, files_under};
-use tokio_util::sync::CancellationToken;
+use oed_tests::{bytes, chunk_bytes, files_under};
 
 const K: usize = 2;
 const M: usize = 2;
 const CHUNK: usize = 4096;
 
-struct Drive {
-    id: String,
-    dir: PathBuf,
-    cluster: Arc<Cluster>,
-    stop: CancellationToken,
-    served: tokio::task::JoinHandle<()>,
-}
-
-/// Starts `K + M` drives sharing one cluster map, in the current runtime.
-async fn cluster(root: &std::path::Path) -> Vec<Drive> {
-    let mut listeners = Vec::new();
-    for _ in 0..K + M {
-        listeners.push(tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap());
-    }
-    let mut map =
-        format!("cluster_id = \"stripes\"\n[profile]\nk = {K}\nm = {M}\nchunk_size = {CHUNK}\n");
-    for (i, l) in listeners.iter().enumerate() {
-        let addr = l.local_addr().unwrap();
-        map.push_str(&format!(
-            "[[drives]]\nid = \"d{i}\"\naddress = \"{addr}\"\n"
-        ));
-    }
-    let map_path = root.join("cluster.toml");
-    std::fs::write(&map_path, map).unwrap();
-    let mut drives = Vec::new();
-    for (i, listener) in listeners.into_iter().enumerate() {
-        let dir = root.join(format!("d{i}"));
-        let config = Config {
-            drive_id: format!("d{i}"),
-            data_dir: dir.clone(),
-            listen: listener.local_addr().unwrap(),
-            cluster_map: Some(map_path.clone()),
-            inline_threshold_bytes: 0,
-            reserve_bytes: 0,
-            peer_timeout_seconds: 2,
-            ..Config::default()
-        };
-        let server = DriveServer::open(&config, SECRET.as_bytes(), None).unwrap();
-        let cluster = server.cluster.clone();
-        let stop = CancellationToken::new();
-        let served = tokio::spawn({
-            let stop = stop.clone();
-            async move { server.serve(listener, None, stop).await.unwrap() }
-        });
-        drives.push(Drive {
-            id: format!("d{i}"),
-            dir,
-            cluster,
-            stop,
-            served,
-        });
-    }
-    drives
+async fn cluster(root: &std::path::Path) -> Vec<oed_tests::LocalDrive> {
+    oed_tests::local_cluster(root, K, M, CHUNK).await
 }
 
 /// The chunk bytes of every shard of `data`, as the drives hold them.
@@ -138,31 +81,14 @@ fn check(stripes: &[Stripe], want: &[usize], shards: &[Vec<u8>], size: usize) ->
 #[test]
 fn chunks_come_where_they_lie_and_are_rebuilt_where_they_do_not() {
     let root = tempfile::tempdir().unwrap();
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = oed_tests::runtime();
     rt.block_on(async {
         let mut drives = cluster(root.path()).await;
         let c = drives[0].cluster.clone();
         c.create_bucket("bkt").await.unwrap();
         // Five stripes and a short tail stripe.
         let data = bytes(5 * K * CHUNK + 3000, 11);
-        let obj = NewObject {
-            bucket: "bkt".into(),
-            key: "obj".into(),
-            size: data.len() as u64,
-            ..NewObject::default()
-        };
-        let body = futures_util::stream::iter(
-            data.chunks(10_000)
-                .map(|p| Ok(Bytes::copy_from_slice(p)))
-                .collect::<Vec<_>>(),
-        );
-        let written = c.put_object(obj, body).await.unwrap();
-        assert_eq!(written.missing, 0);
-        let record = written.record;
+        let record = oed_tests::put_object(&c, "bkt", "obj", &data).await;
         let shards = shards_of(&record, &data);
         let holder = |shard: usize| {
             drives
@@ -195,8 +121,7 @@ fn chunks_come_where_they_lie_and_are_rebuilt_where_they_do_not() {
 
         // The drive of shard 1 stopped: shard 1 (and parity 3) rebuilt in every stripe.
         let gone = drives.remove(holder(1));
-        gone.stop.cancel();
-        gone.served.await.unwrap();
+        gone.stop().await;
         let want = [1, 3];
         let got = all_stripes(&reader, &record, &want).await.unwrap();
         let rebuilt = check(&got, &want, &shards, data.len());
@@ -211,13 +136,11 @@ fn chunks_come_where_they_lie_and_are_rebuilt_where_they_do_not() {
             .unwrap();
         assert_ne!(drives[second].id, reader_id);
         let gone = drives.remove(second);
-        gone.stop.cancel();
-        gone.served.await.unwrap();
+        gone.stop().await;
         let err = all_stripes(&reader, &record, &[0, 1]).await.unwrap_err();
         assert!(err.to_string().contains("fewer than k"), "{err}");
         for d in drives {
-            d.stop.cancel();
-            d.served.await.unwrap();
+            d.stop().await;
         }
     });
 }

@@ -82,6 +82,17 @@ pub struct Config {
     /// How long a request may wait for its share of `coordinator_buffer_bytes` before it
     /// is refused with 503 `SlowDown` (clients retry it later), in seconds. Default: 30.
     pub coordinator_wait_seconds: u64,
+    /// Near-data operations this drive runs over its own shards at once; more wait for a
+    /// turn. Each takes one thread while it runs, so S3 traffic keeps the others.
+    /// Default: 1.
+    pub max_concurrent_ops: usize,
+    /// CPU time one near-data operation may spend on this drive, in seconds; past it,
+    /// the operation is stopped and refused. Default: 300.
+    pub op_cpu_seconds: u64,
+    /// How long a coordinator waits for a drive's part of a near-data operation, in
+    /// seconds; a drive that takes longer is treated as failed and its stripes are
+    /// computed from parity. Default: 600.
+    pub op_timeout_seconds: u64,
     /// Address of the Prometheus endpoint, `GET /metrics`, kept off the S3 port (where
     /// `/metrics` would be a bucket). Default: none (no metrics endpoint).
     pub metrics_listen: Option<SocketAddr>,
@@ -136,6 +147,9 @@ impl Default for Config {
             md5_etags: true,
             coordinator_buffer_bytes: 12 << 20,
             coordinator_wait_seconds: 30,
+            max_concurrent_ops: 1,
+            op_cpu_seconds: 300,
+            op_timeout_seconds: 600,
             metrics_listen: None,
             power_source: PowerSource::Auto,
             power_hwmon: None,
@@ -259,6 +273,13 @@ impl Config {
         }
         if self.peer_timeout_seconds == 0 {
             return bad("peer_timeout_seconds must be at least 1".into());
+        }
+        if self.max_concurrent_ops == 0 || self.op_cpu_seconds == 0 || self.op_timeout_seconds == 0
+        {
+            return bad(
+                "max_concurrent_ops, op_cpu_seconds and op_timeout_seconds must be at least 1"
+                    .into(),
+            );
         }
         if self.s3_access_key.is_empty() {
             return bad("s3_access_key must not be empty".into());

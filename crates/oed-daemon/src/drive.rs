@@ -87,6 +87,53 @@ pub struct DriveInfo {
     pub health: String,
 }
 
+/// A near-data operation on the data chunks of one shard a drive holds
+/// ([`Drive::run_op`]): the coordinator plans it once for the whole object and sends the
+/// same plan to every data drive.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct OpRequest {
+    /// The bucket.
+    pub bucket: String,
+    /// The key of the erasure-coded extent: the object, or one part of a multipart object.
+    pub key: String,
+    /// The extent's version, which must be the one stored.
+    pub version: VersionId,
+    /// Object offset of the extent's first byte (0, or its part's place in the object).
+    pub base: u64,
+    /// The operation, planned for the whole object.
+    pub plan: oed_ops::op::Plan,
+    /// The stripes to fold (all when `None`).
+    #[serde(default)]
+    pub stripes: Option<Range<u64>>,
+}
+
+/// A drive's part of a near-data operation.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct OpAnswer {
+    /// The shard (data chunk index) the drive holds.
+    pub shard: u16,
+    /// Partials of the chunks folded, in stripe order: one per chunk when the operation's
+    /// merge depends on object order (checksums), one for all of them when it does not
+    /// (statistics), keyed by the first stripe it covers.
+    pub partials: Vec<StripePartial>,
+    /// Stripes folded (from the first asked for): the rest, from the first chunk that
+    /// failed its CRC32C, were not, and are the coordinator's to rebuild.
+    pub stripes_done: u64,
+    /// Bytes the drive read from its disk for it.
+    pub bytes_read: u64,
+    /// CPU time the drive spent on it, in seconds.
+    pub cpu_seconds: f64,
+}
+
+/// The partial of one stripe's chunk, or of a run of stripes.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct StripePartial {
+    /// The first stripe it covers.
+    pub stripe: u64,
+    /// The partial.
+    pub partial: oed_ops::op::Partial,
+}
+
 /// Most records one [`Drive::list_objects`] call returns, whatever the caller asks.
 pub const MAX_LIST: usize = 1000;
 
@@ -177,4 +224,15 @@ pub trait Drive: Send + Sync + std::fmt::Debug {
     /// # Errors
     /// When the drive cannot answer.
     async fn info(&self) -> Result<DriveInfo, DriveError>;
+
+    /// Runs a near-data operation over the data chunks of the shard it holds of
+    /// `req.key` at `req.version`, each chunk checked against its CRC32C as a read is, on
+    /// a bounded pool of its own (waiting for a turn), within a CPU-time limit, and
+    /// stopped when the caller goes away. A chunk that fails its check ends the fold
+    /// there: the answer says how many stripes were done.
+    ///
+    /// # Errors
+    /// `NotFound` (no such object or version), `BadRequest` (a parity shard, stripes out
+    /// of range, a run the operation refuses, more CPU time than the drive allows).
+    async fn run_op(&self, req: &OpRequest) -> Result<OpAnswer, DriveError>;
 }

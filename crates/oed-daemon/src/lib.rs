@@ -21,6 +21,8 @@
 //!   write path ([`cluster::write`], with MD5 in lanes, [`cluster::md5`]), the stripe
 //!   source ([`cluster::stripes`]) and the read path on it ([`cluster::read`]), the merged
 //!   listing ([`cluster::list`]), the memory budget, and the tasks requests leave running.
+//! - [`compute`]: near-data operations: the drive side (folding its own chunks off the
+//!   I/O path) and the coordinator side (plan, fan out, rebuild, merge).
 //! - [`s3`]: the S3 API (through `s3s`), with thin handlers that call the cluster.
 //! - [`metrics`]: the drive's Prometheus registry (the meter's collectors from `oed-meter`,
 //!   request and traffic counters, the store's state at scrape time) and `/metrics`.
@@ -29,6 +31,7 @@
 //! - [`dev`]: `oedd dev`, a whole cluster of drives on one machine.
 
 pub mod cluster;
+pub mod compute;
 pub mod config;
 pub mod dev;
 pub mod drive;

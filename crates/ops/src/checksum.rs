@@ -105,7 +105,7 @@ pub enum Piece {
         /// Object offset of the first byte.
         offset: u64,
         /// The bytes, base64.
-        #[serde(with = "b64")]
+        #[serde(with = "crate::b64")]
         bytes: Vec<u8>,
     },
 }
@@ -317,22 +317,6 @@ impl Blake3 {
         }
         let (l, r) = self.split(leaves, len);
         merge_subtrees_non_root(&l, &r, Mode::Hash)
-    }
-}
-
-mod b64 {
-    use base64::Engine as _;
-    use serde::{Deserialize, Deserializer, Serializer};
-
-    pub fn serialize<S: Serializer>(v: &[u8], s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(&base64::engine::general_purpose::STANDARD.encode(v))
-    }
-
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
-        let text = String::deserialize(d)?;
-        base64::engine::general_purpose::STANDARD
-            .decode(text)
-            .map_err(serde::de::Error::custom)
     }
 }
 

@@ -14,12 +14,32 @@
 //!   from subtree chaining values); why SHA-256 cannot be split.
 //! - [`stats`]: count, sum, min, max, mean, variance and histograms over fixed-width
 //!   little-endian numbers, with Welford's moments and Chan's merge.
+//! - [`op`]: an operation as users ask for it, planned for one object: run, merge,
+//!   finish, for every operation; SHA-256, which does not split, in order.
 //! - [`md5`]: MD5 for S3's `ETag` and `Content-MD5`, incremental and over several
 //!   independent streams at once (the write path hashes concurrent uploads together).
 
 pub mod checksum;
 pub mod md5;
+pub mod op;
 pub mod stats;
+
+/// Byte fields of partials, as base64 strings in JSON.
+mod b64 {
+    use base64::Engine as _;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(v: &[u8], s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&base64::engine::general_purpose::STANDARD.encode(v))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
+        let text = String::deserialize(d)?;
+        base64::engine::general_purpose::STANDARD
+            .decode(text)
+            .map_err(serde::de::Error::custom)
+    }
+}
 
 /// What an operation can refuse or fail with.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

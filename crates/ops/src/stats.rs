@@ -1,10 +1,14 @@
 //! Statistics over arrays of fixed-width little-endian numbers (`u8` to `f64`): count,
 //! sum, min, max, mean, variance, and a histogram on fixed bin edges.
 //!
-//! A record never crosses a chunk: chunk sizes are powers of two and record widths (1, 2,
-//! 4 or 8 bytes) divide them, so every data chunk holds whole records and each drive
-//! folds its own. Within a run, the bytes may still arrive in pieces cut anywhere; the
-//! fold carries a cut record over to the next piece.
+//! Records are aligned in the object (record `r` is bytes `r * w..(r + 1) * w`). In every
+//! stripe but the last, chunks are powers of two and hold whole records, so each drive
+//! folds its own; the last stripe's chunks are shorter (the stripe's length over `k`),
+//! and the parts of a multipart object may end anywhere, so a run can begin or end inside
+//! a record. The fold keeps those bytes as **fragments** with their offsets; merging
+//! joins fragments that meet and folds the records they complete, so every record counts
+//! exactly once, whatever the runs. Within a run, the bytes may also arrive in pieces cut
+//! anywhere; the fold carries a cut record over to the next piece.
 //!
 //! Mean and variance are kept as Welford's `(count, mean, M2)`: each block of up to 1024
 //! values is summarised in two passes over memory the CPU already holds (its mean, then
@@ -77,8 +81,9 @@ pub struct Stats {
     pub edges: Option<Vec<f64>>,
 }
 
-/// Most histogram bins one operation may ask for.
-pub const MAX_BINS: usize = 4096;
+/// Most histogram bins one operation may ask for: its edges travel in every request to
+/// a drive, which takes bodies of up to 64 KiB by default.
+pub const MAX_BINS: usize = 1024;
 
 /// The sum of the values: exact for integers, compensated for floats.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
@@ -174,9 +179,23 @@ pub struct StatsPartial {
     /// Values below the first edge.
     #[serde(default)]
     pub below: u64,
-    /// Values above the last edge (or NaN-free values outside otherwise).
+    /// Values above the last edge.
     #[serde(default)]
     pub above: u64,
+    /// Bytes of records cut by the ends of runs, not yet folded, by object offset.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub fragments: Vec<Fragment>,
+}
+
+/// Bytes of records a run cut: the start of a record at a run's end, or the end of one
+/// at a run's start.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Fragment {
+    /// Object offset of the first byte.
+    pub offset: u64,
+    /// The bytes, base64.
+    #[serde(with = "crate::b64")]
+    pub bytes: Vec<u8>,
 }
 
 /// The finished statistics (the `result` of a `stats` operation).
@@ -255,45 +274,59 @@ impl Stats {
             bins: self.edges.as_ref().map(|e| vec![0; e.len() - 1]),
             below: 0,
             above: 0,
+            fragments: Vec::new(),
         }
     }
 
-    /// A fold over one run of records that starts at object offset `offset`.
-    ///
-    /// # Errors
-    /// [`Error::BadArgument`] when `offset` is not a multiple of the record width.
-    pub fn fold(&self, offset: u64) -> Result<StatsFold<'_>> {
-        if !offset.is_multiple_of(self.format.width() as u64) {
-            return Err(Error::BadArgument(format!(
-                "a run at offset {offset} does not start on a {}-byte record",
-                self.format.width()
-            )));
-        }
-        Ok(StatsFold {
+    /// A fold over one run of object bytes that starts at object offset `offset`.
+    #[must_use]
+    pub fn fold(&self, offset: u64) -> StatsFold<'_> {
+        let w = self.format.width() as u64;
+        StatsFold {
             stats: self,
             partial: self.empty(),
+            head: (!offset.is_multiple_of(w)).then(|| Fragment {
+                offset,
+                bytes: Vec::with_capacity(8),
+            }),
+            head_len: ((w - offset % w) % w) as usize,
+            carry_at: offset.next_multiple_of(w),
             carry: Vec::with_capacity(8),
             block: Vec::with_capacity(BLOCK),
-        })
+            uniform: self.edges.as_deref().and_then(uniform_bins),
+        }
     }
 
     /// The partial of `left`'s runs followed by `right`'s (the order does not change the
     /// counts; it is kept so that merges repeat bit for bit).
     #[must_use]
     pub fn merge(&self, mut left: StatsPartial, right: StatsPartial) -> StatsPartial {
-        join_moments(&mut left, right.count, right.mean, right.m2);
-        left.nan += right.nan;
-        left.min = min_opt(left.min, right.min);
-        left.max = max_opt(left.max, right.max);
-        left.sum.add(right.sum);
-        if let (Some(a), Some(b)) = (left.bins.as_mut(), right.bins) {
-            for (x, y) in a.iter_mut().zip(b) {
-                *x += y;
+        absorb(&mut left, right);
+        self.stitch(&mut left);
+        left
+    }
+
+    /// Joins fragments that meet and folds the records they complete.
+    fn stitch(&self, p: &mut StatsPartial) {
+        if p.fragments.len() < 2 {
+            return;
+        }
+        p.fragments.sort_by_key(|f| f.offset);
+        let mut joined: Vec<Fragment> = Vec::with_capacity(p.fragments.len());
+        for f in std::mem::take(&mut p.fragments) {
+            match joined.last_mut() {
+                Some(last) if last.offset + last.bytes.len() as u64 == f.offset => {
+                    last.bytes.extend_from_slice(&f.bytes);
+                }
+                _ => joined.push(f),
             }
         }
-        left.below += right.below;
-        left.above += right.above;
-        left
+        for f in joined {
+            let mut fold = self.fold(f.offset);
+            fold.update(&f.bytes);
+            // What is still cut comes back as a fragment, for later merges.
+            absorb(p, fold.finish());
+        }
     }
 
     /// The statistics of everything merged into `p`.
@@ -317,6 +350,34 @@ impl Stats {
             }),
         }
     }
+}
+
+/// Bins per unit of value when `edges` are evenly spaced (a first guess of a value's bin
+/// by arithmetic; the edges decide).
+fn uniform_bins(edges: &[f64]) -> Option<f64> {
+    let n = edges.len().checked_sub(1)?;
+    let width = (edges[n] - edges[0]) / n as f64;
+    let even = edges
+        .windows(2)
+        .all(|w| ((w[1] - w[0]) - width).abs() <= width * 1e-9);
+    (even && width > 0.0).then(|| 1.0 / width)
+}
+
+/// Adds everything of `q` to `p`, its fragments as they are.
+fn absorb(p: &mut StatsPartial, q: StatsPartial) {
+    join_moments(p, q.count, q.mean, q.m2);
+    p.nan += q.nan;
+    p.min = min_opt(p.min, q.min);
+    p.max = max_opt(p.max, q.max);
+    p.sum.add(q.sum);
+    if let (Some(a), Some(b)) = (p.bins.as_mut(), q.bins) {
+        for (x, y) in a.iter_mut().zip(b) {
+            *x += y;
+        }
+    }
+    p.below += q.below;
+    p.above += q.above;
+    p.fragments.extend(q.fragments);
 }
 
 /// Chan et al.: joins `(count, mean, m2)` of a second group into the first.
@@ -350,21 +411,37 @@ fn max_opt(a: Option<f64>, b: Option<f64>) -> Option<f64> {
     }
 }
 
-/// Statistics being folded over one run of records, piece by piece.
+/// Statistics being folded over one run of object bytes, piece by piece.
 #[derive(Debug)]
 pub struct StatsFold<'a> {
     stats: &'a Stats,
     partial: StatsPartial,
+    /// The end of a record the run starts inside of, while it is collected.
+    head: Option<Fragment>,
+    /// Bytes of it still to come.
+    head_len: usize,
+    /// Object offset of `carry`'s first byte.
+    carry_at: u64,
     /// The start of a record cut at the end of the last piece.
     carry: Vec<u8>,
     /// Values waiting to be summarised as a block.
     block: Vec<f64>,
+    /// For evenly spaced histogram edges: bins per unit, to guess a value's bin.
+    uniform: Option<f64>,
 }
 
 impl StatsFold<'_> {
     /// Folds the next bytes of the run.
     pub fn update(&mut self, mut bytes: &[u8]) {
         let w = self.stats.format.width();
+        if self.head_len > 0 {
+            let take = self.head_len.min(bytes.len());
+            if let Some(h) = self.head.as_mut() {
+                h.bytes.extend_from_slice(&bytes[..take]);
+            }
+            self.head_len -= take;
+            bytes = &bytes[take..];
+        }
         if !self.carry.is_empty() {
             let take = (w - self.carry.len()).min(bytes.len());
             self.carry.extend_from_slice(&bytes[..take]);
@@ -374,40 +451,58 @@ impl StatsFold<'_> {
             }
             let record = std::mem::take(&mut self.carry);
             self.values(&record);
+            self.carry_at += w as u64;
         }
         let whole = bytes.len() / w * w;
         self.values(&bytes[..whole]);
+        self.carry_at += whole as u64;
         self.carry.extend_from_slice(&bytes[whole..]);
     }
 
-    /// The run's partial.
-    ///
-    /// # Errors
-    /// [`Error::BadArgument`] when the run ended inside a record.
-    pub fn finish(mut self) -> Result<StatsPartial> {
-        if !self.carry.is_empty() {
-            return Err(Error::BadArgument(format!(
-                "the run ends {} bytes into a {}-byte record",
-                self.carry.len(),
-                self.stats.format.width()
-            )));
-        }
+    /// The run's partial: the cut records at its ends are fragments.
+    #[must_use]
+    pub fn finish(mut self) -> StatsPartial {
         self.flush();
-        Ok(self.partial)
+        let mut p = self.partial;
+        p.fragments
+            .extend(self.head.filter(|h| !h.bytes.is_empty()));
+        if !self.carry.is_empty() {
+            p.fragments.push(Fragment {
+                offset: self.carry_at,
+                bytes: self.carry,
+            });
+        }
+        p
     }
 
     fn values(&mut self, bytes: &[u8]) {
         macro_rules! each {
             ($t:ty, $n:expr, $int:expr) => {{
                 let (records, _) = bytes.as_chunks::<$n>();
-                for r in records {
-                    let v = <$t>::from_le_bytes(*r);
+                let mut rest = records;
+                while !rest.is_empty() {
+                    // Straight into the block, as much as it takes.
+                    let room = BLOCK - self.block.len();
+                    let (now, later) = rest.split_at(room.min(rest.len()));
+                    rest = later;
                     if $int {
                         if let Sum::Int(s) = &mut self.partial.sum {
-                            *s += v as i128;
+                            *s += now
+                                .iter()
+                                .map(|r| <$t>::from_le_bytes(*r) as i128)
+                                .sum::<i128>();
                         }
                     }
-                    self.push(v as f64);
+                    let before = self.block.len();
+                    self.block.extend(
+                        now.iter()
+                            .map(|r| <$t>::from_le_bytes(*r) as f64)
+                            .filter(|v| !v.is_nan()),
+                    );
+                    self.partial.nan += (now.len() - (self.block.len() - before)) as u64;
+                    if self.block.len() == BLOCK {
+                        self.flush();
+                    }
                 }
             }};
         }
@@ -423,33 +518,42 @@ impl StatsFold<'_> {
         }
     }
 
-    #[inline]
-    fn push(&mut self, v: f64) {
-        if v.is_nan() {
-            self.partial.nan += 1;
-            return;
-        }
-        self.block.push(v);
-        if self.block.len() == BLOCK {
-            self.flush();
-        }
-    }
-
-    /// Summarises the block: two passes over values in cache, then one pairwise join.
+    /// Summarises the block: one pass for the sum and extremes (four lanes, so the CPU
+    /// overlaps them), one for the squared deviations from the block's mean, then one
+    /// pairwise join; the block's sum joins the running float sum compensated.
     fn flush(&mut self) {
         if self.block.is_empty() {
             return;
         }
         let n = self.block.len();
-        let (mut lo, mut hi) = (f64::INFINITY, f64::NEG_INFINITY);
-        let mut sum = 0.0;
-        for &v in &self.block {
-            sum += v;
-            lo = lo.min(v);
-            hi = hi.max(v);
+        let (mut lo, mut hi, mut sum) = ([f64::INFINITY; 4], [f64::NEG_INFINITY; 4], [0.0; 4]);
+        let (quads, tail) = self.block.as_chunks::<4>();
+        for q in quads {
+            for l in 0..4 {
+                sum[l] += q[l];
+                lo[l] = if q[l] < lo[l] { q[l] } else { lo[l] };
+                hi[l] = if q[l] > hi[l] { q[l] } else { hi[l] };
+            }
         }
+        for (l, &v) in tail.iter().enumerate() {
+            sum[l] += v;
+            lo[l] = lo[l].min(v);
+            hi[l] = hi[l].max(v);
+        }
+        let sum = (sum[0] + sum[1]) + (sum[2] + sum[3]);
+        let lo = lo.into_iter().fold(f64::INFINITY, f64::min);
+        let hi = hi.into_iter().fold(f64::NEG_INFINITY, f64::max);
         let mean = sum / n as f64;
-        let m2: f64 = self.block.iter().map(|&v| (v - mean) * (v - mean)).sum();
+        let mut m2 = [0.0; 4];
+        for q in quads {
+            for l in 0..4 {
+                let d = q[l] - mean;
+                m2[l] += d * d;
+            }
+        }
+        let m2 = (m2[0] + m2[1])
+            + (m2[2] + m2[3])
+            + tail.iter().map(|&v| (v - mean) * (v - mean)).sum::<f64>();
         let p = &mut self.partial;
         join_moments(p, n as u64, mean, m2);
         p.min = min_opt(p.min, Some(lo));
@@ -459,9 +563,7 @@ impl StatsFold<'_> {
             compensation,
         } = &mut p.sum
         {
-            for &v in &self.block {
-                neumaier(s, compensation, v);
-            }
+            neumaier(s, compensation, sum);
         }
         if let (Some(edges), Some(bins)) = (&self.stats.edges, p.bins.as_mut()) {
             let (first, last) = (edges[0], edges[edges.len() - 1]);
@@ -473,9 +575,24 @@ impl StatsFold<'_> {
                     p.above += 1;
                 } else {
                     // The bin whose lower edge is the last one <= v; the top edge closes
-                    // the last bin.
-                    let i = edges.partition_point(|&e| e <= v).saturating_sub(1);
-                    bins[i.min(top)] += 1;
+                    // the last bin. Evenly spaced edges give a first guess by arithmetic,
+                    // which the edges themselves then correct: the answer is exact.
+                    let mut i = match self.uniform {
+                        // v >= first here, so the guess is not negative.
+                        #[allow(clippy::cast_sign_loss)]
+                        Some(inv) => (((v - first) * inv) as usize).min(top),
+                        None => edges
+                            .partition_point(|&e| e <= v)
+                            .saturating_sub(1)
+                            .min(top),
+                    };
+                    while i > 0 && v < edges[i] {
+                        i -= 1;
+                    }
+                    while i < top && v >= edges[i + 1] {
+                        i += 1;
+                    }
+                    bins[i] += 1;
                 }
             }
         }
@@ -496,12 +613,7 @@ mod tests {
     /// The partial of `bytes` folded as runs cut at `cuts` (record-aligned), each fed in
     /// pieces of `piece` bytes cut anywhere, merged left to right.
     fn runs(stats: &Stats, bytes: &[u8], cuts: &[usize], piece: usize) -> StatsPartial {
-        let w = stats.format.width();
-        let mut bounds: Vec<usize> = cuts
-            .iter()
-            .map(|c| c / w * w)
-            .filter(|&c| c < bytes.len())
-            .collect();
+        let mut bounds: Vec<usize> = cuts.iter().copied().filter(|&c| c < bytes.len()).collect();
         bounds.push(0);
         bounds.push(bytes.len());
         bounds.sort_unstable();
@@ -509,11 +621,11 @@ mod tests {
         bounds
             .windows(2)
             .map(|r| {
-                let mut f = stats.fold(r[0] as u64).unwrap();
+                let mut f = stats.fold(r[0] as u64);
                 for p in bytes[r[0]..r[1]].chunks(piece) {
                     f.update(p);
                 }
-                f.finish().unwrap()
+                f.finish()
             })
             .fold(stats.empty(), |a, b| stats.merge(a, b))
     }
@@ -576,10 +688,25 @@ mod tests {
             format: Format::U32le,
             edges: None,
         };
-        assert!(s.fold(2).is_err());
-        let mut f = s.fold(0).unwrap();
-        f.update(&[1, 2, 3, 4, 5]);
-        assert!(f.finish().is_err());
+        // A run that ends inside a record keeps the cut bytes for the next run's merge.
+        let mut f = s.fold(0);
+        f.update(&[1, 0, 0, 0, 5]);
+        let p = f.finish();
+        assert_eq!(p.count, 1);
+        assert_eq!(
+            p.fragments,
+            [Fragment {
+                offset: 4,
+                bytes: vec![5]
+            }]
+        );
+        let mut g = s.fold(5);
+        g.update(&[0, 0, 0, 7]);
+        let merged = s.merge(g.finish(), p);
+        assert_eq!(
+            (merged.count, merged.sum, merged.fragments.len()),
+            (2, Sum::Int(6), 1)
+        );
     }
 
     proptest! {
@@ -590,9 +717,9 @@ mod tests {
             let stats = Stats { format: Format::F64le, edges: Some(vec![-1e6, -10.0, 0.0, 10.0, 1e5]) };
             let bytes = f64s(&values);
             let one = {
-                let mut f = stats.fold(0).unwrap();
+                let mut f = stats.fold(0);
                 f.update(&bytes);
-                f.finish().unwrap()
+                f.finish()
             };
             let many = runs(&stats, &bytes, &cuts, piece);
             prop_assert_eq!(many.count, one.count);
@@ -615,6 +742,30 @@ mod tests {
                 let in_bins: u64 = r.histogram.unwrap().counts.iter().sum();
                 prop_assert_eq!(in_bins, values.iter().filter(|v| (-1e6..=1e5).contains(*v)).count() as u64);
             }
+        }
+
+        /// Evenly spaced edges (guessed by arithmetic, then corrected) put every value in
+        /// the bin the edges say, values on an edge included.
+        #[test]
+        fn even_histograms_match_the_edges(raw in prop::collection::vec(0u32..2000, 1..3000), bins in 1usize..50, step in 1u32..30) {
+            let w = f64::from(step) * 0.1;
+            let edges: Vec<f64> = (0..=bins).map(|i| i as f64 * w).collect();
+            // Values on edges and between them.
+            let values: Vec<f64> = raw.iter().map(|&r| f64::from(r) * 0.05).collect();
+            let stats = Stats { format: Format::F64le, edges: Some(edges.clone()) };
+            let mut f = stats.fold(0);
+            f.update(&f64s(&values));
+            let p = f.finish();
+            let mut want = vec![0u64; bins];
+            let (mut below, mut above) = (0, 0);
+            for &v in &values {
+                if v < edges[0] { below += 1 } else if v > edges[bins] { above += 1 } else {
+                    let i = edges.partition_point(|&e| e <= v).saturating_sub(1).min(bins - 1);
+                    want[i] += 1;
+                }
+            }
+            prop_assert_eq!(p.bins.unwrap(), want);
+            prop_assert_eq!((p.below, p.above), (below, above));
         }
 
         /// Every integer format: exact sums and extremes, whatever the cuts.

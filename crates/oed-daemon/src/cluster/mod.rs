@@ -112,6 +112,8 @@ pub struct Cluster {
     codecs: Mutex<HashMap<(u16, u16), Arc<oed_ec::Codec>>>,
     /// How long one drive may take to take or give a chunk before it counts as failed.
     pub timeout: Duration,
+    /// How long a drive may take over its part of a near-data operation.
+    pub op_timeout: Duration,
     /// Whether single-part `ETag`s are MD5 digests (S3's rule) or a cheaper digest.
     pub md5_etags: bool,
     /// Memory for the object data of the requests this drive coordinates.
@@ -164,6 +166,7 @@ impl Cluster {
             store,
             codecs: Mutex::new(HashMap::new()),
             timeout,
+            op_timeout: Duration::from_secs(config.op_timeout_seconds),
             md5_etags: config.md5_etags,
             budget: budget::Budget::new(
                 config.coordinator_buffer_bytes,
@@ -437,7 +440,9 @@ mod tests {
                     tasks.spawn(async move {
                         tokio::time::sleep(Duration::from_millis(50)).await;
                         done.store(true, Ordering::SeqCst);
-                        tracing::Span::current().metadata().map(|m| m.name())
+                        tracing::Span::current()
+                            .metadata()
+                            .map(tracing::Metadata::name)
                     })
                 };
                 tasks.close_and_wait().await;

@@ -113,6 +113,7 @@ pub struct StripeSource {
     want: Vec<usize>,
     next: u64,
     end: u64,
+    bytes_read: u64,
 }
 
 impl StripeSource {
@@ -149,6 +150,7 @@ impl StripeSource {
             want,
             next: stripes.start,
             end,
+            bytes_read: 0,
         };
         if s.next >= s.end {
             return Ok(s);
@@ -165,6 +167,12 @@ impl StripeSource {
             }
         }
         Ok(s)
+    }
+
+    /// Chunk bytes read from the drives so far (rebuilding reads `k` chunks a stripe).
+    #[must_use]
+    pub fn bytes_read(&self) -> u64 {
+        self.bytes_read
     }
 
     /// The extent's erasure-coding profile.
@@ -282,7 +290,10 @@ impl StripeSource {
             .await;
             for (i, got) in reads {
                 match got {
-                    Ok(b) => chunks[i] = Some(b),
+                    Ok(b) => {
+                        self.bytes_read += cl as u64;
+                        chunks[i] = Some(b);
+                    }
                     Err(e) => {
                         self.failed(i, &e);
                         self.sources[i] = Source::Failed;

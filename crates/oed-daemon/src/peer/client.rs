@@ -23,7 +23,8 @@ use hyper_util::rt::{TokioExecutor, TokioTimer};
 use super::PeerOp;
 use super::auth::{self, PeerKey};
 use crate::drive::{
-    Drive, DriveError, DriveInfo, ErrorCode, ShardRead, ShardStream, ShardUpload, Stored,
+    Drive, DriveError, DriveInfo, ErrorCode, OpAnswer, OpRequest, ShardRead, ShardStream,
+    ShardUpload, Stored,
 };
 use crate::store::record::{BucketRecord, ObjectRecord, VersionId};
 
@@ -446,6 +447,18 @@ impl Drive for PeerClient {
 
     async fn info(&self) -> Result<DriveInfo, DriveError> {
         self.send(PeerOp::Info, "").await?.json().await
+    }
+
+    async fn run_op(&self, req: &OpRequest) -> Result<OpAnswer, DriveError> {
+        let body = serde_json::to_vec(req)
+            .map_err(|e| DriveError::new(ErrorCode::BadRequest, e.to_string()))?;
+        let digest = auth::body_digest(&body);
+        let resp = self
+            .request(PeerOp::RunOp, "", &digest)
+            .body(body)
+            .send()
+            .await?;
+        check(resp).await?.json().await
     }
 }
 

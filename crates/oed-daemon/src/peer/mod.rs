@@ -14,6 +14,7 @@
 //! | `PUT bucket`, `DELETE bucket` | `bucket` | bucket records |
 //! | `GET buckets` | | every bucket record |
 //! | `GET info` | | capacity, free space, counts, version, health |
+//! | `POST op` | | a near-data operation on a shard (body: the request, JSON) |
 
 pub mod auth;
 pub mod client;
@@ -36,7 +37,7 @@ use http_body_util::BodyExt;
 use serde::Deserialize;
 use tokio::sync::Semaphore;
 
-use crate::drive::{Drive, DriveError, DriveInfo, MAX_LIST, Stored};
+use crate::drive::{Drive, DriveError, DriveInfo, MAX_LIST, OpAnswer, OpRequest, Stored};
 use crate::error::Error;
 use crate::store::record::{BucketRecord, ObjectRecord, VersionId};
 use auth::PeerKey;
@@ -64,11 +65,13 @@ pub enum PeerOp {
     ListBuckets,
     /// `GET info`.
     Info,
+    /// `POST op`.
+    RunOp,
 }
 
 impl PeerOp {
     /// Every operation.
-    pub const ALL: [Self; 9] = [
+    pub const ALL: [Self; 10] = [
         Self::PutShard,
         Self::GetShard,
         Self::StatObject,
@@ -78,6 +81,7 @@ impl PeerOp {
         Self::DeleteBucket,
         Self::ListBuckets,
         Self::Info,
+        Self::RunOp,
     ];
 
     /// Its name, as the `op` label of the request metrics.
@@ -93,6 +97,7 @@ impl PeerOp {
             Self::DeleteBucket => "DeleteBucket",
             Self::ListBuckets => "ListBuckets",
             Self::Info => "Info",
+            Self::RunOp => "RunOp",
         }
     }
 
@@ -109,6 +114,7 @@ impl PeerOp {
             Self::DeleteBucket => (Method::DELETE, "/_oed/peer/v1/bucket"),
             Self::ListBuckets => (Method::GET, "/_oed/peer/v1/buckets"),
             Self::Info => (Method::GET, "/_oed/peer/v1/info"),
+            Self::RunOp => (Method::POST, "/_oed/peer/v1/op"),
         }
     }
 
@@ -133,6 +139,7 @@ impl PeerOp {
             Self::DeleteBucket => delete(delete_bucket),
             Self::ListBuckets => get(buckets),
             Self::Info => get(info),
+            Self::RunOp => axum::routing::post(run_op),
         }
     }
 }
@@ -434,4 +441,10 @@ async fn info(State(state): State<Arc<PeerState>>) -> Answer<Json<DriveInfo>> {
     // The one figure the store cannot know: refusals happen before any handler runs.
     info.auth_failures = state.auth_failures.load(Ordering::Relaxed);
     Ok(Json(info))
+}
+
+async fn run_op(State(state): State<Arc<PeerState>>, body: Bytes) -> Answer<Json<OpAnswer>> {
+    let req: OpRequest = serde_json::from_slice(&body)
+        .map_err(|e| Error::BadRequest(format!("operation request: {e}")))?;
+    Ok(Json(state.drive.run_op(&req).await?))
 }

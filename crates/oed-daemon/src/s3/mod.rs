@@ -1,7 +1,8 @@
 //! The S3 front end every drive serves. The `s3s` crate does the protocol: routing,
 //! SigV4 (headers, presigned URLs, aws-chunked streaming bodies), XML in and out. This
 //! module implements its [`S3`] trait with thin handlers that call the cluster: one file
-//! per group of operations ([`bucket`], [`object`], [`list`], [`multipart`]). OED's
+//! per group of operations ([`bucket`], [`object`], [`list`], [`multipart`]), and
+//! OED's own near-data operations on the S3 port ([`op`]). OED's
 //! errors become S3 error codes in [`crate::error::s3_error`].
 //!
 //! Keys beginning with U+0001 are the cluster's own (multipart uploads and their parts,
@@ -11,6 +12,7 @@ pub mod bucket;
 pub mod list;
 pub mod multipart;
 pub mod object;
+pub mod op;
 
 use std::sync::Arc;
 
@@ -59,9 +61,10 @@ pub fn service(
     access_key: &str,
     secret_key: &str,
 ) -> s3s::service::S3Service {
-    let mut b = s3s::service::S3ServiceBuilder::new(OedS3::new(cluster));
+    let mut b = s3s::service::S3ServiceBuilder::new(OedS3::new(cluster.clone()));
     b.set_auth(s3s::auth::SimpleAuth::from_single(access_key, secret_key));
     b.set_access(NameOperation);
+    b.set_route(op::OpRoute::new(cluster));
     b.build()
 }
 

@@ -11,7 +11,8 @@ use futures_util::StreamExt as _;
 use super::Store;
 use super::record::{BucketRecord, ObjectRecord, VersionId};
 use crate::drive::{
-    Drive, DriveError, DriveInfo, MAX_LIST, ShardRead, ShardStream, ShardUpload, Stored,
+    Drive, DriveError, DriveInfo, MAX_LIST, OpAnswer, OpRequest, ShardRead, ShardStream,
+    ShardUpload, Stored,
 };
 use crate::error::{Error, Result};
 
@@ -145,5 +146,9 @@ impl Drive for Store {
 
     async fn info(&self) -> Result<DriveInfo, DriveError> {
         Ok(self.info_now()?)
+    }
+
+    async fn run_op(&self, req: &OpRequest) -> Result<OpAnswer, DriveError> {
+        Ok(Store::run_op(self, req).await?)
     }
 }

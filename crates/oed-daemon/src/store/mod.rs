@@ -12,6 +12,7 @@ pub mod meta;
 pub mod record;
 
 use std::io::Read;
+use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Instant;
@@ -81,6 +82,8 @@ pub struct Shared {
     locks: Vec<Mutex<()>>,
     /// Time spent in each step of a shard write ([`Store::write_phases`]).
     phases: HistogramVec,
+    /// How much near-data work the drive takes on.
+    ops: crate::compute::drive::OpLimits,
 }
 
 impl std::ops::Deref for Store {
@@ -130,7 +133,16 @@ impl Store {
                 .buckets(PHASE_BUCKETS.to_vec()),
                 &["phase"],
             )?,
+            ops: crate::compute::drive::OpLimits::new(
+                config.max_concurrent_ops,
+                std::time::Duration::from_secs(config.op_cpu_seconds),
+            ),
         })))
+    }
+
+    /// How much near-data work the drive takes on.
+    pub(crate) fn op_limits(&self) -> &crate::compute::drive::OpLimits {
+        &self.ops
     }
 
     /// The `oed_shard_write_seconds` histograms, by phase, for the drive's registry. Only
@@ -696,15 +708,42 @@ impl Store {
             let Err(e) = read_stripes_into(bytes, from, to, &tx) else {
                 return;
             };
-            if let Error::CorruptShard { stripe } = e {
-                tracing::error!(bucket = %record.bucket, key = %record.key, stripe, "stored shard is corrupt");
-                if let Err(q) = store.meta.queue_corrupt(&record) {
-                    tracing::warn!(error = %q, "heal queue");
-                }
-            }
+            store.note_failed_read(&record, &e);
             let _ = tx.blocking_send(Err(e));
         });
         rx
+    }
+}
+
+impl Store {
+    /// Hands `f` each chunk of stripes `from..to` of the shard whose bytes [`Store::shard`]
+    /// gave, as [`for_each_chunk`] does; a bad chunk is noted as a read's is
+    /// ([`Store::note_failed_read`]) and returned. Blocks.
+    ///
+    /// # Errors
+    /// [`Error::CorruptShard`] naming the bad chunk's stripe; [`Error::Io`].
+    pub(crate) fn fold_chunks(
+        &self,
+        record: &ObjectRecord,
+        bytes: ShardBytes,
+        stripes: std::ops::Range<u64>,
+        f: &mut dyn FnMut(u64, Vec<u8>) -> ControlFlow<()>,
+    ) -> Result<()> {
+        let r = for_each_chunk(bytes, stripes.start, stripes.end, f);
+        if let Err(e) = &r {
+            self.note_failed_read(record, e);
+        }
+        r
+    }
+
+    /// A shard read failed: when a chunk was bad, logs it and queues the shard for heal.
+    fn note_failed_read(&self, record: &ObjectRecord, e: &Error) {
+        if let Error::CorruptShard { stripe } = e {
+            tracing::error!(bucket = %record.bucket, key = %record.key, stripe, "stored shard is corrupt");
+            if let Err(q) = self.meta.queue_corrupt(record) {
+                tracing::warn!(error = %q, "heal queue");
+            }
+        }
     }
 }
 
@@ -716,6 +755,24 @@ fn read_stripes_into(
     to: u64,
     tx: &mpsc::Sender<Result<Bytes>>,
 ) -> Result<()> {
+    for_each_chunk(bytes, from, to, &mut |_, buf| {
+        if tx.blocking_send(Ok(Bytes::from(buf))).is_err() {
+            ControlFlow::Break(())
+        } else {
+            ControlFlow::Continue(())
+        }
+    })
+}
+
+/// Hands `f` each chunk of stripes `from..to` (its stripe and its bytes, CRC32C checked and
+/// stripped) until the end, a failure (returned: a bad or missing chunk is
+/// [`Error::CorruptShard`] naming its stripe), or `f` breaks. Blocks.
+fn for_each_chunk(
+    bytes: ShardBytes,
+    from: u64,
+    to: u64,
+    f: &mut dyn FnMut(u64, Vec<u8>) -> ControlFlow<()>,
+) -> Result<()> {
     /// Fills the empty `buf` with the next `n` bytes of `r`.
     type Fill<R> = fn(&mut R, &mut Vec<u8>, usize) -> std::io::Result<()>;
     fn run<R: Read + std::io::Seek>(
@@ -723,13 +780,13 @@ fn read_stripes_into(
         fill: Fill<R>,
         from: u64,
         to: u64,
-        tx: &mpsc::Sender<Result<Bytes>>,
+        f: &mut dyn FnMut(u64, Vec<u8>) -> ControlFlow<()>,
     ) -> Result<()> {
         let mut reader = oed_ec::ShardReader::new(r)?;
         if from < to {
             reader.seek_to_stripe(from)?;
         }
-        for _ in from..to {
+        for stripe in from..to {
             let mut buf = Vec::new();
             match reader.read_chunk_with(&mut buf, fill) {
                 Ok(Some(_)) => {}
@@ -741,7 +798,7 @@ fn read_stripes_into(
                 }
                 Err(e) => return Err(e.into()),
             }
-            if tx.blocking_send(Ok(Bytes::from(buf))).is_err() {
+            if f(stripe, buf).is_break() {
                 return Ok(());
             }
         }
@@ -753,11 +810,11 @@ fn read_stripes_into(
             oed_ec::format::read_zeroed,
             from,
             to,
-            tx,
+            f,
         ),
         ShardBytes::File(path) => match std::fs::File::open(&path) {
             // No BufReader: each frame is one read straight into the chunk's buffer.
-            Ok(f) => run(f, read_uninit, from, to, tx),
+            Ok(file) => run(file, read_uninit, from, to, f),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 Err(Error::CorruptShard { stripe: from })
             }

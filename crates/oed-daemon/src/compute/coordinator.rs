@@ -1,0 +1,320 @@
+//! The coordinator side of a near-data operation. It plans the operation for the whole
+//! object (`oed_ops::op::Plan`), asks the drive of every data shard of every extent for
+//! its part ([`Drive::run_op`](crate::drive::Drive::run_op)), all at once, and merges
+//! the partials in object order: by extent, stripe and shard, so that an answer never
+//! depends on which drive replied first. What a drive could not fold (it is down, timed
+//! out, or found a chunk failing its CRC32C) is read here through the stripe source,
+//! which rebuilds those chunks from parity (Reed-Solomon is linear over GF(2^8), not
+//! over the numbers, so partials of parity are of no use), and folded here: the answer
+//! stays exact, and its cost says parity was used and what it cost. SHA-256, which does
+//! not split, is streamed here in object order.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use futures_util::future::join_all;
+use oed_ops::op::{Op, Partial, Plan};
+use serde::Serialize;
+
+use crate::cluster::Cluster;
+use crate::cluster::budget::Budget;
+use crate::cluster::read::extents;
+use crate::cluster::stripes::{Chunk, StripeSource};
+use crate::drive::{DriveError, OpAnswer, OpRequest};
+use crate::error::{Error, Result};
+use crate::store::record::{ObjectRecord, PartRef};
+
+/// What an operation cost, reported with every answer, so that a user can see whether
+/// computing near the data paid.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct Cost {
+    /// Wall time of the operation on the coordinator, seconds.
+    pub wall_seconds: f64,
+    /// Object bytes the operation covered.
+    pub object_bytes: u64,
+    /// Bytes that crossed the network between drives: the answers of the other drives,
+    /// and the chunks read here to rebuild or stream (this drive's own included).
+    pub network_bytes: u64,
+    /// CPU time the drives spent folding, seconds (their own reports).
+    pub drive_cpu_seconds: f64,
+    /// Bytes the drives read from their disks for their parts.
+    pub drive_bytes_read: u64,
+    /// Bytes the coordinator read through the stripe source (rebuilt stripes, SHA-256).
+    pub coordinator_bytes: u64,
+    /// Whether any chunk was rebuilt from parity.
+    pub parity_used: bool,
+    /// Stripes the coordinator folded itself because a drive could not.
+    pub rebuilt_stripes: u64,
+    /// Each drive asked, in extent and shard order.
+    pub drives: Vec<DriveCost>,
+}
+
+/// One drive's part of a [`Cost`].
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct DriveCost {
+    /// The drive.
+    pub drive: String,
+    /// The shard it was asked for.
+    pub shard: u16,
+    /// Bytes it read from its disk.
+    pub bytes_read: u64,
+    /// CPU time it spent, seconds.
+    pub cpu_seconds: f64,
+    /// Bytes its answer took on the network (0 for this drive's own).
+    pub answer_bytes: u64,
+    /// Stripes it folded, of those asked.
+    pub stripes_done: u64,
+    /// Why it did not answer, when it did not.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub failed: Option<String>,
+}
+
+/// An operation's answer.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Outcome {
+    /// The result (the operation says its shape).
+    pub result: serde_json::Value,
+    /// What it cost.
+    pub cost: Cost,
+}
+
+/// A partial and where it belongs in object order.
+struct Placed {
+    extent: usize,
+    stripe: u64,
+    shard: u16,
+    partial: Partial,
+}
+
+fn bad(e: &oed_ops::Error) -> Error {
+    Error::BadRequest(e.to_string())
+}
+
+/// The object bytes of a chunk the stripe source gave.
+fn chunk_bytes(chunk: &Chunk) -> Vec<u8> {
+    let mut v = Vec::with_capacity(chunk.data_len);
+    for p in &chunk.pieces {
+        let room = chunk.data_len - v.len();
+        v.extend_from_slice(&p[..p.len().min(room)]);
+    }
+    v
+}
+
+impl Cluster {
+    /// Runs `op` over the current version of `record`'s object; see the module docs.
+    ///
+    /// # Errors
+    /// [`Error::BadRequest`] when the operation does not fit the object (a record width
+    /// that does not divide it, bad parameters); [`Error::Unavailable`] when fewer than
+    /// `k` chunks of some stripe can be had; [`Error::SlowDown`] when the coordinator's
+    /// memory for data in flight stays taken.
+    pub async fn run_op(self: &Arc<Self>, record: &ObjectRecord, op: Op) -> Result<Outcome> {
+        let started = Instant::now();
+        let exts = extents(record);
+        let subtree = exts
+            .iter()
+            .map(|e| u64::from(e.chunk_size))
+            .min()
+            .unwrap_or(u64::from(oed_ec::layout::DEFAULT_CHUNK_SIZE));
+        let plan = Plan::new(op, record.object_size(), subtree).map_err(|e| bad(&e))?;
+        let mut cost = Cost {
+            object_bytes: record.object_size(),
+            ..Cost::default()
+        };
+        let result = if plan.splits() {
+            self.split_op(&record.bucket, &exts, &plan, &mut cost)
+                .await?
+        } else {
+            self.sequential_op(&record.bucket, &exts, &plan, &mut cost)
+                .await?
+        };
+        cost.wall_seconds = started.elapsed().as_secs_f64();
+        Ok(Outcome { result, cost })
+    }
+
+    async fn split_op(
+        self: &Arc<Self>,
+        bucket: &str,
+        exts: &[PartRef],
+        plan: &Plan,
+        cost: &mut Cost,
+    ) -> Result<serde_json::Value> {
+        let mut placed: Vec<Placed> = Vec::new();
+        let mut base = 0;
+        for (x, ext) in exts.iter().enumerate() {
+            if ext.size > 0 {
+                let count = oed_ec::Layout::new(ext.k.into(), ext.m.into(), ext.chunk_size)?
+                    .stripe_count(ext.size);
+                let req = OpRequest {
+                    bucket: bucket.to_owned(),
+                    key: ext.key.clone(),
+                    version: ext.version_id,
+                    base,
+                    plan: plan.clone(),
+                    stripes: None,
+                };
+                let answers = join_all((0..ext.k).map(|i| self.ask(ext, i, &req))).await;
+                for (i, answer) in (0..ext.k).zip(answers) {
+                    let done = match answer {
+                        Ok((a, answer_bytes)) => {
+                            cost.drive_bytes_read += a.bytes_read;
+                            cost.drive_cpu_seconds += a.cpu_seconds;
+                            cost.network_bytes += answer_bytes;
+                            cost.drives.push(DriveCost {
+                                drive: ext.drives[usize::from(i)].clone(),
+                                shard: i,
+                                bytes_read: a.bytes_read,
+                                cpu_seconds: a.cpu_seconds,
+                                answer_bytes,
+                                stripes_done: a.stripes_done,
+                                failed: None,
+                            });
+                            placed.extend(a.partials.into_iter().map(|p| Placed {
+                                extent: x,
+                                stripe: p.stripe,
+                                shard: i,
+                                partial: p.partial,
+                            }));
+                            a.stripes_done
+                        }
+                        // The operation itself is wrong: every drive would say so.
+                        Err(e) if e.code == crate::drive::ErrorCode::BadRequest => {
+                            return Err(Error::BadRequest(e.message));
+                        }
+                        Err(e) => {
+                            tracing::warn!(key = %ext.key, shard = i, drive = %ext.drives[usize::from(i)], error = %e, "a drive did not run its part; computing it from the other shards");
+                            cost.drives.push(DriveCost {
+                                drive: ext.drives[usize::from(i)].clone(),
+                                shard: i,
+                                failed: Some(e.to_string()),
+                                ..DriveCost::default()
+                            });
+                            0
+                        }
+                    };
+                    if done < count {
+                        let rebuilt = self
+                            .fold_here(bucket, ext, usize::from(i), done..count, base, plan, cost)
+                            .await?;
+                        placed.extend(rebuilt.into_iter().map(|(stripe, partial)| Placed {
+                            extent: x,
+                            stripe,
+                            shard: i,
+                            partial,
+                        }));
+                    }
+                }
+            }
+            base += ext.size;
+        }
+        placed.sort_by_key(|p| (p.extent, p.stripe, p.shard));
+        let mut acc = plan.empty().map_err(|e| bad(&e))?;
+        for p in placed {
+            acc = plan.merge(acc, p.partial).map_err(|e| bad(&e))?;
+        }
+        plan.finish(&acc)
+            .map_err(|e| Error::Unavailable(format!("the drives' parts do not add up: {e}")))
+    }
+
+    /// Asks the drive of data shard `i` of `ext` for its part; also the size its answer
+    /// took on the network.
+    async fn ask(
+        &self,
+        ext: &PartRef,
+        i: u16,
+        req: &OpRequest,
+    ) -> Result<(OpAnswer, u64), DriveError> {
+        let id = &ext.drives[usize::from(i)];
+        let drive = self
+            .drive(id)
+            .ok_or_else(|| DriveError::unreachable("drive is not in the cluster map"))?;
+        let answer = tokio::time::timeout(self.op_timeout, drive.run_op(req))
+            .await
+            .unwrap_or_else(|_| Err(DriveError::unreachable("timed out")))?;
+        if answer.shard != i {
+            return Err(DriveError::unreachable(format!(
+                "the drive holds shard {}, not {i}",
+                answer.shard
+            )));
+        }
+        let local = *id == self.map.drives[self.local].id;
+        let size = if local {
+            0
+        } else {
+            serde_json::to_vec(&answer).map_or(0, |v| v.len() as u64)
+        };
+        Ok((answer, size))
+    }
+
+    /// Folds data shard `shard` of `ext`, stripes `stripes`, here: read through the
+    /// stripe source, rebuilt from parity where the chunk cannot be read.
+    #[allow(clippy::too_many_arguments)]
+    async fn fold_here(
+        self: &Arc<Self>,
+        bucket: &str,
+        ext: &PartRef,
+        shard: usize,
+        stripes: std::ops::Range<u64>,
+        base: u64,
+        plan: &Plan,
+        cost: &mut Cost,
+    ) -> Result<Vec<(u64, Partial)>> {
+        let stripe_bytes = u64::from(ext.k) * u64::from(ext.chunk_size);
+        let _share = self
+            .budget
+            .take(Budget::read_share(ext.size, stripe_bytes))
+            .await?;
+        let mut source =
+            StripeSource::open(self.clone(), bucket, ext.clone(), stripes, vec![shard]).await?;
+        let mut out = Vec::new();
+        while let Some(stripe) = source.next().await? {
+            cost.rebuilt_stripes += 1;
+            for chunk in &stripe.chunks {
+                cost.parity_used |= chunk.rebuilt;
+                if chunk.data_len == 0 {
+                    continue;
+                }
+                let bytes = chunk_bytes(chunk);
+                let partial = plan.run(base + chunk.offset, &bytes).map_err(|e| bad(&e))?;
+                out.push((stripe.index, partial));
+            }
+        }
+        cost.coordinator_bytes += source.bytes_read();
+        cost.network_bytes += source.bytes_read();
+        Ok(out)
+    }
+
+    /// An operation that does not split (SHA-256): the object's data chunks streamed here
+    /// in order.
+    async fn sequential_op(
+        self: &Arc<Self>,
+        bucket: &str,
+        exts: &[PartRef],
+        plan: &Plan,
+        cost: &mut Cost,
+    ) -> Result<serde_json::Value> {
+        let mut fold = plan
+            .sequential()
+            .ok_or_else(|| Error::BadRequest("the operation splits".into()))?;
+        for ext in exts.iter().filter(|e| e.size > 0) {
+            let stripe_bytes = u64::from(ext.k) * u64::from(ext.chunk_size);
+            let _share = self
+                .budget
+                .take(Budget::read_share(ext.size, stripe_bytes))
+                .await?;
+            let want = (0..usize::from(ext.k)).collect();
+            let mut source =
+                StripeSource::open(self.clone(), bucket, ext.clone(), 0..u64::MAX, want).await?;
+            while let Some(stripe) = source.next().await? {
+                for chunk in &stripe.chunks {
+                    cost.parity_used |= chunk.rebuilt;
+                    fold.update(&chunk_bytes(chunk));
+                }
+            }
+            cost.coordinator_bytes += source.bytes_read();
+            cost.network_bytes += source.bytes_read();
+        }
+        fold.finish()
+            .map_err(|e| Error::Unavailable(format!("the object's bytes do not add up: {e}")))
+    }
+}

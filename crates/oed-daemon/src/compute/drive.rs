@@ -1,0 +1,157 @@
+//! The drive side of a near-data operation: [`Drive::run_op`](crate::drive::Drive::run_op)
+//! on this drive's store. The fold runs on a blocking thread, one operation per slot of
+//! [`OpLimits`] (others wait for a turn), so S3 requests on the same drive keep the
+//! runtime; it checks every chunk's CRC32C as a read does, stops at the first bad one
+//! (queued for heal), stops when the caller goes away, and stops past its CPU-time limit.
+
+use std::ops::ControlFlow;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use tokio::sync::Semaphore;
+
+use crate::drive::{OpAnswer, OpRequest, StripePartial};
+use crate::error::{Error, Result};
+use crate::store::Store;
+
+/// How much near-data work a drive takes on.
+#[derive(Debug)]
+pub struct OpLimits {
+    slots: Semaphore,
+    cpu: Duration,
+}
+
+impl OpLimits {
+    /// `concurrent` operations at once, each with at most `cpu` of CPU time.
+    #[must_use]
+    pub fn new(concurrent: usize, cpu: Duration) -> Self {
+        Self {
+            slots: Semaphore::new(concurrent),
+            cpu,
+        }
+    }
+}
+
+/// Sets its flag when dropped: the request that owns it is gone.
+struct CancelOnDrop(Arc<AtomicBool>);
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+}
+
+/// CPU time of the calling thread.
+fn thread_cpu() -> Duration {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
+    Duration::new(t.tv_sec.unsigned_abs(), t.tv_nsec.unsigned_abs() as u32)
+}
+
+impl Store {
+    /// [`Drive::run_op`](crate::drive::Drive::run_op) on this store.
+    ///
+    /// # Errors
+    /// [`Error::NotFound`], [`Error::BadRequest`] (a parity shard, stripes out of range, a
+    /// run the operation refuses, the CPU-time limit), [`Error::ShuttingDown`].
+    pub(crate) async fn run_op(&self, req: &OpRequest) -> Result<OpAnswer> {
+        let (record, bytes) = self.shard(&req.bucket, &req.key, Some(req.version))?;
+        let layout = record.layout()?;
+        let shard = usize::from(record.shard_index);
+        if shard >= layout.k() {
+            return Err(Error::BadRequest(format!(
+                "shard {shard} of {:?} is parity: operations run on data shards",
+                req.key
+            )));
+        }
+        let count = layout.stripe_count(record.size);
+        let asked = req.stripes.clone().unwrap_or(0..count);
+        if asked.start > asked.end || asked.end > count {
+            return Err(Error::BadRequest(format!(
+                "stripes {}..{} of a shard of {count}",
+                asked.start, asked.end
+            )));
+        }
+        let _turn = self
+            .op_limits()
+            .slots
+            .acquire()
+            .await
+            .map_err(|_| Error::ShuttingDown)?;
+        let cancelled = Arc::new(AtomicBool::new(false));
+        let _guard = CancelOnDrop(cancelled.clone());
+        let (store, req, limit) = (self.clone(), req.clone(), self.op_limits().cpu);
+        let span = tracing::Span::current();
+        tokio::task::spawn_blocking(move || {
+            let _in = span.enter();
+            let started = thread_cpu();
+            let plan = &req.plan;
+            let commutes = plan.commutes();
+            let mut answer = OpAnswer {
+                shard: shard as u16,
+                partials: Vec::new(),
+                stripes_done: 0,
+                bytes_read: 0,
+                cpu_seconds: 0.0,
+            };
+            let mut failure = None;
+            let folded = store.fold_chunks(&record, bytes, asked.clone(), &mut |s, chunk| {
+                if cancelled.load(Ordering::Relaxed) {
+                    failure = Some(Error::BodyBroken("the caller went away".into()));
+                    return ControlFlow::Break(());
+                }
+                if thread_cpu().saturating_sub(started) > limit {
+                    failure = Some(Error::BadRequest(format!(
+                        "the operation needed more than op_cpu_seconds = {} s of CPU on drive {}",
+                        limit.as_secs(),
+                        store.drive_id()
+                    )));
+                    return ControlFlow::Break(());
+                }
+                answer.bytes_read += chunk.len() as u64;
+                // The chunk's object bytes: the last stripe's chunks end in padding.
+                let Some(stripe) = layout.stripe(record.size, s) else {
+                    return ControlFlow::Break(());
+                };
+                let r = stripe.chunk_range(shard);
+                if !r.is_empty() {
+                    let offset = req.base + stripe.object_offset + r.start as u64;
+                    let partial = match plan.run(offset, &chunk[..r.len()]) {
+                        Ok(p) => p,
+                        Err(e) => {
+                            failure = Some(Error::BadRequest(e.to_string()));
+                            return ControlFlow::Break(());
+                        }
+                    };
+                    match answer.partials.last_mut() {
+                        Some(last) if commutes => {
+                            let merged = plan.merge(last.partial.clone(), partial);
+                            match merged {
+                                Ok(m) => last.partial = m,
+                                Err(e) => {
+                                    failure = Some(Error::BadRequest(e.to_string()));
+                                    return ControlFlow::Break(());
+                                }
+                            }
+                        }
+                        _ => answer.partials.push(StripePartial { stripe: s, partial }),
+                    }
+                }
+                answer.stripes_done += 1;
+                ControlFlow::Continue(())
+            });
+            if let Some(e) = failure {
+                return Err(e);
+            }
+            match folded {
+                // A bad chunk ends the fold; the coordinator rebuilds from there.
+                Ok(()) | Err(Error::CorruptShard { .. }) => {}
+                Err(e) => return Err(e),
+            }
+            answer.cpu_seconds = thread_cpu().saturating_sub(started).as_secs_f64();
+            Ok(answer)
+        })
+        .await
+        .map_err(|e| Error::Io(std::io::Error::other(e)))?
+    }
+}

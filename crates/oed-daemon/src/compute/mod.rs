@@ -1,0 +1,8 @@
+//! Near-data operations: the drive side ([`drive`]), which folds the data chunks a drive
+//! holds into partials off the I/O path, and the coordinator side ([`coordinator`]),
+//! which plans an operation for an object, sends it to the drives that hold its data
+//! shards, rebuilds from parity what a drive could not fold, and merges the partials in
+//! object order. The kernels themselves are `oed-ops`'.
+
+pub mod coordinator;
+pub mod drive;

@@ -1,0 +1,138 @@
+//! `POST /BUCKET/KEY?oed-op`: a near-data operation on an object, through the S3 port and
+//! signed like any S3 request (SigV4 with headers or presigned), so any S3 signer can
+//! call it: `curl --aws-sigv4`, botocore, the SDKs. The body is the operation as JSON,
+//! for example `{"op": "stats", "format": "f64le"}`; the answer is JSON,
+//! `{"result": {...}, "cost": {...}}` (`docs/near-data.md`). Errors are S3 errors.
+//!
+//! `s3s` has no such operation; it hands the request to this custom route once it has
+//! checked the signature.
+
+use std::sync::Arc;
+
+use oed_ops::op::Op;
+use s3s::route::S3Route;
+use s3s::{Body, S3ErrorCode, S3Request, S3Response, S3Result};
+
+use super::{OrS3, err, object::record};
+use crate::cluster::Cluster;
+use crate::metrics::OpName;
+
+/// The query parameter that names a near-data operation.
+pub const OP_PARAM: &str = "oed-op";
+
+/// Largest operation request body.
+const MAX_OP_BODY: usize = 64 * 1024;
+
+/// The route `s3s` hands `POST ...?oed-op` to.
+#[derive(Debug)]
+pub struct OpRoute {
+    cluster: Arc<Cluster>,
+}
+
+impl OpRoute {
+    /// The route, running operations through `cluster`.
+    #[must_use]
+    pub fn new(cluster: Arc<Cluster>) -> Self {
+        Self { cluster }
+    }
+}
+
+/// Whether `query` has the parameter `name` (with or without a value).
+fn has_param(query: Option<&str>, name: &str) -> bool {
+    query.is_some_and(|q| q.split('&').any(|kv| kv.split('=').next() == Some(name)))
+}
+
+/// `%XX` sequences decoded; `None` when they do not make UTF-8.
+fn percent_decode(s: &str) -> Option<String> {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%' && i + 2 < b.len() {
+            let hex = std::str::from_utf8(&b[i + 1..i + 3]).ok()?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+#[async_trait::async_trait]
+impl S3Route for OpRoute {
+    fn is_match(
+        &self,
+        method: &http::Method,
+        uri: &http::Uri,
+        _headers: &http::HeaderMap,
+        _extensions: &mut http::Extensions,
+    ) -> bool {
+        method == http::Method::POST && has_param(uri.query(), OP_PARAM)
+    }
+
+    async fn check_access(&self, req: &mut S3Request<Body>) -> S3Result<()> {
+        if let Some(slot) = req.extensions.get::<OpName>() {
+            slot.set("OedOp");
+        }
+        match req.credentials {
+            Some(_) => Ok(()),
+            None => Err(err(S3ErrorCode::AccessDenied, "Signature is required")),
+        }
+    }
+
+    async fn call(&self, mut req: S3Request<Body>) -> S3Result<S3Response<Body>> {
+        let path = percent_decode(req.uri.path())
+            .ok_or_else(|| err(S3ErrorCode::InvalidURI, "the path is not UTF-8"))?;
+        let Ok(s3s::path::S3Path::Object { bucket, key }) = s3s::path::parse_path_style(&path)
+        else {
+            return Err(err(
+                S3ErrorCode::InvalidRequest,
+                "oed-op runs on an object: POST /BUCKET/KEY?oed-op",
+            ));
+        };
+        let body = req
+            .input
+            .store_all_limited(MAX_OP_BODY)
+            .await
+            .map_err(|e| {
+                err(
+                    S3ErrorCode::InvalidRequest,
+                    format!("the operation must be JSON of at most {MAX_OP_BODY} bytes: {e}"),
+                )
+            })?;
+        let op: Op = serde_json::from_slice(&body).map_err(|e| {
+            err(
+                S3ErrorCode::InvalidArgument,
+                format!("the operation is not one OED knows: {e}"),
+            )
+        })?;
+        let rec = record(&self.cluster, &bucket, &key).await?;
+        let outcome = self.cluster.run_op(&rec, op).await.or_s3()?;
+        let json = serde_json::to_vec(&outcome)
+            .map_err(|e| err(S3ErrorCode::InternalError, e.to_string()))?;
+        let mut resp = S3Response::new(Body::from(bytes::Bytes::from(json)));
+        resp.headers.insert(
+            http::header::CONTENT_TYPE,
+            http::HeaderValue::from_static("application/json"),
+        );
+        Ok(resp)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_parameter_and_paths_are_read_as_sent() {
+        assert!(has_param(Some("oed-op"), OP_PARAM));
+        assert!(has_param(Some("x=1&oed-op="), OP_PARAM));
+        assert!(!has_param(Some("oed-opx=1"), OP_PARAM));
+        assert!(!has_param(None, OP_PARAM));
+        assert_eq!(percent_decode("/b/a%20b%2Fc").as_deref(), Some("/b/a b/c"));
+        assert_eq!(percent_decode("/b/%ff"), None);
+        assert_eq!(percent_decode("/b/50%").as_deref(), Some("/b/50%"));
+    }
+}

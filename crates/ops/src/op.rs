@@ -1,0 +1,395 @@
+//! An operation as a user asks for it ([`Op`], the JSON body of an `oed-op` request),
+//! and as a [`Plan`] for one object: the operation with the object's length and the
+//! subtree size, which every drive and the coordinator hold alike, so that a drive's
+//! partials and the coordinator's merge agree.
+//!
+//! Most operations split: each drive folds the runs it holds ([`Plan::run`]), the
+//! coordinator merges ([`Plan::merge`]) and finishes ([`Plan::finish`]). SHA-256 does
+//! not split (see [`crate::checksum`]): [`Plan::sequential`] folds it in object order
+//! where the bytes are streamed.
+
+use base64::Engine as _;
+use serde::{Deserialize, Serialize};
+use sha2::Digest as _;
+
+use crate::checksum::{Blake3, Blake3Partial, Crc, CrcPartial};
+use crate::stats::{Stats, StatsPartial};
+use crate::{Error, Result};
+
+/// The checksum algorithms.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Algorithm {
+    /// CRC-32C, combined from the drives' runs.
+    Crc32c,
+    /// CRC-64/NVME, combined from the drives' runs.
+    Crc64nvme,
+    /// BLAKE3, joined from the drives' subtrees.
+    Blake3,
+    /// SHA-256, streamed in order through the coordinator.
+    Sha256,
+}
+
+/// An operation on an object's bytes.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "lowercase")]
+pub enum Op {
+    /// A checksum of the object.
+    Checksum {
+        /// Which one.
+        algorithm: Algorithm,
+    },
+    /// Statistics over the object's records.
+    Stats(Stats),
+}
+
+/// An operation planned for one object.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Plan {
+    /// The operation.
+    pub op: Op,
+    /// The object's length in bytes.
+    pub object_len: u64,
+    /// The BLAKE3 subtree size: a power of two, at least 1 KiB (the smallest chunk size
+    /// among the object's parts).
+    pub subtree: u64,
+}
+
+/// A partial result of a [`Plan`].
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "lowercase")]
+pub enum Partial {
+    /// A CRC and length.
+    Crc(CrcPartial),
+    /// BLAKE3 subtrees and leftover bytes.
+    Blake3(Blake3Partial),
+    /// Statistics.
+    Stats(StatsPartial),
+}
+
+impl Plan {
+    /// Plans `op` for an object of `object_len` bytes with BLAKE3 subtrees of `subtree`.
+    ///
+    /// # Errors
+    /// [`Error::BadArgument`] for parameters the operation refuses (histogram edges, a
+    /// record width that does not divide the object, a subtree size).
+    pub fn new(op: Op, object_len: u64, subtree: u64) -> Result<Self> {
+        match &op {
+            Op::Checksum {
+                algorithm: Algorithm::Blake3,
+            } => {
+                Blake3::new(subtree, object_len)?;
+            }
+            Op::Stats(s) => {
+                s.validate()?;
+                let w = s.format.width() as u64;
+                if !object_len.is_multiple_of(w) {
+                    return Err(Error::BadArgument(format!(
+                        "{object_len} bytes are not a whole number of {w}-byte {} records",
+                        serde_json::to_value(s.format)
+                            .ok()
+                            .and_then(|v| v.as_str().map(str::to_owned))
+                            .unwrap_or_default()
+                    )));
+                }
+            }
+            Op::Checksum { .. } => {}
+        }
+        Ok(Self {
+            op,
+            object_len,
+            subtree,
+        })
+    }
+
+    /// Whether the operation splits into partials (all but SHA-256).
+    #[must_use]
+    pub fn splits(&self) -> bool {
+        !matches!(
+            self.op,
+            Op::Checksum {
+                algorithm: Algorithm::Sha256
+            }
+        )
+    }
+
+    /// Whether partials merge to the same answer in any order (statistics), so that a
+    /// drive may fold all its runs into one partial. Checksums depend on object order.
+    #[must_use]
+    pub fn commutes(&self) -> bool {
+        matches!(self.op, Op::Stats(_))
+    }
+
+    fn blake3(&self) -> Result<Blake3> {
+        Blake3::new(self.subtree, self.object_len)
+    }
+
+    fn crc(&self) -> Option<Crc> {
+        match self.op {
+            Op::Checksum {
+                algorithm: Algorithm::Crc32c,
+            } => Some(Crc::Crc32c),
+            Op::Checksum {
+                algorithm: Algorithm::Crc64nvme,
+            } => Some(Crc::Crc64nvme),
+            _ => None,
+        }
+    }
+
+    /// The partial of nothing.
+    ///
+    /// # Errors
+    /// [`Error::BadArgument`] for an operation that does not split.
+    pub fn empty(&self) -> Result<Partial> {
+        match &self.op {
+            Op::Stats(s) => Ok(Partial::Stats(s.empty())),
+            _ if self.crc().is_some() => Ok(Partial::Crc(CrcPartial::default())),
+            Op::Checksum {
+                algorithm: Algorithm::Blake3,
+            } => Ok(Partial::Blake3(Blake3Partial::default())),
+            Op::Checksum { .. } => Err(unsplittable()),
+        }
+    }
+}
+
+fn unsplittable() -> Error {
+    Error::BadArgument(
+        "SHA-256 is a chain: it cannot be computed in parts on the drives, only in \
+             object order where the bytes are streamed"
+            .into(),
+    )
+}
+
+fn mismatch() -> Error {
+    Error::BadArgument("partials of another operation".into())
+}
+
+impl Plan {
+    /// The partial of one run: object bytes `offset..offset + bytes.len()`.
+    ///
+    /// # Errors
+    /// [`Error::BadArgument`] when the run does not fit the operation (not on a record,
+    /// past the object), or for an operation that does not split.
+    pub fn run(&self, offset: u64, bytes: &[u8]) -> Result<Partial> {
+        if let Some(crc) = self.crc() {
+            return Ok(Partial::Crc(crc.of(bytes)));
+        }
+        match &self.op {
+            Op::Stats(s) => {
+                let mut f = s.fold(offset);
+                f.update(bytes);
+                Ok(Partial::Stats(f.finish()))
+            }
+            Op::Checksum {
+                algorithm: Algorithm::Blake3,
+            } => Ok(Partial::Blake3(self.blake3()?.run(offset, bytes)?)),
+            Op::Checksum { .. } => Err(unsplittable()),
+        }
+    }
+
+    /// The partial of `left`'s runs followed by `right`'s.
+    ///
+    /// # Errors
+    /// [`Error::BadArgument`] when the two are not partials of this operation.
+    pub fn merge(&self, left: Partial, right: Partial) -> Result<Partial> {
+        Ok(match (left, right) {
+            (Partial::Crc(a), Partial::Crc(b)) => {
+                Partial::Crc(self.crc().ok_or_else(mismatch)?.merge(a, b))
+            }
+            (Partial::Blake3(a), Partial::Blake3(b)) => Partial::Blake3(self.blake3()?.merge(a, b)),
+            (Partial::Stats(a), Partial::Stats(b)) => match &self.op {
+                Op::Stats(s) => Partial::Stats(s.merge(a, b)),
+                Op::Checksum { .. } => return Err(mismatch()),
+            },
+            _ => return Err(mismatch()),
+        })
+    }
+
+    /// The answer, from the partial of the whole object.
+    ///
+    /// # Errors
+    /// [`Error::Incomplete`] when the partial does not cover the object;
+    /// [`Error::BadArgument`] when it is not a partial of this operation.
+    pub fn finish(&self, p: &Partial) -> Result<serde_json::Value> {
+        match (&self.op, p) {
+            (Op::Stats(s), Partial::Stats(p)) => {
+                if let Some(f) = p.fragments.first() {
+                    return Err(Error::Incomplete(format!(
+                        "a record cut at offset {} was never completed",
+                        f.offset
+                    )));
+                }
+                serde_json::to_value(s.finish(p)).map_err(|e| Error::BadArgument(e.to_string()))
+            }
+            (Op::Checksum { algorithm }, Partial::Crc(c)) => {
+                if c.len != self.object_len {
+                    return Err(Error::Incomplete(format!(
+                        "the runs cover {} of {} bytes",
+                        c.len, self.object_len
+                    )));
+                }
+                let bytes = if *algorithm == Algorithm::Crc32c {
+                    (c.crc as u32).to_be_bytes().to_vec()
+                } else {
+                    c.crc.to_be_bytes().to_vec()
+                };
+                Ok(checksum_value(*algorithm, &bytes))
+            }
+            (Op::Checksum { algorithm }, Partial::Blake3(b)) => {
+                let hex = self.blake3()?.finish(b)?;
+                let bytes = decode_hex(&hex);
+                Ok(checksum_value(*algorithm, &bytes))
+            }
+            _ => Err(mismatch()),
+        }
+    }
+
+    /// For an operation that does not split (SHA-256): a fold over the whole object in
+    /// order. `None` for the others.
+    #[must_use]
+    pub fn sequential(&self) -> Option<Sequential> {
+        (!self.splits()).then(|| Sequential {
+            sha: sha2::Sha256::new(),
+            len: 0,
+            object_len: self.object_len,
+        })
+    }
+}
+
+/// SHA-256 over an object's bytes, fed in object order.
+#[derive(Debug, Clone)]
+pub struct Sequential {
+    sha: sha2::Sha256,
+    len: u64,
+    object_len: u64,
+}
+
+impl Sequential {
+    /// The next bytes of the object.
+    pub fn update(&mut self, bytes: &[u8]) {
+        self.sha.update(bytes);
+        self.len += bytes.len() as u64;
+    }
+
+    /// The answer.
+    ///
+    /// # Errors
+    /// [`Error::Incomplete`] when not every byte of the object was fed.
+    pub fn finish(self) -> Result<serde_json::Value> {
+        if self.len != self.object_len {
+            return Err(Error::Incomplete(format!(
+                "{} of {} bytes hashed",
+                self.len, self.object_len
+            )));
+        }
+        Ok(checksum_value(Algorithm::Sha256, &self.sha.finalize()))
+    }
+}
+
+/// `{"algorithm", "hex", "base64"}`: the base64 is what S3's `x-amz-checksum-*` headers
+/// carry (big-endian for the CRCs).
+fn checksum_value(algorithm: Algorithm, bytes: &[u8]) -> serde_json::Value {
+    let hex = bytes.iter().fold(String::new(), |mut s, b| {
+        use std::fmt::Write as _;
+        let _ = write!(s, "{b:02x}");
+        s
+    });
+    serde_json::json!({
+        "algorithm": algorithm,
+        "hex": hex,
+        "base64": base64::engine::general_purpose::STANDARD.encode(bytes),
+    })
+}
+
+fn decode_hex(hex: &str) -> Vec<u8> {
+    hex.as_bytes()
+        .chunks(2)
+        .filter_map(|p| u8::from_str_radix(std::str::from_utf8(p).ok()?, 16).ok())
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::stats::Format;
+
+    fn data(len: usize) -> Vec<u8> {
+        (0..len as u64)
+            .map(|i| (i.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 56) as u8)
+            .collect()
+    }
+
+    /// Plans from user JSON, split into chunk-sized runs, merged, finished: the same
+    /// answers as the plain algorithms over the whole object.
+    #[test]
+    fn planned_operations_answer_as_single_passes() {
+        let bytes = data(5 * 4096 + 1000);
+        let len = bytes.len() as u64;
+        let answer = |json: &str| {
+            let op: Op = serde_json::from_str(json).unwrap();
+            let plan = Plan::new(op, len, 4096).unwrap();
+            let mut acc = plan.empty().unwrap();
+            for (i, c) in bytes.chunks(4096).enumerate() {
+                acc = plan
+                    .merge(acc, plan.run(i as u64 * 4096, c).unwrap())
+                    .unwrap();
+            }
+            plan.finish(&acc).unwrap()
+        };
+        let crc = crc32c::crc32c(&bytes);
+        assert_eq!(
+            answer(r#"{"op":"checksum","algorithm":"crc32c"}"#)["hex"],
+            format!("{crc:08x}")
+        );
+        assert_eq!(
+            answer(r#"{"op":"checksum","algorithm":"blake3"}"#)["hex"],
+            blake3::hash(&bytes).to_hex().as_str()
+        );
+        let stats = answer(r#"{"op":"stats","format":"u8","edges":[0,128,256]}"#);
+        assert_eq!(stats["count"], bytes.len());
+        let sum: u32 = bytes.iter().map(|&b| u32::from(b)).sum();
+        assert_eq!(stats["sum"], f64::from(sum));
+        // SHA-256 does not split, and says so; it streams instead.
+        let sha = Plan::new(
+            serde_json::from_str(r#"{"op":"checksum","algorithm":"sha256"}"#).unwrap(),
+            len,
+            4096,
+        )
+        .unwrap();
+        assert!(!sha.splits() && sha.run(0, &bytes).is_err());
+        let mut seq = sha.sequential().unwrap();
+        seq.update(&bytes);
+        let want: [u8; 32] = sha2::Sha256::digest(&bytes).into();
+        assert_eq!(
+            seq.finish().unwrap()["base64"],
+            base64::engine::general_purpose::STANDARD.encode(want)
+        );
+    }
+
+    #[test]
+    fn bad_operations_are_refused_with_what_is_wrong() {
+        for bad in [
+            r#"{"op":"grep"}"#,
+            r#"{"op":"stats","format":"f128"}"#,
+            r#"{"op":"checksum","algorithm":"md4"}"#,
+        ] {
+            assert!(serde_json::from_str::<Op>(bad).is_err(), "{bad}");
+        }
+        let f64s = Op::Stats(Stats {
+            format: Format::F64le,
+            edges: None,
+        });
+        let err = Plan::new(f64s, 12, 4096).unwrap_err();
+        assert!(err.to_string().contains("8-byte f64le"), "{err}");
+        let plan = Plan::new(
+            Op::Checksum {
+                algorithm: Algorithm::Crc32c,
+            },
+            10,
+            4096,
+        )
+        .unwrap();
+        let partial = plan.run(0, b"12345").unwrap();
+        assert!(matches!(plan.finish(&partial), Err(Error::Incomplete(_))));
+    }
+}

@@ -1,0 +1,231 @@
+//! Near-data operations on a real cluster: six drives (k = 4, m = 2) serving on 127.0.0.1
+//! in this process, each with its own store on disk. Every answer is checked against the
+//! same computation done here over the bytes the test wrote, with independent
+//! implementations (crc32c, crc-fast, blake3, sha2, plain two-pass statistics): healthy,
+//! with a data drive stopped, with a byte flipped in a shard file, for a multipart object
+//! whose parts are not aligned to anything, and with requests the object cannot take.
+
+// Test data and reference statistics are small; their floats are exact.
+#![allow(clippy::cast_precision_loss)]
+
+use std::sync::Arc;
+
+use base64::Engine as _;
+use oed_daemon::cluster::Cluster;
+use oed_daemon::cluster::write::NewObject;
+use oed_daemon::compute::coordinator::Outcome;
+use oed_daemon::store::record::{ObjectRecord, PartRef};
+use oed_ops::op::Op;
+use oed_tests::{LocalDrive, bytes, files_under, put_object};
+use sha2::Digest as _;
+
+const K: usize = 4;
+const M: usize = 2;
+const CHUNK: usize = 4096;
+
+/// `n` doubles far from zero, spread out: a naive sum of squares would lose them.
+fn doubles(n: usize) -> Vec<u8> {
+    (0..n)
+        .flat_map(|i| (1e9 + ((i * 7919) % 1000) as f64 / 8.0).to_le_bytes())
+        .collect()
+}
+
+async fn run(c: &Arc<Cluster>, rec: &ObjectRecord, op: &str) -> oed_daemon::Result<Outcome> {
+    let op: Op = serde_json::from_str(op).expect("a valid operation");
+    c.run_op(rec, op).await
+}
+
+/// What each checksum must be for `data`, as S3 headers carry them (base64).
+fn checksums(data: &[u8]) -> [(&'static str, String); 4] {
+    let b64 = |b: &[u8]| base64::engine::general_purpose::STANDARD.encode(b);
+    let crc64 = crc_fast::checksum(crc_fast::CrcAlgorithm::Crc64Nvme, data);
+    [
+        ("crc32c", b64(&crc32c::crc32c(data).to_be_bytes())),
+        ("crc64nvme", b64(&crc64.to_be_bytes())),
+        ("blake3", b64(blake3::hash(data).as_bytes())),
+        ("sha256", b64(&sha2::Sha256::digest(data))),
+    ]
+}
+
+/// Every checksum and the statistics of `rec` answer as computed here over `data`.
+async fn expect_exact(c: &Arc<Cluster>, rec: &ObjectRecord, data: &[u8]) -> Vec<Outcome> {
+    let mut outcomes = Vec::new();
+    for (algorithm, want) in checksums(data) {
+        let got = run(
+            c,
+            rec,
+            &format!(r#"{{"op":"checksum","algorithm":"{algorithm}"}}"#),
+        )
+        .await
+        .unwrap();
+        assert_eq!(got.result["base64"], want, "{algorithm}");
+        outcomes.push(got);
+    }
+    let values: Vec<f64> = data
+        .chunks(8)
+        .map(|r| f64::from_le_bytes(r.try_into().unwrap()))
+        .collect();
+    let n = values.len() as f64;
+    let mean = values.iter().sum::<f64>() / n;
+    let var = values.iter().map(|v| (v - mean) * (v - mean)).sum::<f64>() / n;
+    let edges = "[1e9, 1000000050, 1000000125]";
+    let got = run(
+        c,
+        rec,
+        &format!(r#"{{"op":"stats","format":"f64le","edges":{edges}}}"#),
+    )
+    .await
+    .unwrap();
+    let r = &got.result;
+    assert_eq!(r["count"], values.len());
+    assert!((r["mean"].as_f64().unwrap() - mean).abs() < 1e-6, "{r}");
+    assert!(
+        (r["variance"].as_f64().unwrap() - var).abs() < 1e-6 * var,
+        "{r}"
+    );
+    let min = values.iter().copied().fold(f64::INFINITY, f64::min);
+    let max = values.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    assert_eq!(
+        (r["min"].as_f64(), r["max"].as_f64()),
+        (Some(min), Some(max))
+    );
+    let low = values.iter().filter(|&&v| v < 1_000_000_050.0).count();
+    assert_eq!(r["histogram"]["counts"][0], low);
+    assert_eq!(r["histogram"]["counts"][1], values.len() - low);
+    outcomes.push(got);
+    outcomes
+}
+
+use oed_tests::runtime as rt;
+
+#[test]
+fn answers_are_exact_healthy_degraded_and_with_bit_rot() {
+    let root = tempfile::tempdir().unwrap();
+    rt().block_on(async {
+        let mut drives: Vec<LocalDrive> = oed_tests::local_cluster(root.path(), K, M, CHUNK).await;
+        let c = drives[0].cluster.clone();
+        c.create_bucket("bkt").await.unwrap();
+        // 60 full stripes and a short last one whose chunks are not 4 KiB.
+        let data = doubles((60 * K * CHUNK + 5000) / 8);
+        let rec = put_object(&c, "bkt", "log", &data).await;
+
+        // Healthy: exact, no parity, and little crosses the network for statistics.
+        let healthy = expect_exact(&c, &rec, &data).await;
+        let stats = healthy.last().unwrap();
+        assert!(!stats.cost.parity_used && stats.cost.rebuilt_stripes == 0);
+        assert_eq!(stats.cost.drives.len(), K);
+        assert!(stats.cost.drive_bytes_read >= data.len() as u64);
+        assert!(
+            stats.cost.network_bytes * 100 < data.len() as u64,
+            "{} bytes over the network for {} of data",
+            stats.cost.network_bytes,
+            data.len()
+        );
+        // SHA-256 streams the object through the coordinator, and says so.
+        let sha = &healthy[3];
+        assert!(sha.cost.coordinator_bytes >= data.len() as u64);
+
+        // A byte flipped in data shard 2's file: still exact, from parity.
+        let holder = |shard: usize| {
+            drives
+                .iter()
+                .position(|d| d.id == rec.drives[shard])
+                .unwrap()
+        };
+        let files = files_under(&drives[holder(2)].dir.join("shards"));
+        let mut on_disk = std::fs::read(&files[0]).unwrap();
+        on_disk[64 + 7 * (CHUNK + 4) + 100] ^= 0x10; // stripe 7
+        std::fs::write(&files[0], &on_disk).unwrap();
+        let rot = expect_exact(&c, &rec, &data).await;
+        assert!(rot.iter().all(|o| o.cost.parity_used), "parity not used");
+        let crc = &rot[0].cost;
+        let shard2 = crc.drives.iter().find(|d| d.shard == 2).unwrap();
+        assert_eq!(shard2.stripes_done, 7, "{crc:?}");
+        assert!(crc.rebuilt_stripes >= 1);
+
+        // The drive of data shard 1 stopped, with another drive coordinating: still exact.
+        let down = holder(1);
+        let c = drives[usize::from(down == 0)].cluster.clone();
+        drives.remove(down).stop().await;
+        let degraded = expect_exact(&c, &rec, &data).await;
+        let cost = &degraded[0].cost;
+        assert!(cost.parity_used);
+        assert!(
+            cost.drives
+                .iter()
+                .any(|d| d.shard == 1 && d.failed.is_some()),
+            "{cost:?}"
+        );
+        for d in drives {
+            d.stop().await;
+        }
+    });
+}
+
+#[test]
+fn a_multipart_object_is_one_object_to_its_operations() {
+    let root = tempfile::tempdir().unwrap();
+    rt().block_on(async {
+        let drives = oed_tests::local_cluster(root.path(), K, M, CHUNK).await;
+        let c = drives[0].cluster.clone();
+        c.create_bucket("bkt").await.unwrap();
+        // Three parts whose sizes are whole records but align with nothing else.
+        let data = doubles(9_000);
+        let cuts = [0, 8 * 3001, 8 * 7777, data.len()];
+        let mut parts = Vec::new();
+        for (n, w) in cuts.windows(2).enumerate() {
+            let key = format!("\u{1}p/test/{:05}", n + 1);
+            let rec = put_object(&c, "bkt", &key, &data[w[0]..w[1]]).await;
+            parts.push(PartRef::of(n as u32 + 1, &rec));
+        }
+        let obj = NewObject {
+            bucket: "bkt".into(),
+            key: "whole".into(),
+            parts,
+            etag: Some("e-3".into()),
+            ..NewObject::default()
+        };
+        let rec = c
+            .put_object(obj, futures_util::stream::empty())
+            .await
+            .unwrap()
+            .record;
+        assert_eq!(rec.object_size(), data.len() as u64);
+        expect_exact(&c, &rec, &data).await;
+        for d in drives {
+            d.stop().await;
+        }
+    });
+}
+
+#[test]
+fn operations_the_object_cannot_take_are_refused_and_change_nothing() {
+    let root = tempfile::tempdir().unwrap();
+    rt().block_on(async {
+        let drives = oed_tests::local_cluster(root.path(), K, M, CHUNK).await;
+        let c = drives[0].cluster.clone();
+        c.create_bucket("bkt").await.unwrap();
+        let data = bytes(3 * K * CHUNK + 3, 5);
+        let rec = put_object(&c, "bkt", "odd", &data).await;
+        for (op, says) in [
+            (r#"{"op":"stats","format":"f64le"}"#, "8-byte f64le records"),
+            (r#"{"op":"stats","format":"u8","edges":[3,2]}"#, "ascending"),
+        ] {
+            let e = run(&c, &rec, op).await.unwrap_err();
+            assert!(
+                matches!(e, oed_daemon::Error::BadRequest(_)) && e.to_string().contains(says),
+                "{op}: {e}"
+            );
+        }
+        // The object is still whole, and bytes work.
+        let got = run(&c, &rec, r#"{"op":"stats","format":"u8"}"#)
+            .await
+            .unwrap();
+        assert_eq!(got.result["count"], data.len());
+        let sum: u32 = data.iter().map(|&b| u32::from(b)).sum();
+        assert_eq!(got.result["sum"], f64::from(sum));
+        for d in drives {
+            d.stop().await;
+        }
+    });
+}
