@@ -114,6 +114,9 @@ fn answers_are_exact_healthy_degraded_and_with_bit_rot() {
         let stats = healthy.last().unwrap();
         assert!(!stats.cost.parity_used && stats.cost.rebuilt_stripes == 0);
         assert_eq!(stats.cost.drives.len(), K);
+        // Energy from the drives' meters (a model here, and labelled so).
+        assert!(stats.cost.energy_method.is_some(), "{:?}", stats.cost);
+        assert!(stats.cost.energy_joules.is_some_and(|j| j >= 0.0));
         assert!(stats.cost.drive_bytes_read >= data.len() as u64);
         assert!(
             stats.cost.network_bytes * 100 < data.len() as u64,

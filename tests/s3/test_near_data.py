@@ -70,6 +70,10 @@ def test_statistics_and_checksums_are_computed_on_the_drives(cluster, s3, bucket
     assert cost["drive_bytes_read"] >= len(data)
     assert cost["network_bytes"] < len(data) / 100, cost
     assert not cost["parity_used"] and len(cost["drives"]) == cluster.k
+    # Energy from the drives' meters, labelled with how it was had (this VM has no power
+    # sensor the drives can read, so a model may stand in, and must say so).
+    assert cost["energy_method"] in ("measured", "modelled", "mixed"), cost
+    assert cost["energy_joules"] >= 0 and cost["coordinator_energy_joules"] >= 0
 
     status, answer = op(cluster, bucket, "sensor.f64", {"op": "checksum", "algorithm": "crc32c"})
     assert status == 200, answer
@@ -115,3 +119,26 @@ def test_bad_operations_get_s3_errors(cluster, s3, bucket):
     assert status == 403, answer
     # Nothing changed.
     assert s3.get_object(Bucket=bucket, Key="odd")["Body"].read() == b"x" * 1001
+
+
+def test_oedd_op_at_a_shell(cluster, s3, bucket):
+    """`oedd op` signs with the credentials S3 tools use, prints the answer as JSON, and
+    fails with the drive's S3 error."""
+    s3.put_object(Bucket=bucket, Key="dir/three values", Body=struct.pack("<3d", 1.0, 2.0, 4.0))
+    env = cluster.aws_env()
+
+    def oedd_op(key, operation):
+        return subprocess.run(
+            [cluster.bin, "op", "--endpoint", cluster.endpoint(), bucket, key, operation],
+            env=env, capture_output=True, text=True, timeout=60,
+        )
+
+    out = oedd_op("dir/three values", '{"op": "stats", "format": "f64le"}')
+    assert out.returncode == 0, out.stderr
+    answer = json.loads(out.stdout)
+    assert answer["result"]["count"] == 3 and answer["result"]["mean"] == 7 / 3
+    assert answer["cost"]["object_bytes"] == 24
+    out = oedd_op("no such key", '{"op": "stats", "format": "u8"}')
+    assert out.returncode != 0 and "NoSuchKey" in out.stderr, out.stderr
+    out = oedd_op("dir/three values", "{not json")
+    assert out.returncode != 0 and "not JSON" in out.stderr, out.stderr

@@ -35,7 +35,7 @@ pub mod traffic;
 
 use std::path::{Path, PathBuf};
 
-pub use sampler::{Meter, MeterConfig, calibrate};
+pub use sampler::{EnergyReader, Meter, MeterConfig, calibrate};
 
 /// Where `/sys` and `/proc` are.
 #[derive(Debug, Clone, PartialEq, Eq)]

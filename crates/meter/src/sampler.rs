@@ -6,6 +6,7 @@
 
 use std::collections::HashMap;
 use std::path::PathBuf;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 
 use prometheus::{Counter, CounterVec, Gauge, IntCounter, Opts, Registry};
@@ -95,6 +96,43 @@ struct Previous {
     net_bytes: Option<u64>,
 }
 
+/// Reads a drive's energy counter at any moment, for the cost of one piece of work: the
+/// joules counted at the sampler's last tick, plus the last power reading times the time
+/// since. Cheap to clone; every clone reads the same meter.
+#[derive(Clone, Debug)]
+pub struct EnergyReader {
+    latest: Arc<Mutex<Latest>>,
+    method: Option<Method>,
+}
+
+/// The meter's state at its last tick.
+#[derive(Debug, Default)]
+struct Latest {
+    joules: f64,
+    reading: Option<(Instant, f64)>,
+}
+
+impl EnergyReader {
+    /// Joules used by the drive since the daemon started, up to now; `None` when power
+    /// metering is off. Between ticks the last reading's power stands in for what the
+    /// next tick will count, so two reads a moment apart differ by about power times time.
+    #[must_use]
+    pub fn joules_now(&self) -> Option<f64> {
+        self.method?;
+        let latest = self.latest.lock().unwrap_or_else(PoisonError::into_inner);
+        let since = latest
+            .reading
+            .map_or(0.0, |(at, watts)| watts * at.elapsed().as_secs_f64());
+        Some(latest.joules + since)
+    }
+
+    /// Measured or modelled; `None` when power metering is off.
+    #[must_use]
+    pub fn method(&self) -> Option<Method> {
+        self.method
+    }
+}
+
 /// The meter of one drive.
 pub struct Meter {
     roots: Roots,
@@ -106,6 +144,7 @@ pub struct Meter {
     prev: Previous,
     last_power: Option<(Instant, f64)>,
     failing: bool,
+    latest: Arc<Mutex<Latest>>,
 }
 
 impl std::fmt::Debug for Meter {
@@ -217,6 +256,7 @@ impl Meter {
             prev: Previous::default(),
             last_power: None,
             failing: false,
+            latest: Arc::default(),
         })
     }
 
@@ -244,12 +284,25 @@ impl Meter {
         self.metrics.energy.as_ref().map_or(0.0, Counter::get)
     }
 
+    /// A reader of this meter's energy for others to hold.
+    #[must_use]
+    pub fn energy_reader(&self) -> EnergyReader {
+        EnergyReader {
+            latest: self.latest.clone(),
+            method: self.method(),
+        }
+    }
+
     /// One tick. Returns the activity of the interval since the previous tick (`None` on
     /// the first) and the power reading, for callers that calibrate.
     pub fn sample(&mut self) -> (Option<Activity>, Option<f64>) {
         let now = Instant::now();
         let activity = self.read_system(now);
         let watts = self.read_power(now, activity.as_ref());
+        let mut latest = self.latest.lock().unwrap_or_else(PoisonError::into_inner);
+        latest.joules = self.energy_joules();
+        latest.reading = self.last_power;
+        drop(latest);
         (activity, watts)
     }
 

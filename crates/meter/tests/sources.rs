@@ -391,6 +391,20 @@ fn meter_turns_counters_into_activity_energy_and_metrics() {
     let model = power::Model::new(expect).watts(&a);
     assert!((watts - model).abs() < 1e-12);
     assert!((meter.energy_joules() - watts * a.seconds).abs() < 1e-9);
+    // A reader sees the counter, and the last power times the time since the tick.
+    let reader = meter.energy_reader();
+    assert_eq!(reader.method(), Some(power::Method::Modelled));
+    let started = Instant::now();
+    let before = reader.joules_now().unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    let after = reader.joules_now().unwrap();
+    let most = watts * started.elapsed().as_secs_f64();
+    assert!(before >= meter.energy_joules());
+    let added = after - before;
+    assert!(
+        added >= watts * 0.1 * 0.999 && added <= most * 1.001,
+        "{added} J at {watts} W"
+    );
 
     let text = prometheus::TextEncoder::new()
         .encode_to_string(&registry.gather())

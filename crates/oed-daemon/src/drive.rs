@@ -123,6 +123,13 @@ pub struct OpAnswer {
     pub bytes_read: u64,
     /// CPU time the drive spent on it, in seconds.
     pub cpu_seconds: f64,
+    /// Energy the whole drive used while it ran, joules, from its meter; `None` when the
+    /// drive has no power metering.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub energy_joules: Option<f64>,
+    /// How that energy was had: "measured" or "modelled".
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub energy_method: Option<String>,
 }
 
 /// The partial of one stripe's chunk, or of a run of stripes.

@@ -29,6 +29,7 @@
 //! - [`server`]: opening a drive and serving its listeners, with the meter's sampler, on
 //!   one shutdown path.
 //! - [`dev`]: `oedd dev`, a whole cluster of drives on one machine.
+//! - [`op_client`]: `oedd op`, a near-data operation signed with SigV4 from a shell.
 
 pub mod cluster;
 pub mod compute;
@@ -37,6 +38,7 @@ pub mod dev;
 pub mod drive;
 pub mod error;
 pub mod metrics;
+pub mod op_client;
 pub mod peer;
 pub mod s3;
 pub mod server;

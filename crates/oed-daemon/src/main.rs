@@ -35,6 +35,13 @@ enum Command {
     Dev(DevArgs),
     /// Show the power source this drive uses, or calibrate the power model against it.
     Meter(MeterArgs),
+    /// Run a near-data operation on an object where its data lies, and print the answer
+    /// (JSON: result and cost). Credentials come from AWS_ACCESS_KEY_ID and
+    /// AWS_SECRET_ACCESS_KEY, as for other S3 tools.
+    ///
+    /// Example: oedd op --endpoint http://127.0.0.1:9400 demo log.f64
+    ///          '{"op": "stats", "format": "f64le"}'
+    Op(OpArgs),
     /// Print every setting with its default, as a TOML config file.
     ConfigDefaults,
     /// Print the version, target and the erasure-coding kernel this CPU runs.
@@ -93,6 +100,23 @@ enum MeterAction {
 }
 
 #[derive(Args)]
+struct OpArgs {
+    /// A drive's S3 endpoint (any drive).
+    #[arg(long, env = "AWS_ENDPOINT_URL")]
+    endpoint: String,
+    /// The region to sign for.
+    #[arg(long, env = "AWS_DEFAULT_REGION", default_value = "us-east-1")]
+    region: String,
+    /// The bucket.
+    bucket: String,
+    /// The object's key.
+    key: String,
+    /// The operation, JSON: {"op": "stats", "format": "f64le"}, {"op": "checksum",
+    /// "algorithm": "blake3"}, ... (docs/near-data.md).
+    operation: String,
+}
+
+#[derive(Args)]
 struct DevArgs {
     /// Drives to start.
     #[arg(long, default_value_t = 6)]
@@ -118,8 +142,45 @@ fn main() -> anyhow::Result<()> {
         Command::ConfigDefaults => print!("{}", Config::defaults_toml()),
         Command::Serve(args) => serve(args)?,
         Command::Dev(args) => dev(args)?,
+        Command::Op(args) => op(args)?,
         Command::Meter(args) => meter(args)?,
     }
+    Ok(())
+}
+
+fn op(args: OpArgs) -> anyhow::Result<()> {
+    let var = |name: &str| {
+        std::env::var(name).with_context(|| format!("{name} is not set (the S3 credentials)"))
+    };
+    let target = oed_daemon::op_client::Target {
+        endpoint: args.endpoint,
+        region: args.region,
+        access_key: var("AWS_ACCESS_KEY_ID")?,
+        secret_key: var("AWS_SECRET_ACCESS_KEY")?,
+    };
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    // Progress on standard error while the drives work (the answer comes whole at the end).
+    let mut ticked = false;
+    let answer = rt.block_on(oed_daemon::op_client::run(
+        &target,
+        &args.bucket,
+        &args.key,
+        &args.operation,
+        |spent| {
+            ticked = true;
+            eprint!("\roedd op: running, {} s", spent.as_secs());
+        },
+    ));
+    if ticked {
+        eprintln!();
+    }
+    let answer = answer.map_err(|e| anyhow::anyhow!("{e}"))?;
+    let pretty = serde_json::from_str::<serde_json::Value>(&answer)
+        .and_then(|v| serde_json::to_string_pretty(&v))
+        .unwrap_or(answer);
+    println!("{pretty}");
     Ok(())
 }
 

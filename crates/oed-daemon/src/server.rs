@@ -85,6 +85,7 @@ impl DriveServer {
             &config.drive_id,
         )?;
         let meter = oed_meter::Meter::new(&meter_config(config)?, &metrics.registry)?;
+        store.attach_energy(meter.energy_reader());
         Ok(Self {
             store,
             cluster,

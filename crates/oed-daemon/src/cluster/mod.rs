@@ -178,6 +178,12 @@ impl Cluster {
         })
     }
 
+    /// This drive's own store.
+    #[must_use]
+    pub fn local_store(&self) -> &Store {
+        &self.store
+    }
+
     /// Drive `id`, if the map still has it.
     #[must_use]
     pub fn drive(&self, id: &str) -> Option<&Arc<dyn Drive>> {

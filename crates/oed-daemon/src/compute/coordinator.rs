@@ -45,8 +45,32 @@ pub struct Cost {
     pub parity_used: bool,
     /// Stripes the coordinator folded itself because a drive could not.
     pub rebuilt_stripes: u64,
+    /// Energy the drives involved used over the operation, joules: each data drive over
+    /// its part, the coordinator over the whole (each drive counted once), from their
+    /// meters. `None` when no drive meters power.
+    pub energy_joules: Option<f64>,
+    /// How that energy was had: "measured", "modelled", or "mixed" (some of each). A model
+    /// is never passed off as a measurement.
+    pub energy_method: Option<String>,
+    /// The coordinator's share of `energy_joules`.
+    pub coordinator_energy_joules: Option<f64>,
     /// Each drive asked, in extent and shard order.
     pub drives: Vec<DriveCost>,
+}
+
+impl Cost {
+    /// Adds one drive's energy, keeping track of how the figures were had.
+    fn add_energy(&mut self, joules: Option<f64>, method: Option<&str>) {
+        let (Some(j), Some(m)) = (joules, method) else {
+            return;
+        };
+        self.energy_joules = Some(self.energy_joules.unwrap_or(0.0) + j);
+        self.energy_method = match self.energy_method.take() {
+            None => Some(m.to_owned()),
+            Some(prev) if prev == m => Some(prev),
+            Some(_) => Some("mixed".to_owned()),
+        };
+    }
 }
 
 /// One drive's part of a [`Cost`].
@@ -64,6 +88,9 @@ pub struct DriveCost {
     pub answer_bytes: u64,
     /// Stripes it folded, of those asked.
     pub stripes_done: u64,
+    /// Energy it used over its part, joules (the whole drive, from its meter).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub energy_joules: Option<f64>,
     /// Why it did not answer, when it did not.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub failed: Option<String>,
@@ -117,6 +144,8 @@ impl Cluster {
             .min()
             .unwrap_or(u64::from(oed_ec::layout::DEFAULT_CHUNK_SIZE));
         let plan = Plan::new(op, record.object_size(), subtree).map_err(|e| bad(&e))?;
+        let meter = self.local_store().energy().cloned();
+        let joules_before = meter.as_ref().and_then(oed_meter::EnergyReader::joules_now);
         let mut cost = Cost {
             object_bytes: record.object_size(),
             ..Cost::default()
@@ -129,6 +158,11 @@ impl Cluster {
                 .await?
         };
         cost.wall_seconds = started.elapsed().as_secs_f64();
+        if let (Some(m), Some(before)) = (&meter, joules_before) {
+            cost.coordinator_energy_joules = m.joules_now().map(|now| (now - before).max(0.0));
+            let method = m.method().map(|x| x.as_str().to_owned());
+            cost.add_energy(cost.coordinator_energy_joules, method.as_deref());
+        }
         Ok(Outcome { result, cost })
     }
 
@@ -160,13 +194,19 @@ impl Cluster {
                             cost.drive_bytes_read += a.bytes_read;
                             cost.drive_cpu_seconds += a.cpu_seconds;
                             cost.network_bytes += answer_bytes;
+                            let drive = ext.drives[usize::from(i)].clone();
+                            // The coordinator's own energy is counted over the whole.
+                            if drive != self.map.drives[self.local].id {
+                                cost.add_energy(a.energy_joules, a.energy_method.as_deref());
+                            }
                             cost.drives.push(DriveCost {
-                                drive: ext.drives[usize::from(i)].clone(),
+                                drive,
                                 shard: i,
                                 bytes_read: a.bytes_read,
                                 cpu_seconds: a.cpu_seconds,
                                 answer_bytes,
                                 stripes_done: a.stripes_done,
+                                energy_joules: a.energy_joules,
                                 failed: None,
                             });
                             placed.extend(a.partials.into_iter().map(|p| Placed {

@@ -80,23 +80,66 @@ impl Store {
             .map_err(|_| Error::ShuttingDown)?;
         let cancelled = Arc::new(AtomicBool::new(false));
         let _guard = CancelOnDrop(cancelled.clone());
-        let (store, req, limit) = (self.clone(), req.clone(), self.op_limits().cpu);
+        let energy = self.energy().cloned();
+        let joules_before = energy
+            .as_ref()
+            .and_then(oed_meter::EnergyReader::joules_now);
+        let job = Job {
+            store: self.clone(),
+            req: req.clone(),
+            record,
+            layout,
+            shard,
+            stripes: asked,
+            cancelled,
+        };
         let span = tracing::Span::current();
-        tokio::task::spawn_blocking(move || {
+        let mut answer = tokio::task::spawn_blocking(move || {
             let _in = span.enter();
-            let started = thread_cpu();
-            let plan = &req.plan;
-            let commutes = plan.commutes();
-            let mut answer = OpAnswer {
-                shard: shard as u16,
-                partials: Vec::new(),
-                stripes_done: 0,
-                bytes_read: 0,
-                cpu_seconds: 0.0,
-            };
-            let mut failure = None;
-            let folded = store.fold_chunks(&record, bytes, asked.clone(), &mut |s, chunk| {
-                if cancelled.load(Ordering::Relaxed) {
+            job.fold(bytes)
+        })
+        .await
+        .map_err(|e| Error::Io(std::io::Error::other(e)))??;
+        if let (Some(meter), Some(before)) = (&energy, joules_before) {
+            answer.energy_joules = meter.joules_now().map(|now| (now - before).max(0.0));
+            answer.energy_method = meter.method().map(|m| m.as_str().to_owned());
+        }
+        Ok(answer)
+    }
+}
+
+/// One drive's part of an operation, as its blocking thread runs it.
+struct Job {
+    store: Store,
+    req: OpRequest,
+    record: crate::store::record::ObjectRecord,
+    layout: oed_ec::Layout,
+    shard: usize,
+    stripes: std::ops::Range<u64>,
+    cancelled: Arc<AtomicBool>,
+}
+
+impl Job {
+    /// Folds the chunks, one at a time. Blocks.
+    fn fold(self, bytes: crate::store::ShardBytes) -> Result<OpAnswer> {
+        let started = thread_cpu();
+        let limit = self.store.op_limits().cpu;
+        let mut answer = OpAnswer {
+            shard: self.shard as u16,
+            partials: Vec::new(),
+            stripes_done: 0,
+            bytes_read: 0,
+            cpu_seconds: 0.0,
+            energy_joules: None,
+            energy_method: None,
+        };
+        let mut failure = None;
+        let folded = self.store.fold_chunks(
+            &self.record,
+            bytes,
+            self.stripes.clone(),
+            &mut |s, chunk| {
+                if self.cancelled.load(Ordering::Relaxed) {
                     failure = Some(Error::BodyBroken("the caller went away".into()));
                     return ControlFlow::Break(());
                 }
@@ -104,54 +147,57 @@ impl Store {
                     failure = Some(Error::BadRequest(format!(
                         "the operation needed more than op_cpu_seconds = {} s of CPU on drive {}",
                         limit.as_secs(),
-                        store.drive_id()
+                        self.store.drive_id()
                     )));
                     return ControlFlow::Break(());
                 }
                 answer.bytes_read += chunk.len() as u64;
-                // The chunk's object bytes: the last stripe's chunks end in padding.
-                let Some(stripe) = layout.stripe(record.size, s) else {
-                    return ControlFlow::Break(());
-                };
-                let r = stripe.chunk_range(shard);
-                if !r.is_empty() {
-                    let offset = req.base + stripe.object_offset + r.start as u64;
-                    let partial = match plan.run(offset, &chunk[..r.len()]) {
-                        Ok(p) => p,
-                        Err(e) => {
-                            failure = Some(Error::BadRequest(e.to_string()));
-                            return ControlFlow::Break(());
-                        }
-                    };
-                    match answer.partials.last_mut() {
-                        Some(last) if commutes => {
-                            let merged = plan.merge(last.partial.clone(), partial);
-                            match merged {
-                                Ok(m) => last.partial = m,
-                                Err(e) => {
-                                    failure = Some(Error::BadRequest(e.to_string()));
-                                    return ControlFlow::Break(());
-                                }
-                            }
-                        }
-                        _ => answer.partials.push(StripePartial { stripe: s, partial }),
+                match self.chunk(s, &chunk, &mut answer.partials) {
+                    Ok(()) => {
+                        answer.stripes_done += 1;
+                        ControlFlow::Continue(())
+                    }
+                    Err(e) => {
+                        failure = Some(e);
+                        ControlFlow::Break(())
                     }
                 }
-                answer.stripes_done += 1;
-                ControlFlow::Continue(())
-            });
-            if let Some(e) = failure {
-                return Err(e);
+            },
+        );
+        if let Some(e) = failure {
+            return Err(e);
+        }
+        match folded {
+            // A bad chunk ends the fold; the coordinator rebuilds from there.
+            Ok(()) | Err(Error::CorruptShard { .. }) => {}
+            Err(e) => return Err(e),
+        }
+        answer.cpu_seconds = thread_cpu().saturating_sub(started).as_secs_f64();
+        Ok(answer)
+    }
+
+    /// Folds the chunk of stripe `s` into `partials`: one more for an operation whose
+    /// merge follows object order, into the one there for one that commutes.
+    fn chunk(&self, s: u64, chunk: &[u8], partials: &mut Vec<StripePartial>) -> Result<()> {
+        let plan = &self.req.plan;
+        let bad = |e: oed_ops::Error| Error::BadRequest(e.to_string());
+        // The chunk's object bytes: the last stripe's chunks end in padding.
+        let stripe = self
+            .layout
+            .stripe(self.record.size, s)
+            .ok_or_else(|| Error::BadRequest(format!("stripe {s} is past the shard's end")))?;
+        let r = stripe.chunk_range(self.shard);
+        if r.is_empty() {
+            return Ok(());
+        }
+        let offset = self.req.base + stripe.object_offset + r.start as u64;
+        let partial = plan.run(offset, &chunk[..r.len()]).map_err(bad)?;
+        match partials.last_mut() {
+            Some(last) if plan.commutes() => {
+                last.partial = plan.merge(last.partial.clone(), partial).map_err(bad)?;
             }
-            match folded {
-                // A bad chunk ends the fold; the coordinator rebuilds from there.
-                Ok(()) | Err(Error::CorruptShard { .. }) => {}
-                Err(e) => return Err(e),
-            }
-            answer.cpu_seconds = thread_cpu().saturating_sub(started).as_secs_f64();
-            Ok(answer)
-        })
-        .await
-        .map_err(|e| Error::Io(std::io::Error::other(e)))?
+            _ => partials.push(StripePartial { stripe: s, partial }),
+        }
+        Ok(())
     }
 }

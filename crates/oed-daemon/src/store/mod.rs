@@ -84,6 +84,8 @@ pub struct Shared {
     phases: HistogramVec,
     /// How much near-data work the drive takes on.
     ops: crate::compute::drive::OpLimits,
+    /// The drive's energy meter, once the server has one.
+    energy: std::sync::OnceLock<oed_meter::EnergyReader>,
 }
 
 impl std::ops::Deref for Store {
@@ -137,12 +139,25 @@ impl Store {
                 config.max_concurrent_ops,
                 std::time::Duration::from_secs(config.op_cpu_seconds),
             ),
+            energy: std::sync::OnceLock::new(),
         })))
     }
 
     /// How much near-data work the drive takes on.
     pub(crate) fn op_limits(&self) -> &crate::compute::drive::OpLimits {
         &self.ops
+    }
+
+    /// Gives the store the drive's energy meter, for the cost of the work it does (the
+    /// first one given stays).
+    pub fn attach_energy(&self, reader: oed_meter::EnergyReader) {
+        let _ = self.energy.set(reader);
+    }
+
+    /// The drive's energy meter, when it has one.
+    #[must_use]
+    pub fn energy(&self) -> Option<&oed_meter::EnergyReader> {
+        self.energy.get()
     }
 
     /// The `oed_shard_write_seconds` histograms, by phase, for the drive's registry. Only
