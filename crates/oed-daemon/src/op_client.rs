@@ -45,7 +45,8 @@ fn hmac(key: &[u8], data: &str) -> Vec<u8> {
 }
 
 /// A path segment as SigV4 and S3 encode it: unreserved characters kept, the rest `%XX`.
-fn encode(segment: &str) -> String {
+#[must_use]
+pub fn encode(segment: &str) -> String {
     let mut out = String::with_capacity(segment.len());
     for b in segment.bytes() {
         if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
@@ -57,23 +58,40 @@ fn encode(segment: &str) -> String {
     out
 }
 
-/// The headers that sign `POST path?oed-op=` with `body` at `now` (seconds since the
-/// epoch), for `host`: `x-amz-date`, `x-amz-content-sha256` and `authorization`.
+/// A request to sign: its method, `host`, `path` (already encoded), canonical `query`
+/// (encoded, sorted, `name=value` joined by `&`), and the payload hash it declares (the
+/// body's hex SHA-256, or `UNSIGNED-PAYLOAD`).
+#[derive(Clone, Copy, Debug)]
+pub struct ToSign<'a> {
+    /// `GET`, `PUT`, `POST`...
+    pub method: &'a str,
+    /// The `Host` header.
+    pub host: &'a str,
+    /// The path, encoded.
+    pub path: &'a str,
+    /// The canonical query string.
+    pub query: &'a str,
+    /// The declared payload hash.
+    pub payload: &'a str,
+}
+
+/// The headers that sign `req` at `now` (seconds since the epoch), with SigV4 in header
+/// form: `x-amz-date`, `x-amz-content-sha256` and `authorization`.
 #[must_use]
-pub fn sign(
-    target: &Target,
-    host: &str,
-    path: &str,
-    body: &[u8],
-    now: u64,
-) -> Vec<(String, String)> {
+pub fn sign(target: &Target, req: ToSign<'_>, now: u64) -> Vec<(String, String)> {
     let t = time::OffsetDateTime::from_unix_timestamp(i64::try_from(now).unwrap_or(0))
         .unwrap_or(time::OffsetDateTime::UNIX_EPOCH);
     let date = format!("{:04}{:02}{:02}", t.year(), u8::from(t.month()), t.day());
     let stamp = format!("{date}T{:02}{:02}{:02}Z", t.hour(), t.minute(), t.second());
-    let payload = hex(&Sha256::digest(body));
+    let ToSign {
+        method,
+        host,
+        path,
+        query,
+        payload,
+    } = req;
     let canonical = format!(
-        "POST\n{path}\noed-op=\nhost:{host}\nx-amz-content-sha256:{payload}\nx-amz-date:{stamp}\n\n\
+        "{method}\n{path}\n{query}\nhost:{host}\nx-amz-content-sha256:{payload}\nx-amz-date:{stamp}\n\n\
          host;x-amz-content-sha256;x-amz-date\n{payload}"
     );
     let scope = format!("{date}/{}/s3/aws4_request", target.region);
@@ -88,7 +106,7 @@ pub fn sign(
     let signature = hex(&hmac(&key, &to_sign));
     vec![
         ("x-amz-date".into(), stamp),
-        ("x-amz-content-sha256".into(), payload),
+        ("x-amz-content-sha256".into(), payload.to_owned()),
         (
             "authorization".into(),
             format!(
@@ -143,7 +161,15 @@ pub async fn run(
         .method(http::Method::POST)
         .uri(format!("http://{host}{path}?oed-op="))
         .header(http::header::CONTENT_TYPE, "application/json");
-    for (name, value) in sign(target, &host, &path, &body, now) {
+    let payload = hex(&Sha256::digest(&body));
+    let to_sign = ToSign {
+        method: "POST",
+        host: &host,
+        path: &path,
+        query: "oed-op=",
+        payload: &payload,
+    };
+    for (name, value) in sign(target, to_sign, now) {
         req = req.header(name, value);
     }
     let req = req

@@ -1,35 +1,86 @@
 //! The drive side of a near-data operation: [`Drive::run_op`](crate::drive::Drive::run_op)
-//! on this drive's store. The fold runs on a blocking thread, one operation per slot of
-//! [`OpLimits`] (others wait for a turn), so S3 requests on the same drive keep the
-//! runtime; it checks every chunk's CRC32C as a read does, stops at the first bad one
-//! (queued for heal), stops when the caller goes away, and stops past its CPU-time limit.
+//! on this drive's store. Operations run on threads of their own ([`OpLimits`]: as many
+//! as `max_concurrent_ops`, at a lower CPU priority than the rest of the daemon; more
+//! operations wait for a turn), never on the runtime or the blocking pool that serve S3,
+//! so S3 requests on the same drive keep their threads and win the CPU when both want it.
+//! A fold checks every chunk's CRC32C as a read does, stops at the first bad one (queued
+//! for heal), stops when the caller goes away, and stops past its CPU-time limit.
 
 use std::ops::ControlFlow;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, mpsc};
 use std::time::Duration;
-
-use tokio::sync::Semaphore;
 
 use crate::drive::{OpAnswer, OpRequest, StripePartial};
 use crate::error::{Error, Result};
 use crate::store::Store;
 
-/// How much near-data work a drive takes on.
+/// How much the `nice` value of operation threads is raised: the scheduler gives them
+/// the CPU after the daemon's other threads.
+pub const OP_NICENESS: i32 = 10;
+
+/// A unit of work for an operation thread.
+type Work = Box<dyn FnOnce() + Send>;
+
+/// The threads a drive runs near-data operations on, and their limits.
 #[derive(Debug)]
 pub struct OpLimits {
-    slots: Semaphore,
+    queue: Mutex<mpsc::Sender<Work>>,
     cpu: Duration,
 }
 
 impl OpLimits {
-    /// `concurrent` operations at once, each with at most `cpu` of CPU time.
+    /// `concurrent` threads (named `oed-op`), each running one operation at a time with at
+    /// most `cpu` of CPU time. A thread that cannot be started, or whose priority cannot
+    /// be lowered, is logged: operations then have fewer threads, or the usual priority.
     #[must_use]
     pub fn new(concurrent: usize, cpu: Duration) -> Self {
+        let (tx, rx) = mpsc::channel::<Work>();
+        let rx = Arc::new(Mutex::new(rx));
+        for _ in 0..concurrent {
+            let rx = rx.clone();
+            let started = std::thread::Builder::new()
+                .name("oed-op".into())
+                .spawn(move || {
+                    let tid = rustix::thread::gettid();
+                    let now = rustix::process::getpriority_process(Some(tid)).unwrap_or(0);
+                    if let Err(e) =
+                        rustix::process::setpriority_process(Some(tid), now + OP_NICENESS)
+                    {
+                        tracing::warn!(error = %e, "operation threads keep the daemon's priority");
+                    }
+                    loop {
+                        // Whoever holds the lock waits for work; the others for the lock.
+                        let work = rx.lock().unwrap_or_else(PoisonError::into_inner).recv();
+                        let Ok(work) = work else { return };
+                        work();
+                    }
+                });
+            if let Err(e) = started {
+                tracing::warn!(error = %e, "an operation thread could not be started");
+            }
+        }
         Self {
-            slots: Semaphore::new(concurrent),
+            queue: Mutex::new(tx),
             cpu,
         }
+    }
+
+    /// Runs `work` on an operation thread once one is free; its result.
+    async fn run<T: Send + 'static>(&self, work: impl FnOnce() -> T + Send + 'static) -> Result<T> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let sent = self
+            .queue
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .send(Box::new(move || {
+                let _ = tx.send(work());
+            }));
+        if sent.is_err() {
+            return Err(Error::ShuttingDown);
+        }
+        rx.await
+            .map_err(|_| Error::Unavailable("no operation thread ran the operation".into()))
     }
 }
 
@@ -72,18 +123,8 @@ impl Store {
                 asked.start, asked.end
             )));
         }
-        let _turn = self
-            .op_limits()
-            .slots
-            .acquire()
-            .await
-            .map_err(|_| Error::ShuttingDown)?;
         let cancelled = Arc::new(AtomicBool::new(false));
         let _guard = CancelOnDrop(cancelled.clone());
-        let energy = self.energy().cloned();
-        let joules_before = energy
-            .as_ref()
-            .and_then(oed_meter::EnergyReader::joules_now);
         let job = Job {
             store: self.clone(),
             req: req.clone(),
@@ -94,17 +135,22 @@ impl Store {
             cancelled,
         };
         let span = tracing::Span::current();
-        let mut answer = tokio::task::spawn_blocking(move || {
-            let _in = span.enter();
-            job.fold(bytes)
-        })
-        .await
-        .map_err(|e| Error::Io(std::io::Error::other(e)))??;
-        if let (Some(meter), Some(before)) = (&energy, joules_before) {
-            answer.energy_joules = meter.joules_now().map(|now| (now - before).max(0.0));
-            answer.energy_method = meter.method().map(|m| m.as_str().to_owned());
-        }
-        Ok(answer)
+        self.op_limits()
+            .run(move || {
+                let _in = span.enter();
+                // The drive's energy while this operation has its thread.
+                let energy = job.store.energy().cloned();
+                let before = energy
+                    .as_ref()
+                    .and_then(oed_meter::EnergyReader::joules_now);
+                let mut answer = job.fold(bytes)?;
+                if let (Some(meter), Some(before)) = (&energy, before) {
+                    answer.energy_joules = meter.joules_now().map(|now| (now - before).max(0.0));
+                    answer.energy_method = meter.method().map(|m| m.as_str().to_owned());
+                }
+                Ok(answer)
+            })
+            .await?
     }
 }
 
