@@ -34,6 +34,29 @@ fn kernels(c: &mut Criterion) {
     g.bench_function("blake3-subtree", |b| {
         b.iter(|| blake.run(CHUNK as u64, black_box(&data)));
     });
+    let text: Vec<u8> = (0..CHUNK)
+        .map(|i| {
+            if i % 97 == 96 {
+                b'\n'
+            } else {
+                b"abcdefghij klmnop qrstuvw"[i % 25]
+            }
+        })
+        .collect();
+    for (name, regex, pattern) in [
+        ("grep-literal", false, "needle"),
+        ("grep-regex", true, r"err(or)? [0-9]+"),
+    ] {
+        let grep = oed_ops::grep::Grep {
+            pattern: pattern.into(),
+            regex,
+            lines: 0,
+        };
+        let m = grep.matcher(2 * CHUNK as u64).expect("a valid pattern");
+        g.bench_function(name, |b| {
+            b.iter(|| m.run(CHUNK as u64, black_box(&text)));
+        });
+    }
     for (name, edges) in [("stats-f64", None), ("stats-f64-hist64", Some(64))] {
         let stats = Stats {
             format: Format::F64le,

@@ -232,3 +232,86 @@ fn operations_the_object_cannot_take_are_refused_and_change_nothing() {
         }
     });
 }
+
+/// A log whose lines cross chunk and stripe edges everywhere: `n` lines of varying length.
+fn log(n: usize) -> Vec<u8> {
+    let mut out = Vec::new();
+    for i in 0..n {
+        let level = ["INFO", "WARN", "ERROR disk", "DEBUG"][i % 4];
+        let pad = "x".repeat((i * 37) % 300);
+        out.extend_from_slice(format!("{i} {level} {pad}\n").as_bytes());
+    }
+    out.extend_from_slice(b"last line without a newline ERROR disk");
+    out
+}
+
+#[test]
+fn grep_counts_lines_across_chunk_edges_exactly() {
+    let root = tempfile::tempdir().unwrap();
+    rt().block_on(async {
+        let mut drives = oed_tests::local_cluster(root.path(), K, M, CHUNK).await;
+        let c = drives[0].cluster.clone();
+        c.create_bucket("bkt").await.unwrap();
+        let data = log(2000);
+        let rec = put_object(&c, "bkt", "app.log", &data).await;
+        let text = String::from_utf8(data.clone()).unwrap();
+        let lines: Vec<&str> = text.split_terminator('\n').collect();
+        let want_errors: Vec<(usize, &str)> = lines
+            .iter()
+            .scan(0usize, |at, l| {
+                let start = *at;
+                *at += l.len() + 1;
+                Some((start, *l))
+            })
+            .filter(|(_, l)| l.contains("ERROR disk"))
+            .collect();
+        let check = |got: &Outcome| {
+            let r = &got.result;
+            assert_eq!(r["lines"], lines.len(), "{r}");
+            assert_eq!(r["matches"], want_errors.len());
+            let kept: Vec<(u64, String)> = r["matched"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|l| {
+                    (
+                        l["offset"].as_u64().unwrap(),
+                        l["text"].as_str().unwrap().to_owned(),
+                    )
+                })
+                .collect();
+            let want: Vec<(u64, String)> = want_errors
+                .iter()
+                .take(25)
+                .map(|(o, l)| (*o as u64, (*l).to_owned()))
+                .collect();
+            assert_eq!(kept, want);
+        };
+        let op = r#"{"op":"grep","pattern":"ERROR disk","lines":25}"#;
+        let healthy = run(&c, &rec, op).await.unwrap();
+        check(&healthy);
+        // 4 KiB chunks and a small object here: the lines cut at chunk edges and each
+        // drive's first 25 matching lines travel, about a tenth of the object.
+        assert!(
+            healthy.cost.network_bytes * 5 < data.len() as u64,
+            "{:?}",
+            healthy.cost
+        );
+        // The same as a regular expression, and with a data drive stopped.
+        let re = r#"{"op":"grep","pattern":"ERROR d[i]sk","regex":true,"lines":25}"#;
+        let holder = drives.iter().position(|d| d.id == rec.drives[2]).unwrap();
+        let c = drives[usize::from(holder == 0)].cluster.clone();
+        drives.remove(holder).stop().await;
+        let degraded = run(&c, &rec, re).await.unwrap();
+        check(&degraded);
+        assert!(degraded.cost.parity_used);
+        // A regular expression that does not parse is refused.
+        let e = run(&c, &rec, r#"{"op":"grep","pattern":"(","regex":true}"#)
+            .await
+            .unwrap_err();
+        assert!(matches!(e, oed_daemon::Error::BadRequest(_)), "{e}");
+        for d in drives {
+            d.stop().await;
+        }
+    });
+}

@@ -142,3 +142,18 @@ def test_oedd_op_at_a_shell(cluster, s3, bucket):
     assert out.returncode != 0 and "NoSuchKey" in out.stderr, out.stderr
     out = oedd_op("dir/three values", "{not json")
     assert out.returncode != 0 and "not JSON" in out.stderr, out.stderr
+
+
+def test_grep_through_s3(cluster, s3, bucket):
+    lines = [f"{i} {'ERROR' if i % 7 == 0 else 'ok'} " + "y" * (i % 500) for i in range(3000)]
+    body = "\n".join(lines).encode()
+    s3.put_object(Bucket=bucket, Key="app.log", Body=body)
+    status, answer = op(cluster, bucket, "app.log", {"op": "grep", "pattern": "ERROR", "lines": 3})
+    assert status == 200, answer
+    r = answer["result"]
+    want = [i for i, line in enumerate(lines) if "ERROR" in line]
+    assert (r["lines"], r["matches"]) == (len(lines), len(want))
+    assert [m["text"] for m in r["matched"]] == [lines[i] for i in want[:3]]
+    assert answer["cost"]["network_bytes"] < len(body) / 10
+    status, answer = op(cluster, bucket, "app.log", {"op": "grep", "pattern": "a{1000}{1000}", "regex": True})
+    assert status == 400 and "regular expression" in answer, answer

@@ -16,10 +16,13 @@
 //!   little-endian numbers, with Welford's moments and Chan's merge.
 //! - [`op`]: an operation as users ask for it, planned for one object: run, merge,
 //!   finish, for every operation; SHA-256, which does not split, in order.
+//! - [`grep`]: lines matching a literal or a regular expression, counted and returned,
+//!   with lines cut by runs joined where the runs meet.
 //! - [`md5`]: MD5 for S3's `ETag` and `Content-MD5`, incremental and over several
 //!   independent streams at once (the write path hashes concurrent uploads together).
 
 pub mod checksum;
+pub mod grep;
 pub mod md5;
 pub mod op;
 pub mod stats;

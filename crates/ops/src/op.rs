@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 use sha2::Digest as _;
 
 use crate::checksum::{Blake3, Blake3Partial, Crc, CrcPartial};
+use crate::grep::{Grep, GrepPartial, Matcher};
 use crate::stats::{Stats, StatsPartial};
 use crate::{Error, Result};
 
@@ -41,6 +42,8 @@ pub enum Op {
     },
     /// Statistics over the object's records.
     Stats(Stats),
+    /// Lines matching a literal or a regular expression.
+    Grep(Grep),
 }
 
 /// An operation planned for one object.
@@ -53,6 +56,19 @@ pub struct Plan {
     /// The BLAKE3 subtree size: a power of two, at least 1 KiB (the smallest chunk size
     /// among the object's parts).
     pub subtree: u64,
+    /// A grep's compiled pattern, made once per plan (a drive's plan arrives as JSON).
+    #[serde(skip)]
+    matcher: Compiled,
+}
+
+/// A compiled grep, made when first needed; not part of a plan's value.
+#[derive(Clone, Debug, Default)]
+struct Compiled(std::sync::OnceLock<Matcher>);
+
+impl PartialEq for Compiled {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
 }
 
 /// A partial result of a [`Plan`].
@@ -65,6 +81,8 @@ pub enum Partial {
     Blake3(Blake3Partial),
     /// Statistics.
     Stats(StatsPartial),
+    /// Line counts, matching lines, cut lines.
+    Grep(GrepPartial),
 }
 
 impl Plan {
@@ -93,13 +111,29 @@ impl Plan {
                     )));
                 }
             }
+            Op::Grep(g) => {
+                g.matcher(object_len)?;
+            }
             Op::Checksum { .. } => {}
         }
         Ok(Self {
             op,
             object_len,
             subtree,
+            matcher: Compiled::default(),
         })
+    }
+
+    /// The grep's matcher, compiled once.
+    fn matcher(&self) -> Result<&Matcher> {
+        let Op::Grep(g) = &self.op else {
+            return Err(mismatch());
+        };
+        if let Some(m) = self.matcher.0.get() {
+            return Ok(m);
+        }
+        let m = g.matcher(self.object_len)?;
+        Ok(self.matcher.0.get_or_init(|| m))
     }
 
     /// Whether the operation splits into partials (all but SHA-256).
@@ -117,7 +151,7 @@ impl Plan {
     /// drive may fold all its runs into one partial. Checksums depend on object order.
     #[must_use]
     pub fn commutes(&self) -> bool {
-        matches!(self.op, Op::Stats(_))
+        matches!(self.op, Op::Stats(_) | Op::Grep(_))
     }
 
     fn blake3(&self) -> Result<Blake3> {
@@ -143,6 +177,7 @@ impl Plan {
     pub fn empty(&self) -> Result<Partial> {
         match &self.op {
             Op::Stats(s) => Ok(Partial::Stats(s.empty())),
+            Op::Grep(_) => Ok(Partial::Grep(GrepPartial::default())),
             _ if self.crc().is_some() => Ok(Partial::Crc(CrcPartial::default())),
             Op::Checksum {
                 algorithm: Algorithm::Blake3,
@@ -180,6 +215,7 @@ impl Plan {
                 f.update(bytes);
                 Ok(Partial::Stats(f.finish()))
             }
+            Op::Grep(_) => Ok(Partial::Grep(self.matcher()?.run(offset, bytes)?)),
             Op::Checksum {
                 algorithm: Algorithm::Blake3,
             } => Ok(Partial::Blake3(self.blake3()?.run(offset, bytes)?)),
@@ -199,8 +235,9 @@ impl Plan {
             (Partial::Blake3(a), Partial::Blake3(b)) => Partial::Blake3(self.blake3()?.merge(a, b)),
             (Partial::Stats(a), Partial::Stats(b)) => match &self.op {
                 Op::Stats(s) => Partial::Stats(s.merge(a, b)),
-                Op::Checksum { .. } => return Err(mismatch()),
+                _ => return Err(mismatch()),
             },
+            (Partial::Grep(a), Partial::Grep(b)) => Partial::Grep(self.matcher()?.merge(a, b)?),
             _ => return Err(mismatch()),
         })
     }
@@ -221,6 +258,8 @@ impl Plan {
                 }
                 serde_json::to_value(s.finish(p)).map_err(|e| Error::BadArgument(e.to_string()))
             }
+            (Op::Grep(_), Partial::Grep(g)) => serde_json::to_value(self.matcher()?.finish(g)?)
+                .map_err(|e| Error::BadArgument(e.to_string())),
             (Op::Checksum { algorithm }, Partial::Crc(c)) => {
                 if c.len != self.object_len {
                     return Err(Error::Incomplete(format!(
