@@ -238,11 +238,17 @@ impl Job {
         }
         let offset = self.req.base + stripe.object_offset + r.start as u64;
         let partial = plan.run(offset, &chunk[..r.len()]).map_err(bad)?;
-        match partials.last_mut() {
-            Some(last) if plan.commutes() => {
-                last.partial = plan.merge(last.partial.clone(), partial).map_err(bad)?;
+        // One partial for an operation that commutes: the one there, taken out (not
+        // copied: a grep's grows with the chunks folded) and merged with this chunk's.
+        match partials.pop() {
+            Some(last) if plan.commutes() => partials.push(StripePartial {
+                stripe: last.stripe,
+                partial: plan.merge(last.partial, partial).map_err(bad)?,
+            }),
+            last => {
+                partials.extend(last);
+                partials.push(StripePartial { stripe: s, partial });
             }
-            _ => partials.push(StripePartial { stripe: s, partial }),
         }
         Ok(())
     }
