@@ -28,7 +28,7 @@ use bytes::Bytes;
 use clap::Parser;
 use futures_util::StreamExt;
 use oed_daemon::op_client::{self, Target, ToSign};
-use oed_ops::op::{Op, Plan};
+use oed_ops::op::{Op, Plan, results_agree};
 
 #[derive(Parser)]
 #[command(about = "Near-data operations against pull-and-compute, in one run")]
@@ -164,28 +164,6 @@ fn piece(index: u64, len: usize) -> Bytes {
         .flat_map(|i| ((((first + i) * 7919) % 1_000_003) as f64 / 1000.0).to_le_bytes())
         .collect::<Vec<u8>>()
         .into()
-}
-
-/// Whether two results agree: checksums exactly, counts and extremes exactly, means and
-/// variances within 1e-9 relative (a float merged in another order may differ in its
-/// last bits).
-fn agree(a: &serde_json::Value, b: &serde_json::Value) -> bool {
-    match (a, b) {
-        (serde_json::Value::Object(x), serde_json::Value::Object(y)) => {
-            x.len() == y.len() && x.iter().all(|(k, v)| y.get(k).is_some_and(|w| agree(v, w)))
-        }
-        (serde_json::Value::Array(x), serde_json::Value::Array(y)) => {
-            x.len() == y.len() && x.iter().zip(y).all(|(v, w)| agree(v, w))
-        }
-        (serde_json::Value::Number(x), serde_json::Value::Number(y)) => {
-            let (x, y) = (
-                x.as_f64().unwrap_or(f64::NAN),
-                y.as_f64().unwrap_or(f64::NAN),
-            );
-            (x - y).abs() <= 1e-9 * x.abs().max(y.abs()).max(1.0)
-        }
-        _ => a == b,
-    }
 }
 
 /// Seconds waited after each way, so that every drive's meter ticks once more and counts
@@ -404,7 +382,7 @@ impl Bench {
             }
             .map_err(|e| anyhow::anyhow!("{e}"))?;
             anyhow::ensure!(
-                agree(&result, expected),
+                results_agree(&result, expected),
                 "the two ways disagree:\n{result}\n{expected}"
             );
             Ok(at as f64 * (1.0 + (self.k - 1) as f64 / self.k as f64))

@@ -295,6 +295,32 @@ impl Plan {
     }
 }
 
+/// Whether two answers agree: every field the same, numbers within 1e-9 relative (a
+/// float mean or variance merged in another order may differ in its last bits; counts,
+/// sums of integers, checksums and lines must be equal, and are).
+#[must_use]
+pub fn results_agree(a: &serde_json::Value, b: &serde_json::Value) -> bool {
+    use serde_json::Value as V;
+    match (a, b) {
+        (V::Object(x), V::Object(y)) => {
+            x.len() == y.len()
+                && x.iter()
+                    .all(|(k, v)| y.get(k).is_some_and(|w| results_agree(v, w)))
+        }
+        (V::Array(x), V::Array(y)) => {
+            x.len() == y.len() && x.iter().zip(y).all(|(v, w)| results_agree(v, w))
+        }
+        (V::Number(x), V::Number(y)) if x.is_f64() || y.is_f64() => {
+            let (x, y) = (
+                x.as_f64().unwrap_or(f64::NAN),
+                y.as_f64().unwrap_or(f64::NAN),
+            );
+            (x - y).abs() <= 1e-9 * x.abs().max(y.abs()).max(1.0)
+        }
+        _ => a == b,
+    }
+}
+
 /// SHA-256 over an object's bytes, fed in object order.
 #[derive(Debug, Clone)]
 pub struct Sequential {
@@ -403,6 +429,23 @@ mod tests {
             seq.finish().unwrap()["base64"],
             base64::engine::general_purpose::STANDARD.encode(want)
         );
+    }
+
+    #[test]
+    fn answers_agree_to_the_last_bits_of_floats_only() {
+        let a = serde_json::json!({"count": 3, "mean": 1.5, "hex": "ab", "lines": [1, 2]});
+        let close =
+            serde_json::json!({"count": 3, "mean": 1.5 + 1e-13, "hex": "ab", "lines": [1, 2]});
+        assert!(results_agree(&a, &close));
+        for differ in [
+            serde_json::json!({"count": 4, "mean": 1.5, "hex": "ab", "lines": [1, 2]}),
+            serde_json::json!({"count": 3, "mean": 1.6, "hex": "ab", "lines": [1, 2]}),
+            serde_json::json!({"count": 3, "mean": 1.5, "hex": "ac", "lines": [1, 2]}),
+            serde_json::json!({"count": 3, "mean": 1.5, "hex": "ab", "lines": [1]}),
+            serde_json::json!({"count": 3, "mean": 1.5, "hex": "ab"}),
+        ] {
+            assert!(!results_agree(&a, &differ), "{differ}");
+        }
     }
 
     #[test]
