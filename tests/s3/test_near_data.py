@@ -157,3 +157,49 @@ def test_grep_through_s3(cluster, s3, bucket):
     assert answer["cost"]["network_bytes"] < len(body) / 10
     status, answer = op(cluster, bucket, "app.log", {"op": "grep", "pattern": "a{1000}{1000}", "regex": True})
     assert status == 400 and "regular expression" in answer, answer
+
+
+def test_operations_over_a_prefix(cluster, s3, bucket):
+    """POST /BUCKET?oed-op&prefix=P: every object under P, each answered, statistics also
+    merged over all of them exactly as if they were one array; other keys untouched."""
+    parts = {
+        "day/1": [1.0, 2.0, 3.0],
+        "day/2": [1e9 + 4.0] * 5000,
+        "day/3": [-7.5, 0.25],
+        "night/1": [1e12],
+    }
+    for key, values in parts.items():
+        s3.put_object(Bucket=bucket, Key=key, Body=struct.pack(f"<{len(values)}d", *values))
+    path = f"/{bucket}?oed-op&prefix=day%2F"
+    body = json.dumps({"op": "stats", "format": "f64le"}).encode()
+    headers = cluster.signed_headers("POST", path, body)
+    req = urllib.request.Request(cluster.endpoint() + path, data=body, headers=headers, method="POST")
+    with urllib.request.urlopen(req, timeout=120) as resp:
+        answer = json.loads(resp.read())
+    r = answer["result"]
+    assert [o["key"] for o in r["objects"]] == ["day/1", "day/2", "day/3"]
+    assert r["objects"][0]["result"]["count"] == 3
+    values = [v for k in ("day/1", "day/2", "day/3") for v in parts[k]]
+    mean = math.fsum(values) / len(values)
+    var = math.fsum((v - mean) ** 2 for v in values) / len(values)
+    total = r["total"]
+    assert total["count"] == len(values) and (total["min"], total["max"]) == (-7.5, 1e9 + 4.0)
+    assert abs(total["mean"] - mean) < 1e-6 and abs(total["variance"] - var) / var < 1e-9
+    assert answer["cost"]["object_bytes"] == 8 * len(values)
+    # Grep over a prefix totals its counts; an empty prefix's answer is empty.
+    s3.put_object(Bucket=bucket, Key="logs/a", Body=b"x ERROR\ny\n")
+    s3.put_object(Bucket=bucket, Key="logs/b", Body=b"ERROR z\nERROR w")
+    path = f"/{bucket}?oed-op&prefix=logs%2F"
+    body = json.dumps({"op": "grep", "pattern": "ERROR"}).encode()
+    req = urllib.request.Request(
+        cluster.endpoint() + path, data=body, headers=cluster.signed_headers("POST", path, body), method="POST"
+    )
+    with urllib.request.urlopen(req, timeout=120) as resp:
+        r = json.loads(resp.read())["result"]
+    assert r["total"] == {"lines": 4, "matches": 3}
+    path = f"/{bucket}?oed-op&prefix=none%2F"
+    req = urllib.request.Request(
+        cluster.endpoint() + path, data=body, headers=cluster.signed_headers("POST", path, body), method="POST"
+    )
+    with urllib.request.urlopen(req, timeout=120) as resp:
+        assert json.loads(resp.read())["result"]["objects"] == []

@@ -59,6 +59,38 @@ pub struct Cost {
 }
 
 impl Cost {
+    /// Adds the cost of one object's operation (not its energy, which the coordinator
+    /// measures over the whole): bytes, CPU, and each drive's figures added to that
+    /// drive's.
+    fn absorb(&mut self, one: Cost) {
+        self.object_bytes += one.object_bytes;
+        self.network_bytes += one.network_bytes;
+        self.drive_cpu_seconds += one.drive_cpu_seconds;
+        self.drive_bytes_read += one.drive_bytes_read;
+        self.coordinator_bytes += one.coordinator_bytes;
+        self.parity_used |= one.parity_used;
+        self.rebuilt_stripes += one.rebuilt_stripes;
+        if let (Some(j), Some(m)) = (one.energy_joules, one.energy_method) {
+            self.add_energy(Some(j), Some(&m));
+        }
+        for d in one.drives {
+            match self.drives.iter_mut().find(|x| x.drive == d.drive) {
+                Some(x) => {
+                    x.bytes_read += d.bytes_read;
+                    x.cpu_seconds += d.cpu_seconds;
+                    x.answer_bytes += d.answer_bytes;
+                    x.stripes_done += d.stripes_done;
+                    x.energy_joules = match (x.energy_joules, d.energy_joules) {
+                        (Some(a), Some(b)) => Some(a + b),
+                        (a, b) => a.or(b),
+                    };
+                    x.failed = x.failed.take().or(d.failed);
+                }
+                None => self.drives.push(d),
+            }
+        }
+    }
+
     /// Adds one drive's energy, keeping track of how the figures were had.
     fn add_energy(&mut self, joules: Option<f64>, method: Option<&str>) {
         let (Some(j), Some(m)) = (joules, method) else {
@@ -150,13 +182,100 @@ impl Cluster {
             object_bytes: record.object_size(),
             ..Cost::default()
         };
-        let result = if plan.splits() {
-            self.split_op(&record.bucket, &exts, &plan, &mut cost)
-                .await?
-        } else {
-            self.sequential_op(&record.bucket, &exts, &plan, &mut cost)
-                .await?
-        };
+        let (result, _) = self.object_op(record, &plan, &exts, &mut cost).await?;
+        cost.wall_seconds = started.elapsed().as_secs_f64();
+        if let (Some(m), Some(before)) = (&meter, joules_before) {
+            cost.coordinator_energy_joules = m.joules_now().map(|now| (now - before).max(0.0));
+            let method = m.method().map(|x| x.as_str().to_owned());
+            cost.add_energy(cost.coordinator_energy_joules, method.as_deref());
+        }
+        Ok(Outcome { result, cost })
+    }
+
+    /// Runs `plan` over one object: its answer, and for an operation that splits, the
+    /// merged partial it was finished from.
+    async fn object_op(
+        self: &Arc<Self>,
+        record: &ObjectRecord,
+        plan: &Plan,
+        exts: &[PartRef],
+        cost: &mut Cost,
+    ) -> Result<(serde_json::Value, Option<Partial>)> {
+        if !plan.splits() {
+            let result = self.sequential_op(&record.bucket, exts, plan, cost).await?;
+            return Ok((result, None));
+        }
+        let partial = self.split_op(&record.bucket, exts, plan, cost).await?;
+        let result = plan
+            .finish(&partial)
+            .map_err(|e| Error::Unavailable(format!("the drives' parts do not add up: {e}")))?;
+        Ok((result, Some(partial)))
+    }
+
+    /// Runs `op` over every object of `records` (one bucket's, in key order), one after
+    /// another. The answer lists each object's result; statistics are also merged over
+    /// all of them (`total`), exactly as if the objects were one; grep totals its counts.
+    /// The cost is the sum, with each drive's figures added up.
+    ///
+    /// # Errors
+    /// As [`Cluster::run_op`], for the first object that fails.
+    pub async fn run_op_many(
+        self: &Arc<Self>,
+        records: &[ObjectRecord],
+        op: Op,
+    ) -> Result<Outcome> {
+        let started = Instant::now();
+        let meter = self.local_store().energy().cloned();
+        let joules_before = meter.as_ref().and_then(oed_meter::EnergyReader::joules_now);
+        let mut cost = Cost::default();
+        let mut objects = Vec::with_capacity(records.len());
+        let mut total: Option<(Plan, Partial)> = None;
+        let (mut lines, mut matches) = (0u64, 0u64);
+        for record in records {
+            let exts = extents(record);
+            let subtree = exts
+                .iter()
+                .map(|e| u64::from(e.chunk_size))
+                .min()
+                .unwrap_or(u64::from(oed_ec::layout::DEFAULT_CHUNK_SIZE));
+            let plan = Plan::new(op.clone(), record.object_size(), subtree)
+                .map_err(|e| Error::BadRequest(format!("{}: {e}", record.key)))?;
+            let mut one = Cost {
+                object_bytes: record.object_size(),
+                ..Cost::default()
+            };
+            let (result, partial) = self.object_op(record, &plan, &exts, &mut one).await?;
+            cost.absorb(one);
+            if let Op::Grep(_) = op {
+                lines += result["lines"].as_u64().unwrap_or(0);
+                matches += result["matches"].as_u64().unwrap_or(0);
+            }
+            if let (Op::Stats(_), Some(p)) = (&op, partial) {
+                // Whole objects: their partials hold no cut records, and merge exactly.
+                total = Some(match total {
+                    None => (plan, p),
+                    Some((first, acc)) => {
+                        let merged = first.merge(acc, p).map_err(|e| bad(&e))?;
+                        (first, merged)
+                    }
+                });
+            }
+            objects.push(serde_json::json!({"key": record.key, "result": result}));
+        }
+        let mut result = serde_json::json!({ "objects": objects });
+        match (&op, total) {
+            (Op::Stats(_), Some((plan, acc))) => {
+                result["total"] = plan.finish(&acc).map_err(|e| bad(&e))?;
+            }
+            (Op::Stats(s), None) => {
+                result["total"] = serde_json::to_value(s.finish(&s.empty()))
+                    .map_err(|e| Error::BadRequest(e.to_string()))?;
+            }
+            (Op::Grep(_), _) => {
+                result["total"] = serde_json::json!({"lines": lines, "matches": matches});
+            }
+            _ => {}
+        }
         cost.wall_seconds = started.elapsed().as_secs_f64();
         if let (Some(m), Some(before)) = (&meter, joules_before) {
             cost.coordinator_energy_joules = m.joules_now().map(|now| (now - before).max(0.0));
@@ -172,7 +291,7 @@ impl Cluster {
         exts: &[PartRef],
         plan: &Plan,
         cost: &mut Cost,
-    ) -> Result<serde_json::Value> {
+    ) -> Result<Partial> {
         let mut placed: Vec<Placed> = Vec::new();
         let mut base = 0;
         for (x, ext) in exts.iter().enumerate() {
@@ -252,8 +371,7 @@ impl Cluster {
         for p in placed {
             acc = plan.merge(acc, p.partial).map_err(|e| bad(&e))?;
         }
-        plan.finish(&acc)
-            .map_err(|e| Error::Unavailable(format!("the drives' parts do not add up: {e}")))
+        Ok(acc)
     }
 
     /// Asks the drive of data shard `i` of `ext` for its part; also the size its answer

@@ -1,7 +1,8 @@
-//! `POST /BUCKET/KEY?oed-op`: a near-data operation on an object, through the S3 port and
-//! signed like any S3 request (SigV4 with headers or presigned), so any S3 signer can
-//! call it: `curl --aws-sigv4`, botocore, the SDKs. The body is the operation as JSON,
-//! for example `{"op": "stats", "format": "f64le"}`; the answer is JSON,
+//! `POST /BUCKET/KEY?oed-op`: a near-data operation on an object, and `POST
+//! /BUCKET?oed-op&prefix=P` on every object whose key starts with `P`, through the S3
+//! port and signed like any S3 request (SigV4 with headers or presigned), so any S3
+//! signer can call it: `curl --aws-sigv4`, botocore, the SDKs. The body is the operation
+//! as JSON, for example `{"op": "stats", "format": "f64le"}`; the answer is JSON,
 //! `{"result": {...}, "cost": {...}}` (`docs/near-data.md`). Errors are S3 errors.
 //!
 //! `s3s` has no such operation; it hands the request to this custom route once it has
@@ -13,7 +14,7 @@ use oed_ops::op::Op;
 use s3s::route::S3Route;
 use s3s::{Body, S3ErrorCode, S3Request, S3Response, S3Result};
 
-use super::{OrS3, err, object::record};
+use super::{OrS3, err, need_bucket, object::record};
 use crate::cluster::Cluster;
 use crate::metrics::OpName;
 
@@ -22,6 +23,17 @@ pub const OP_PARAM: &str = "oed-op";
 
 /// Largest operation request body.
 const MAX_OP_BODY: usize = 64 * 1024;
+
+/// Most objects one operation over a prefix takes.
+pub const MAX_OBJECTS: usize = 10_000;
+
+/// The value of query parameter `name`, percent-decoded (`+` is a space, as forms send).
+fn param(query: Option<&str>, name: &str) -> Option<String> {
+    query?.split('&').find_map(|kv| {
+        let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
+        (k == name).then(|| percent_decode(&v.replace('+', " ")))?
+    })
+}
 
 /// The route `s3s` hands `POST ...?oed-op` to.
 #[derive(Debug)]
@@ -85,12 +97,16 @@ impl S3Route for OpRoute {
     async fn call(&self, mut req: S3Request<Body>) -> S3Result<S3Response<Body>> {
         let path = percent_decode(req.uri.path())
             .ok_or_else(|| err(S3ErrorCode::InvalidURI, "the path is not UTF-8"))?;
-        let Ok(s3s::path::S3Path::Object { bucket, key }) = s3s::path::parse_path_style(&path)
-        else {
-            return Err(err(
-                S3ErrorCode::InvalidRequest,
-                "oed-op runs on an object: POST /BUCKET/KEY?oed-op",
-            ));
+        let (bucket, key) = match s3s::path::parse_path_style(&path) {
+            Ok(s3s::path::S3Path::Object { bucket, key }) => (bucket, Some(key)),
+            Ok(s3s::path::S3Path::Bucket { bucket }) => (bucket, None),
+            _ => {
+                return Err(err(
+                    S3ErrorCode::InvalidRequest,
+                    "oed-op runs on an object (POST /BUCKET/KEY?oed-op) or on the objects of \
+                     a prefix (POST /BUCKET?oed-op&prefix=P)",
+                ));
+            }
         };
         let body = req
             .input
@@ -108,8 +124,33 @@ impl S3Route for OpRoute {
                 format!("the operation is not one OED knows: {e}"),
             )
         })?;
-        let rec = record(&self.cluster, &bucket, &key).await?;
-        let outcome = self.cluster.run_op(&rec, op).await.or_s3()?;
+        let outcome = if let Some(key) = key {
+            let rec = record(&self.cluster, &bucket, &key).await?;
+            self.cluster.run_op(&rec, op).await.or_s3()?
+        } else {
+            need_bucket(&self.cluster, &bucket).await?;
+            let prefix = param(req.uri.query(), "prefix").unwrap_or_default();
+            let page = crate::cluster::list::walk(
+                &self.cluster,
+                &bucket,
+                &prefix,
+                None,
+                None,
+                MAX_OBJECTS,
+                super::USER_KEYS_START,
+            )
+            .await
+            .or_s3()?;
+            if page.truncated {
+                return Err(err(
+                    S3ErrorCode::InvalidRequest,
+                    format!(
+                        "more than {MAX_OBJECTS} objects start with {prefix:?}: narrow the prefix"
+                    ),
+                ));
+            }
+            self.cluster.run_op_many(&page.contents, op).await.or_s3()?
+        };
         let json = serde_json::to_vec(&outcome)
             .map_err(|e| err(S3ErrorCode::InternalError, e.to_string()))?;
         let mut resp = S3Response::new(Body::from(bytes::Bytes::from(json)));
@@ -134,5 +175,10 @@ mod tests {
         assert_eq!(percent_decode("/b/a%20b%2Fc").as_deref(), Some("/b/a b/c"));
         assert_eq!(percent_decode("/b/%ff"), None);
         assert_eq!(percent_decode("/b/50%").as_deref(), Some("/b/50%"));
+        assert_eq!(
+            param(Some("oed-op&prefix=logs%2F2026+a"), "prefix").as_deref(),
+            Some("logs/2026 a")
+        );
+        assert_eq!(param(Some("oed-op"), "prefix"), None);
     }
 }
