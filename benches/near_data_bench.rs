@@ -225,11 +225,11 @@ async fn main() -> anyhow::Result<()> {
         .map(str::to_owned)
         .collect();
     let size = args.size_mib << 20;
-    let path = format!("/{}/{KEY}", op_client::encode(&args.bucket));
+    let path = format!("/{}/{KEY}", oed_daemon::uri::encode(&args.bucket));
     if !args.no_put {
         s3.request(
             reqwest::Method::PUT,
-            &format!("/{}", op_client::encode(&args.bucket)),
+            &format!("/{}", oed_daemon::uri::encode(&args.bucket)),
         )
         .send()
         .await?;

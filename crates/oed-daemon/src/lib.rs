@@ -29,6 +29,7 @@
 //! - [`server`]: opening a drive and serving its listeners, with the meter's sampler, on
 //!   one shutdown path.
 //! - [`dev`]: `oedd dev`, a whole cluster of drives on one machine.
+//! - [`uri`]: percent-encoding as S3, SigV4 and the peer API use it.
 //! - [`op_client`]: `oedd op`, a near-data operation signed with SigV4 from a shell.
 
 pub mod cluster;
@@ -43,6 +44,7 @@ pub mod peer;
 pub mod s3;
 pub mod server;
 pub mod store;
+pub mod uri;
 
 pub use error::{Error, Result};
 

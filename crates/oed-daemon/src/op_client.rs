@@ -15,6 +15,7 @@ use hyper_util::rt::TokioExecutor;
 use sha2::{Digest, Sha256};
 
 use crate::error::{Error, Result};
+use crate::uri::encode;
 
 /// Where to send an operation and how to sign it.
 #[derive(Clone, Debug)]
@@ -42,20 +43,6 @@ fn hmac(key: &[u8], data: &str) -> Vec<u8> {
     let mut mac = Hmac::<Sha256>::new_from_slice(key).expect("HMAC takes keys of any length");
     mac.update(data.as_bytes());
     mac.finalize().into_bytes().to_vec()
-}
-
-/// A path segment as SigV4 and S3 encode it: unreserved characters kept, the rest `%XX`.
-#[must_use]
-pub fn encode(segment: &str) -> String {
-    let mut out = String::with_capacity(segment.len());
-    for b in segment.bytes() {
-        if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
-            out.push(b as char);
-        } else {
-            let _ = write!(out, "%{b:02X}");
-        }
-    }
-    out
 }
 
 /// A request to sign: its method, `host`, `path` (already encoded), canonical `query`
@@ -215,10 +202,10 @@ mod tests {
     use super::*;
 
     /// A whole signature is checked end to end against the verifier of `s3s` by
-    /// `tests/s3/test_near_data.py`; here, the parts that must not drift: the signing key
-    /// chain (AWS's documented example) and the encoding of keys.
+    /// `tests/s3/test_near_data.py`; here, the part that must not drift: the signing key
+    /// chain (AWS's documented example). Encoding is `crate::uri`'s.
     #[test]
-    fn the_signing_key_chain_and_encoding_follow_sigv4() {
+    fn the_signing_key_chain_follows_sigv4() {
         // From AWS's documentation: the signing key for 20150830/us-east-1/iam.
         let mut key = hmac(b"AWS4wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY", "20150830");
         for part in ["us-east-1", "iam", "aws4_request"] {
@@ -228,7 +215,5 @@ mod tests {
             hex(&key),
             "c4afb1cc5771d871763a393e44b703571b55cc28424d1a5e86da6ed3c154a4b9"
         );
-        assert_eq!(encode("a b+c"), "a%20b%2Bc");
-        assert_eq!(encode("ü~x"), "%C3%BC~x");
     }
 }

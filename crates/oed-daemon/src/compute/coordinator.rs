@@ -149,14 +149,58 @@ fn bad(e: &oed_ops::Error) -> Error {
     Error::BadRequest(e.to_string())
 }
 
-/// The object bytes of a chunk the stripe source gave.
-fn chunk_bytes(chunk: &Chunk) -> Vec<u8> {
-    let mut v = Vec::with_capacity(chunk.data_len);
-    for p in &chunk.pieces {
-        let room = chunk.data_len - v.len();
-        v.extend_from_slice(&p[..p.len().min(room)]);
+/// The object bytes of a chunk the stripe source gave, in the pieces they came in (its
+/// zero padding left out).
+fn data_pieces(chunk: &Chunk) -> impl Iterator<Item = &[u8]> {
+    let mut left = chunk.data_len;
+    chunk.pieces.iter().map(move |p| {
+        let take = p.len().min(left);
+        left -= take;
+        &p[..take]
+    })
+}
+
+/// `plan` for `record`'s object, and its extents. BLAKE3's subtrees are the smallest
+/// chunk size among the extents.
+fn plan_for(record: &ObjectRecord, op: Op) -> Result<(Plan, Vec<PartRef>)> {
+    let exts = extents(record);
+    let subtree = exts
+        .iter()
+        .map(|e| u64::from(e.chunk_size))
+        .min()
+        .unwrap_or(u64::from(oed_ec::layout::DEFAULT_CHUNK_SIZE));
+    let plan = Plan::new(op, record.object_size(), subtree).map_err(|e| bad(&e))?;
+    Ok((plan, exts))
+}
+
+/// The coordinator's time and energy over one request: opened before the work, closed
+/// into its cost.
+struct Window {
+    started: Instant,
+    meter: Option<oed_meter::EnergyReader>,
+    joules_before: Option<f64>,
+}
+
+impl Window {
+    fn open(cluster: &Cluster) -> Self {
+        let meter = cluster.local_store().energy().cloned();
+        let joules_before = meter.as_ref().and_then(oed_meter::EnergyReader::joules_now);
+        Self {
+            started: Instant::now(),
+            meter,
+            joules_before,
+        }
     }
-    v
+
+    /// Sets the cost's wall time, and adds the coordinator's energy over the window.
+    fn close(self, cost: &mut Cost) {
+        cost.wall_seconds = self.started.elapsed().as_secs_f64();
+        if let (Some(m), Some(before)) = (&self.meter, self.joules_before) {
+            cost.coordinator_energy_joules = m.joules_now().map(|now| (now - before).max(0.0));
+            let method = m.method().map(|x| x.as_str().to_owned());
+            cost.add_energy(cost.coordinator_energy_joules, method.as_deref());
+        }
+    }
 }
 
 impl Cluster {
@@ -168,27 +212,14 @@ impl Cluster {
     /// `k` chunks of some stripe can be had; [`Error::SlowDown`] when the coordinator's
     /// memory for data in flight stays taken.
     pub async fn run_op(self: &Arc<Self>, record: &ObjectRecord, op: Op) -> Result<Outcome> {
-        let started = Instant::now();
-        let exts = extents(record);
-        let subtree = exts
-            .iter()
-            .map(|e| u64::from(e.chunk_size))
-            .min()
-            .unwrap_or(u64::from(oed_ec::layout::DEFAULT_CHUNK_SIZE));
-        let plan = Plan::new(op, record.object_size(), subtree).map_err(|e| bad(&e))?;
-        let meter = self.local_store().energy().cloned();
-        let joules_before = meter.as_ref().and_then(oed_meter::EnergyReader::joules_now);
+        let window = Window::open(self);
+        let (plan, exts) = plan_for(record, op)?;
         let mut cost = Cost {
             object_bytes: record.object_size(),
             ..Cost::default()
         };
         let (result, _) = self.object_op(record, &plan, &exts, &mut cost).await?;
-        cost.wall_seconds = started.elapsed().as_secs_f64();
-        if let (Some(m), Some(before)) = (&meter, joules_before) {
-            cost.coordinator_energy_joules = m.joules_now().map(|now| (now - before).max(0.0));
-            let method = m.method().map(|x| x.as_str().to_owned());
-            cost.add_energy(cost.coordinator_energy_joules, method.as_deref());
-        }
+        window.close(&mut cost);
         Ok(Outcome { result, cost })
     }
 
@@ -224,22 +255,16 @@ impl Cluster {
         records: &[ObjectRecord],
         op: Op,
     ) -> Result<Outcome> {
-        let started = Instant::now();
-        let meter = self.local_store().energy().cloned();
-        let joules_before = meter.as_ref().and_then(oed_meter::EnergyReader::joules_now);
+        let window = Window::open(self);
         let mut cost = Cost::default();
         let mut objects = Vec::with_capacity(records.len());
         let mut total: Option<(Plan, Partial)> = None;
         let (mut lines, mut matches) = (0u64, 0u64);
         for record in records {
-            let exts = extents(record);
-            let subtree = exts
-                .iter()
-                .map(|e| u64::from(e.chunk_size))
-                .min()
-                .unwrap_or(u64::from(oed_ec::layout::DEFAULT_CHUNK_SIZE));
-            let plan = Plan::new(op.clone(), record.object_size(), subtree)
-                .map_err(|e| Error::BadRequest(format!("{}: {e}", record.key)))?;
+            let (plan, exts) = plan_for(record, op.clone()).map_err(|e| match e {
+                Error::BadRequest(m) => Error::BadRequest(format!("{}: {m}", record.key)),
+                e => e,
+            })?;
             let mut one = Cost {
                 object_bytes: record.object_size(),
                 ..Cost::default()
@@ -276,12 +301,7 @@ impl Cluster {
             }
             _ => {}
         }
-        cost.wall_seconds = started.elapsed().as_secs_f64();
-        if let (Some(m), Some(before)) = (&meter, joules_before) {
-            cost.coordinator_energy_joules = m.joules_now().map(|now| (now - before).max(0.0));
-            let method = m.method().map(|x| x.as_str().to_owned());
-            cost.add_energy(cost.coordinator_energy_joules, method.as_deref());
-        }
+        window.close(&mut cost);
         Ok(Outcome { result, cost })
     }
 
@@ -432,8 +452,17 @@ impl Cluster {
                 if chunk.data_len == 0 {
                     continue;
                 }
-                let bytes = chunk_bytes(chunk);
-                let partial = plan.run(base + chunk.offset, &bytes).map_err(|e| bad(&e))?;
+                // A partial folds one slice: a chunk that came in pieces (from another
+                // drive) is joined; one rebuilt here, or read from this drive, is one.
+                let pieces: Vec<&[u8]> = data_pieces(chunk).collect();
+                let joined;
+                let bytes = if let [one] = pieces.as_slice() {
+                    *one
+                } else {
+                    joined = pieces.concat();
+                    &joined
+                };
+                let partial = plan.run(base + chunk.offset, bytes).map_err(|e| bad(&e))?;
                 out.push((stripe.index, partial));
             }
         }
@@ -466,7 +495,9 @@ impl Cluster {
             while let Some(stripe) = source.next().await? {
                 for chunk in &stripe.chunks {
                     cost.parity_used |= chunk.rebuilt;
-                    fold.update(&chunk_bytes(chunk));
+                    for piece in data_pieces(chunk) {
+                        fold.update(piece);
+                    }
                 }
             }
             cost.coordinator_bytes += source.bytes_read();

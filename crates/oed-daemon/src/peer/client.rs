@@ -27,6 +27,7 @@ use crate::drive::{
     ShardUpload, Stored,
 };
 use crate::store::record::{BucketRecord, ObjectRecord, VersionId};
+use crate::uri::encode as q;
 
 /// The response header of `GET shard` that names the version read.
 pub const VERSION_HEADER: &str = "x-oed-version-id";
@@ -249,18 +250,6 @@ impl PeerResponse {
             .into_data_stream()
             .map(|r| r.map_err(PeerError::transport))
     }
-}
-
-fn q(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
-            out.push(b as char);
-        } else {
-            let _ = write!(out, "%{b:02X}");
-        }
-    }
-    out
 }
 
 /// `bucket=..&key=..[&version=..]`, encoded.

@@ -2,8 +2,6 @@
 //! tokens, start-after, `encoding-type=url`) and `ListObjectVersions` as an unversioned
 //! bucket answers it, all over the cluster's merged listing.
 
-use std::fmt::Write as _;
-
 use base64::Engine as _;
 use s3s::dto::{
     CommonPrefix, EncodingType, ListObjectVersionsInput, ListObjectVersionsOutput,
@@ -16,19 +14,8 @@ use super::{OrS3, USER_KEYS_START, bucket::owner, err, etag, need_bucket, timest
 use crate::cluster::Cluster;
 use crate::cluster::list::{Page, walk};
 use crate::store::record::ObjectRecord;
-
-/// Percent-encodes like S3 does for `encoding-type=url`.
-fn url_encode(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || b"-_.~/".contains(&b) {
-            out.push(b as char);
-        } else {
-            let _ = write!(out, "%{b:02X}");
-        }
-    }
-    out
-}
+// Percent-encodes like S3 does for `encoding-type=url`.
+use crate::uri::encode_path as url_encode;
 
 /// What a listing's text fields go through: `encoding-type=url` or nothing.
 struct Encoder(bool);

@@ -17,6 +17,7 @@ use s3s::{Body, S3ErrorCode, S3Request, S3Response, S3Result};
 use super::{OrS3, err, need_bucket, object::record};
 use crate::cluster::Cluster;
 use crate::metrics::OpName;
+use crate::uri::decode as percent_decode;
 
 /// The query parameter that names a near-data operation.
 pub const OP_PARAM: &str = "oed-op";
@@ -52,24 +53,6 @@ impl OpRoute {
 /// Whether `query` has the parameter `name` (with or without a value).
 fn has_param(query: Option<&str>, name: &str) -> bool {
     query.is_some_and(|q| q.split('&').any(|kv| kv.split('=').next() == Some(name)))
-}
-
-/// `%XX` sequences decoded; `None` when they do not make UTF-8.
-fn percent_decode(s: &str) -> Option<String> {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'%' && i + 2 < b.len() {
-            let hex = std::str::from_utf8(&b[i + 1..i + 3]).ok()?;
-            out.push(u8::from_str_radix(hex, 16).ok()?);
-            i += 3;
-        } else {
-            out.push(b[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8(out).ok()
 }
 
 #[async_trait::async_trait]
@@ -172,9 +155,6 @@ mod tests {
         assert!(has_param(Some("x=1&oed-op="), OP_PARAM));
         assert!(!has_param(Some("oed-opx=1"), OP_PARAM));
         assert!(!has_param(None, OP_PARAM));
-        assert_eq!(percent_decode("/b/a%20b%2Fc").as_deref(), Some("/b/a b/c"));
-        assert_eq!(percent_decode("/b/%ff"), None);
-        assert_eq!(percent_decode("/b/50%").as_deref(), Some("/b/50%"));
         assert_eq!(
             param(Some("oed-op&prefix=logs%2F2026+a"), "prefix").as_deref(),
             Some("logs/2026 a")
