@@ -45,7 +45,11 @@ def op(cluster, bucket, key, body, sign=True):
     req = urllib.request.Request(cluster.endpoint() + path, data=data, headers=headers, method="POST")
     try:
         with urllib.request.urlopen(req, timeout=120) as resp:
-            return resp.status, json.loads(resp.read())
+            raw = resp.read()
+            answer = json.loads(raw)
+            # The answer reports its own size as what went to the client.
+            assert answer["cost"]["client_bytes"] == len(raw), answer["cost"]
+            return resp.status, answer
     except urllib.error.HTTPError as e:
         return e.code, e.read().decode()
 

@@ -35,6 +35,9 @@ pub struct Cost {
     /// Bytes that crossed the network between drives: the answers of the other drives,
     /// and the chunks read here to rebuild or stream (this drive's own included).
     pub network_bytes: u64,
+    /// Bytes of the answer's body sent to the client (this answer counts itself), when
+    /// it went through the S3 port.
+    pub client_bytes: u64,
     /// CPU time the drives spent folding, seconds (their own reports).
     pub drive_cpu_seconds: f64,
     /// Bytes the drives read from their disks for their parts.
@@ -135,6 +138,25 @@ pub struct Outcome {
     pub result: serde_json::Value,
     /// What it cost.
     pub cost: Cost,
+}
+
+impl Outcome {
+    /// The answer as the client gets it, JSON, with `cost.client_bytes` its own length.
+    ///
+    /// # Errors
+    /// When the result cannot be written as JSON (it always can).
+    pub fn to_json(mut self) -> serde_json::Result<Vec<u8>> {
+        // The length's own digits change the length; a few rounds settle it.
+        let mut json = serde_json::to_vec(&self)?;
+        for _ in 0..4 {
+            if self.cost.client_bytes == json.len() as u64 {
+                break;
+            }
+            self.cost.client_bytes = json.len() as u64;
+            json = serde_json::to_vec(&self)?;
+        }
+        Ok(json)
+    }
 }
 
 /// A partial and where it belongs in object order.
@@ -505,5 +527,24 @@ impl Cluster {
         }
         fold.finish()
             .map_err(|e| Error::Unavailable(format!("the object's bytes do not add up: {e}")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The answer's `client_bytes` is its own length, across a change in its digits.
+    #[test]
+    fn the_answer_counts_its_own_bytes() {
+        for pad in [0, 60, 950, 9_950] {
+            let outcome = Outcome {
+                result: serde_json::json!({"text": "x".repeat(pad)}),
+                cost: Cost::default(),
+            };
+            let json = outcome.to_json().unwrap();
+            let v: serde_json::Value = serde_json::from_slice(&json).unwrap();
+            assert_eq!(v["cost"]["client_bytes"], json.len(), "{pad}");
+        }
     }
 }

@@ -134,7 +134,8 @@ impl S3Route for OpRoute {
             }
             self.cluster.run_op_many(&page.contents, op).await.or_s3()?
         };
-        let json = serde_json::to_vec(&outcome)
+        let json = outcome
+            .to_json()
             .map_err(|e| err(S3ErrorCode::InternalError, e.to_string()))?;
         let mut resp = S3Response::new(Body::from(bytes::Bytes::from(json)));
         resp.headers.insert(
