@@ -365,9 +365,9 @@ impl Bench {
                 .await?;
             anyhow::ensure!(resp.status().is_success(), "GET: {}", resp.status());
             let mut at = 0u64;
-            let result = if let Some(mut seq) = plan.sequential() {
+            let result = if let Some(mut seq) = plan.in_order() {
                 while let Some(piece) = resp.chunk().await? {
-                    seq.update(&piece);
+                    seq.update(&piece).map_err(|e| anyhow::anyhow!("{e}"))?;
                     at += piece.len() as u64;
                 }
                 seq.finish()

@@ -57,11 +57,16 @@ fn kernels(c: &mut Criterion) {
             b.iter(|| m.run(CHUNK as u64, black_box(&text)));
         });
     }
-    for (name, edges) in [("stats-f64", None), ("stats-f64-hist64", Some(64))] {
+    for (name, edges, quantiles) in [
+        ("stats-f64", None, false),
+        ("stats-f64-hist64", Some(64), false),
+        ("stats-f64-quantiles", None, true),
+    ] {
         let stats = Stats {
-            format: Format::F64le,
             edges: edges
                 .map(|n: usize| (0..=n).map(|i| -1e6 + 2e6 * i as f64 / n as f64).collect()),
+            quantiles: quantiles.then(|| vec![0.5, 0.99]),
+            ..Stats::new(Format::F64le)
         };
         g.bench_function(name, |b| {
             b.iter(|| {
@@ -71,6 +76,37 @@ fn kernels(c: &mut Criterion) {
             });
         });
     }
+    // Text numbers: a CSV of readings, its third column.
+    let csv: Vec<u8> = (0..)
+        .flat_map(|i: u64| {
+            format!("{i},sensor-{},{:.4}\n", i % 17, (i as f64).sin() * 1e3).into_bytes()
+        })
+        .take(CHUNK)
+        .collect();
+    let stats = Stats {
+        column: Some(2),
+        ..Stats::new(Format::Csv)
+    };
+    let plan = oed_ops::op::Plan::new(
+        oed_ops::op::Op::Stats(stats),
+        4 * CHUNK as u64,
+        CHUNK as u64,
+    )
+    .expect("a valid operation");
+    g.bench_function("stats-csv-column", |b| {
+        b.iter(|| plan.run(CHUNK as u64, black_box(&csv)));
+    });
+    // Compression, of text (the same CSV) as it compresses in practice.
+    for (name, codec, level) in [
+        ("zstd-1", oed_ops::compress::Codec::Zstd, Some(1)),
+        ("zstd-3", oed_ops::compress::Codec::Zstd, Some(3)),
+        ("lz4", oed_ops::compress::Codec::Lz4, None),
+    ] {
+        let c = oed_ops::compress::Compress { codec, level };
+        g.bench_function(name, |b| b.iter(|| c.sizes(black_box(&csv))));
+    }
+    let dedup = oed_ops::dedup::Dedup { average: 8192 };
+    g.bench_function("dedup-8k", |b| b.iter(|| dedup.run(black_box(&data))));
     g.finish();
 }
 

@@ -81,7 +81,7 @@ for pair in aarch64-unknown-linux-gnu:neon64 armv7-unknown-linux-gnueabihf:neon3
   t=${pair%%:*}
   step "$t: oed-ec tests under qemu (expecting the ${pair##*:} kernel)"
   OED_EXPECT_KERNEL=${pair##*:} cargo test --locked -p oed-ec --target "$t"
-  step "$t: oed-ops tests under qemu (checksums, statistics, MD5)"
+  step "$t: oed-ops tests under qemu (checksums, statistics, text, sketches, compression, dedup, MD5)"
   cargo test --locked -p oed-ops --target "$t"
   step "$t: oedd smoke test under qemu"
   cargo_for "$t" build --locked -p oed-daemon --bin oedd --target "$t"

@@ -7,6 +7,7 @@
 
 // Test data and reference statistics are small; their floats are exact.
 #![allow(clippy::cast_precision_loss)]
+#![allow(clippy::too_many_lines)] // Each test tells one story, healthy to degraded.
 
 use std::sync::Arc;
 
@@ -33,6 +34,18 @@ fn doubles(n: usize) -> Vec<u8> {
 async fn run(c: &Arc<Cluster>, rec: &ObjectRecord, op: &str) -> oed_daemon::Result<Outcome> {
     let op: Op = serde_json::from_str(op).expect("a valid operation");
     c.run_op(rec, op).await
+}
+
+/// `run` where every drive is up and every shard whole: each drive answers its part
+/// (a part the coordinator had to compute itself would hide a drive's failure).
+async fn run_healthy(c: &Arc<Cluster>, rec: &ObjectRecord, op: &str) -> Outcome {
+    let got = run(c, rec, op).await.unwrap();
+    assert!(
+        got.cost.drives.iter().all(|d| d.failed.is_none()) && got.cost.rebuilt_stripes == 0,
+        "{op}: {:?}",
+        got.cost
+    );
+    got
 }
 
 /// What each checksum must be for `data`, as S3 headers carry them (base64).
@@ -288,7 +301,7 @@ fn grep_counts_lines_across_chunk_edges_exactly() {
             assert_eq!(kept, want);
         };
         let op = r#"{"op":"grep","pattern":"ERROR disk","lines":25}"#;
-        let healthy = run(&c, &rec, op).await.unwrap();
+        let healthy = run_healthy(&c, &rec, op).await;
         check(&healthy);
         // 4 KiB chunks and a small object here: the lines cut at chunk edges and each
         // drive's first 25 matching lines travel, about a tenth of the object.
@@ -310,6 +323,233 @@ fn grep_counts_lines_across_chunk_edges_exactly() {
             .await
             .unwrap_err();
         assert!(matches!(e, oed_daemon::Error::BadRequest(_)), "{e}");
+        for d in drives {
+            d.stop().await;
+        }
+    });
+}
+
+/// A CSV of `n` rows whose third column is `i * 0.5 - 100`; every fifth row has a long
+/// quoted note (with commas, doubled quotes and newlines) that often crosses a 4 KiB
+/// chunk edge when `long_notes`. Also the values, for the reference.
+fn csv(n: usize, long_notes: bool) -> (Vec<u8>, Vec<f64>) {
+    let mut out = b"id,note,value\n".to_vec();
+    let mut values = Vec::new();
+    for i in 0..n {
+        let v = i as f64 * 0.5 - 100.0;
+        let note = if long_notes && i % 5 == 0 {
+            format!("\"said \"\"hi\"\",\n{}\"", "y,".repeat(200 + i % 97))
+        } else {
+            format!("n{i}")
+        };
+        out.extend_from_slice(format!("{i},{note},{v}\n").as_bytes());
+        values.push(v);
+    }
+    (out, values)
+}
+
+#[test]
+fn text_and_csv_statistics_and_quantiles_on_a_cluster() {
+    let root = tempfile::tempdir().unwrap();
+    rt().block_on(async {
+        let mut drives = oed_tests::local_cluster(root.path(), K, M, CHUNK).await;
+        let c = drives[0].cluster.clone();
+        c.create_bucket("bkt").await.unwrap();
+        let check = |r: &serde_json::Value, values: &[f64]| {
+            assert_eq!(r["count"], values.len(), "{r}");
+            assert_eq!(r["sum"].as_f64(), Some(values.iter().sum::<f64>()), "{r}");
+            assert_eq!(r["invalid"], 0);
+            assert_eq!(r["missing"], 0);
+        };
+        let op = r#"{"op":"stats","format":"csv","column":2,"header":true}"#;
+        // Plain CSV: the drives answer, little crosses the network.
+        let (plain, values) = csv(3000, false);
+        let rec = put_object(&c, "bkt", "plain.csv", &plain).await;
+        let got = run_healthy(&c, &rec, op).await;
+        check(&got.result, &values);
+        assert!(
+            !got.cost.in_order && got.cost.coordinator_bytes == 0,
+            "{:?}",
+            got.cost
+        );
+        // Quoted notes across chunk edges: the object is read in order, still exact.
+        let (quoted, qvalues) = csv(600, true);
+        let qrec = put_object(&c, "bkt", "quoted.csv", &quoted).await;
+        let got = run_healthy(&c, &qrec, op).await;
+        check(&got.result, &qvalues);
+        assert!(got.cost.in_order && got.cost.coordinator_bytes >= quoted.len() as u64);
+        // A column no row has is refused.
+        let e = run(
+            &c,
+            &rec,
+            r#"{"op":"stats","format":"csv","column":9,"header":true}"#,
+        )
+        .await
+        .unwrap_err();
+        assert!(e.to_string().contains("column 9 does not exist"), "{e}");
+
+        // One number per line, with quantiles within their stated accuracy.
+        let lines: Vec<u8> = values
+            .iter()
+            .flat_map(|v| format!("{v}\n").into_bytes())
+            .collect();
+        let trec = put_object(&c, "bkt", "values.txt", &lines).await;
+        let q = r#"{"op":"stats","format":"text","quantiles":[0,0.5,0.9,1],"accuracy":0.01}"#;
+        let got = run_healthy(&c, &trec, q).await;
+        assert_eq!(got.result["count"], values.len());
+        let mut sorted = values.clone();
+        sorted.sort_by(f64::total_cmp);
+        for q in got.result["quantiles"]["values"].as_array().unwrap() {
+            let at = [0.0, 0.5, 0.9, 1.0]
+                .iter()
+                .position(|&x| Some(x) == q["q"].as_f64())
+                .unwrap();
+            let rank = [
+                0,
+                (sorted.len() - 1) / 2,
+                (sorted.len() - 1) * 9 / 10,
+                sorted.len() - 1,
+            ][at];
+            let (want, got) = (sorted[rank], q["value"].as_f64().unwrap());
+            assert!(
+                (got - want).abs() <= 0.01 * want.abs() + 1e-9,
+                "{q}: want {want}"
+            );
+        }
+
+        // With a data drive stopped: the same answers, from parity.
+        let holder = drives.iter().position(|d| d.id == rec.drives[1]).unwrap();
+        let c = drives[usize::from(holder == 0)].cluster.clone();
+        drives.remove(holder).stop().await;
+        let got = run(&c, &rec, op).await.unwrap();
+        check(&got.result, &values);
+        assert!(got.cost.parity_used);
+        let got = run(&c, &qrec, op).await.unwrap();
+        check(&got.result, &qvalues);
+        for d in drives {
+            d.stop().await;
+        }
+    });
+}
+
+/// The object `rec` names, read whole.
+async fn read_all(c: &Arc<Cluster>, rec: &ObjectRecord) -> Vec<u8> {
+    use futures_util::StreamExt as _;
+    let mut body = c.read_object(rec, 0..u64::MAX).await.unwrap();
+    let mut out = Vec::new();
+    while let Some(piece) = body.next().await {
+        out.extend_from_slice(&piece.unwrap());
+    }
+    out
+}
+
+#[test]
+fn compressibility_dedup_and_compress_on_a_cluster() {
+    let root = tempfile::tempdir().unwrap();
+    rt().block_on(async {
+        let mut drives = oed_tests::local_cluster(root.path(), K, M, CHUNK).await;
+        let c = drives[0].cluster.clone();
+        c.create_bucket("bkt").await.unwrap();
+        let (plain, _) = csv(3000, false);
+        let rec = put_object(&c, "bkt", "plain.csv", &plain).await;
+
+        // Compressibility: text shrinks, noise does not; nothing is written.
+        let got = run_healthy(
+            &c,
+            &rec,
+            r#"{"op":"compressibility","codec":"zstd","level":1}"#,
+        )
+        .await;
+        assert_eq!(got.result["input_bytes"], plain.len());
+        assert!(
+            got.result["ratio"].as_f64().unwrap() < 0.6,
+            "{}",
+            got.result
+        );
+        let noise = bytes(200_000, 9);
+        let nrec = put_object(&c, "bkt", "noise", &noise).await;
+        let got = run_healthy(&c, &nrec, r#"{"op":"compressibility","codec":"lz4"}"#).await;
+        assert!(
+            got.result["ratio"].as_f64().unwrap() > 0.99,
+            "{}",
+            got.result
+        );
+        assert!(got.cost.network_bytes < 10_000, "{:?}", got.cost);
+
+        // Compress writes exactly the frames the estimate counted, as a new object that
+        // decompresses to the original, in both codecs.
+        for (codec, estimate) in [("zstd", r#""level":1"#), ("lz4", "")] {
+            let sep = if estimate.is_empty() { "" } else { "," };
+            let est = run_healthy(
+                &c,
+                &rec,
+                &format!(r#"{{"op":"compressibility","codec":"{codec}"{sep}{estimate}}}"#),
+            )
+            .await;
+            let target = format!("plain.csv.{codec}");
+            let got = run_healthy(
+                &c,
+                &rec,
+                &format!(
+                    r#"{{"op":"compress","codec":"{codec}"{sep}{estimate},"target":"{target}"}}"#
+                ),
+            )
+            .await;
+            assert_eq!(
+                got.result["output_bytes"], est.result["output_bytes"],
+                "{}",
+                got.result
+            );
+            let written = c
+                .head("bkt", &target)
+                .await
+                .unwrap()
+                .expect("the new object");
+            assert_eq!(got.result["output_bytes"], written.object_size());
+            let stream = read_all(&c, &written).await;
+            let codec = if codec == "zstd" {
+                oed_ops::compress::Codec::Zstd
+            } else {
+                oed_ops::compress::Codec::Lz4
+            };
+            assert!(oed_ops::compress::decompress(codec, &stream).unwrap() == plain);
+        }
+
+        // Dedup: the same 64 KiB four times is a quarter unique; across two such objects,
+        // an eighth.
+        let block = bytes(65_536, 3);
+        let rep = block.repeat(4);
+        let d1 = put_object(&c, "bkt", "rep1", &rep).await;
+        let d2 = put_object(&c, "bkt", "rep2", &rep).await;
+        let op = r#"{"op":"dedup","average":1024}"#;
+        let healthy = run_healthy(&c, &d1, op).await.result;
+        let ratio = healthy["unique_ratio"].as_f64().unwrap();
+        assert!((0.2..0.35).contains(&ratio), "{healthy}");
+        let both = c
+            .run_op_many(&[d1.clone(), d2], serde_json::from_str(op).unwrap())
+            .await
+            .unwrap();
+        let ratio = both.result["total"]["unique_ratio"].as_f64().unwrap();
+        assert!((0.1..0.2).contains(&ratio), "{}", both.result);
+
+        // With a data drive stopped: the same answers, and compress still writes.
+        let holder = drives.iter().position(|d| d.id == d1.drives[0]).unwrap();
+        let c = drives[usize::from(holder == 0)].cluster.clone();
+        drives.remove(holder).stop().await;
+        assert_eq!(run(&c, &d1, op).await.unwrap().result, healthy);
+        let got = run(
+            &c,
+            &d1,
+            r#"{"op":"compress","codec":"zstd","target":"rep1.zst"}"#,
+        )
+        .await
+        .unwrap();
+        assert!(got.cost.parity_used);
+        let written = c.head("bkt", "rep1.zst").await.unwrap().unwrap();
+        let stream = read_all(&c, &written).await;
+        assert!(
+            oed_ops::compress::decompress(oed_ops::compress::Codec::Zstd, &stream).unwrap() == rep
+        );
         for d in drives {
             d.stop().await;
         }

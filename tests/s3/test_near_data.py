@@ -3,7 +3,9 @@ by botocore's signer and by curl's --aws-sigv4, on a real six-drive cluster (4+2
 chunks). Answers are checked against the same computation done here with Python's own
 code over the bytes the test wrote; bad requests get S3 errors."""
 
+import csv
 import hashlib
+import io
 import json
 import math
 import random
@@ -207,3 +209,76 @@ def test_operations_over_a_prefix(cluster, s3, bucket):
     )
     with urllib.request.urlopen(req, timeout=120) as resp:
         assert json.loads(resp.read())["result"]["objects"] == []
+
+
+def test_csv_quantiles_compressibility_and_dedup_through_s3(cluster, s3, bucket):
+    """The text formats, quantiles and the estimates, as a user calls them over S3;
+    references computed here with Python's own csv module and sorted values."""
+    rng = random.Random(11)
+    rows = [["id", "city", "temp"]]
+    for i in range(20_000):
+        city = rng.choice(["Oslo", '"Quoted, city"', "multi\nline", "Lyon"])
+        rows.append([str(i), city, f"{rng.uniform(-30, 40):.3f}"])
+    buf = io.StringIO()
+    csv.writer(buf, lineterminator="\n").writerows(rows)
+    data = buf.getvalue().encode()
+    s3.put_object(Bucket=bucket, Key="temps.csv", Body=data)
+    temps = [float(r[2]) for r in list(csv.reader(io.StringIO(data.decode())))[1:]]
+    assert len(temps) == 20_000
+    status, answer = op(
+        cluster, bucket, "temps.csv",
+        {"op": "stats", "format": "csv", "column": 2, "header": True, "quantiles": [0.5, 0.99]},
+    )
+    assert status == 200, answer
+    r = answer["result"]
+    assert r["count"] == len(temps) and r["invalid"] == 0 and r["missing"] == 0, r
+    assert abs(r["sum"] - math.fsum(temps)) < 1e-6
+    s = sorted(temps)
+    for q in r["quantiles"]["values"]:
+        want = s[math.floor(q["q"] * (len(s) - 1))]
+        assert abs(q["value"] - want) <= 0.01 * abs(want) + 1e-9, (q, want)
+    # Compressibility writes nothing and says what zstd would save.
+    keys = lambda: [o["Key"] for o in s3.list_objects_v2(Bucket=bucket).get("Contents", [])]  # noqa: E731
+    before = keys()
+    status, answer = op(cluster, bucket, "temps.csv", {"op": "compressibility", "level": 3})
+    assert status == 200 and answer["result"]["input_bytes"] == len(data), answer
+    assert 0 < answer["result"]["output_bytes"] < len(data) // 2
+    assert keys() == before
+    # Compress writes a new object of exactly that size: zstd frames, made on the drives.
+    status, answer = op(cluster, bucket, "temps.csv", {"op": "compress", "level": 3, "target": "temps.csv.zst"})
+    assert status == 200, answer
+    out = s3.get_object(Bucket=bucket, Key="temps.csv.zst")
+    stream = out["Body"].read()
+    assert len(stream) == answer["result"]["output_bytes"] and out["ContentType"] == "application/zstd"
+    assert stream[:4] == b"\x28\xb5\x2f\xfd"  # a zstd frame's magic number
+    assert s3.get_object(Bucket=bucket, Key="temps.csv")["Body"].read() == data
+    for body, says in [
+        ({"op": "compress", "target": "temps.csv"}, "another key"),
+        ({"op": "compress", "target": "\u0001x"}, "reserved"),
+        ({"op": "compress", "codec": "lz4", "level": 3, "target": "x"}, "lz4 takes no level"),
+    ]:
+        status, answer = op(cluster, bucket, "temps.csv", body)
+        assert status == 400 and says in answer, (body, status, answer)
+    # Dedup over a prefix finds content repeated across objects (only those under it).
+    block = rng.randbytes(100_000)
+    s3.put_object(Bucket=bucket, Key="dup/a", Body=block * 2)
+    s3.put_object(Bucket=bucket, Key="dup/b", Body=block)
+    path = f"/{bucket}?oed-op&prefix=dup%2F"
+    body = json.dumps({"op": "dedup", "average": 2048}).encode()
+    req = urllib.request.Request(
+        cluster.endpoint() + path, data=body, headers=cluster.signed_headers("POST", path, body), method="POST"
+    )
+    with urllib.request.urlopen(req, timeout=120) as resp:
+        total = json.loads(resp.read())["result"]["total"]
+    assert total["bytes"] == 300_000 and 0.25 < total["unique_ratio"] < 0.45, total
+    # Bad parameters are named.
+    for body, says in [
+        ({"op": "stats", "format": "csv", "delimiter": '"'}, "delimiter"),
+        ({"op": "stats", "format": "f64le", "quantiles": [1.5]}, "between 0 and 1"),
+        ({"op": "compressibility", "level": 40}, "zstd level"),
+        ({"op": "dedup", "average": 1000}, "power of two"),
+        ({"op": "stats", "format": "csv", "column": 5}, "column 5 does not exist"),
+        ({"op": "stats", "format": "f64le", "quantile": [0.5]}, "unknown field"),
+    ]:
+        status, answer = op(cluster, bucket, "temps.csv", body)
+        assert status == 400 and says in answer, (body, status, answer)

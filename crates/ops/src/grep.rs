@@ -222,7 +222,9 @@ impl Matcher {
         left.matches += right.matches;
         left.matched.extend(right.matched);
         left.pieces.extend(right.pieces);
-        left.pieces.sort_by_key(|p| p.offset);
+        // An empty piece (a run's end on a `\n`) first: what follows at its offset starts
+        // a line, whichever partial came first.
+        left.pieces.sort_by_key(|p| (p.offset, !p.bytes.is_empty()));
         let mut joined: Vec<Piece> = Vec::with_capacity(left.pieces.len());
         for mut piece in std::mem::take(&mut left.pieces) {
             match joined.last_mut() {
@@ -353,6 +355,9 @@ mod tests {
             let fold = |ps: &[GrepPartial]| ps.iter().cloned().try_fold(GrepPartial::default(), |a, p| m.merge(a, p)).unwrap();
             let joined = m.merge(fold(&parts[..at]), fold(&parts[at..])).unwrap();
             prop_assert_eq!(m.finish(&joined).unwrap(), reference(&bytes, "error", 7));
+            // Merged right to left, as partials may arrive: the same.
+            let backward = parts.iter().rev().cloned().try_fold(GrepPartial::default(), |a, p| m.merge(p, a)).unwrap();
+            prop_assert_eq!(m.finish(&backward).unwrap(), reference(&bytes, "error", 7));
         }
     }
 

@@ -14,18 +14,29 @@
 //!   from subtree chaining values); why SHA-256 cannot be split.
 //! - [`stats`]: count, sum, min, max, mean, variance and histograms over fixed-width
 //!   little-endian numbers, with Welford's moments and Chan's merge.
+//! - [`text`]: numbers written as text, one per line or one column of CSV, with records
+//!   cut by runs joined where the runs meet.
+//! - [`sketch`]: quantiles within a stated relative error (DDSketch), merged exactly.
 //! - [`op`]: an operation as users ask for it, planned for one object: run, merge,
 //!   finish, for every operation; SHA-256, which does not split, in order.
 //! - [`grep`]: lines matching a literal or a regular expression, counted and returned,
 //!   with lines cut by runs joined where the runs meet.
+//! - [`compress`]: zstd and LZ4 frames of runs, which concatenate into one stream; the
+//!   estimate of what compressing would save.
+//! - [`dedup`]: duplicate content, by content-defined chunks and mergeable sketches of
+//!   their distinct fingerprints.
 //! - [`md5`]: MD5 for S3's `ETag` and `Content-MD5`, incremental and over several
 //!   independent streams at once (the write path hashes concurrent uploads together).
 
 pub mod checksum;
+pub mod compress;
+pub mod dedup;
 pub mod grep;
 pub mod md5;
 pub mod op;
+pub mod sketch;
 pub mod stats;
+pub mod text;
 
 /// Byte fields of partials, as base64 strings in JSON.
 mod b64 {
@@ -55,6 +66,10 @@ pub enum Error {
     /// The partials to finish do not cover the object exactly once.
     #[error("incomplete: {0}")]
     Incomplete(String),
+    /// The partials cannot give the answer (a run guessed wrong where it started); the
+    /// object must be folded in order ([`op::Plan::in_order`]).
+    #[error("needs the object in order: {0}")]
+    InOrder(String),
 }
 
 /// Result with [`Error`].

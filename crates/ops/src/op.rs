@@ -13,8 +13,11 @@ use serde::{Deserialize, Serialize};
 use sha2::Digest as _;
 
 use crate::checksum::{Blake3, Blake3Partial, Crc, CrcPartial};
+use crate::compress::{Compress, CompressTo, Frames, Sizes};
+use crate::dedup::{Dedup, DedupPartial};
 use crate::grep::{Grep, GrepPartial, Matcher};
 use crate::stats::{Stats, StatsPartial};
+use crate::text::{TextFold, TextPartial, TextStats};
 use crate::{Error, Result};
 
 /// The checksum algorithms.
@@ -44,6 +47,13 @@ pub enum Op {
     Stats(Stats),
     /// Lines matching a literal or a regular expression.
     Grep(Grep),
+    /// What compressing the object would save, writing nothing.
+    Compressibility(Compress),
+    /// The object compressed into a new object (frames of its chunks, made where they
+    /// lie).
+    Compress(CompressTo),
+    /// How much of the object is duplicate content.
+    Dedup(Dedup),
 }
 
 /// An operation planned for one object.
@@ -83,6 +93,14 @@ pub enum Partial {
     Stats(StatsPartial),
     /// Line counts, matching lines, cut lines.
     Grep(GrepPartial),
+    /// Sizes before and after compression.
+    Sizes(Sizes),
+    /// Chunk counts and distinct-chunk sketches.
+    Dedup(DedupPartial),
+    /// Statistics of text numbers, and cut records.
+    Text(TextPartial),
+    /// Compressed frames, in object order.
+    Frames(Frames),
 }
 
 impl Plan {
@@ -101,7 +119,7 @@ impl Plan {
             Op::Stats(s) => {
                 s.validate()?;
                 let w = s.format.width() as u64;
-                if !object_len.is_multiple_of(w) {
+                if !s.format.is_text() && !object_len.is_multiple_of(w) {
                     return Err(Error::BadArgument(format!(
                         "{object_len} bytes are not a whole number of {w}-byte {} records",
                         serde_json::to_value(s.format)
@@ -114,6 +132,16 @@ impl Plan {
             Op::Grep(g) => {
                 g.matcher(object_len)?;
             }
+            Op::Compressibility(c) => c.validate()?,
+            Op::Compress(c) => {
+                c.how.validate()?;
+                if c.target.is_empty() || c.target.len() > 1024 {
+                    return Err(Error::BadArgument(
+                        "compress: the target key must have 1 to 1024 bytes".into(),
+                    ));
+                }
+            }
+            Op::Dedup(d) => d.validate()?,
             Op::Checksum { .. } => {}
         }
         Ok(Self {
@@ -151,7 +179,18 @@ impl Plan {
     /// drive may fold all its runs into one partial. Checksums depend on object order.
     #[must_use]
     pub fn commutes(&self) -> bool {
-        matches!(self.op, Op::Stats(_) | Op::Grep(_))
+        matches!(
+            self.op,
+            Op::Stats(_) | Op::Grep(_) | Op::Compressibility(_) | Op::Dedup(_)
+        )
+    }
+
+    /// Statistics over text numbers, for the `text` and `csv` formats.
+    fn text(&self) -> Option<TextStats> {
+        match &self.op {
+            Op::Stats(s) => TextStats::new(s, self.object_len),
+            _ => None,
+        }
     }
 
     fn blake3(&self) -> Result<Blake3> {
@@ -175,9 +214,15 @@ impl Plan {
     /// # Errors
     /// [`Error::BadArgument`] for an operation that does not split.
     pub fn empty(&self) -> Result<Partial> {
+        if let Some(t) = self.text() {
+            return Ok(Partial::Text(t.empty()));
+        }
         match &self.op {
             Op::Stats(s) => Ok(Partial::Stats(s.empty())),
             Op::Grep(_) => Ok(Partial::Grep(GrepPartial::default())),
+            Op::Compressibility(_) => Ok(Partial::Sizes(Sizes::default())),
+            Op::Compress(_) => Ok(Partial::Frames(Frames::default())),
+            Op::Dedup(_) => Ok(Partial::Dedup(Dedup::empty())),
             _ if self.crc().is_some() => Ok(Partial::Crc(CrcPartial::default())),
             Op::Checksum {
                 algorithm: Algorithm::Blake3,
@@ -209,6 +254,9 @@ impl Plan {
         if let Some(crc) = self.crc() {
             return Ok(Partial::Crc(crc.of(bytes)));
         }
+        if let Some(t) = self.text() {
+            return Ok(Partial::Text(t.run(offset, bytes)?));
+        }
         match &self.op {
             Op::Stats(s) => {
                 let mut f = s.fold(offset);
@@ -216,6 +264,13 @@ impl Plan {
                 Ok(Partial::Stats(f.finish()))
             }
             Op::Grep(_) => Ok(Partial::Grep(self.matcher()?.run(offset, bytes)?)),
+            Op::Compressibility(c) => Ok(Partial::Sizes(c.sizes(bytes)?)),
+            Op::Compress(c) => Ok(Partial::Frames(Frames {
+                input: bytes.len() as u64,
+                frames: 1,
+                bytes: c.how.frame(bytes)?,
+            })),
+            Op::Dedup(d) => Ok(Partial::Dedup(d.run(bytes))),
             Op::Checksum {
                 algorithm: Algorithm::Blake3,
             } => Ok(Partial::Blake3(self.blake3()?.run(offset, bytes)?)),
@@ -238,6 +293,17 @@ impl Plan {
                 _ => return Err(mismatch()),
             },
             (Partial::Grep(a), Partial::Grep(b)) => Partial::Grep(self.matcher()?.merge(a, b)?),
+            (Partial::Sizes(a), Partial::Sizes(b)) => Partial::Sizes(a.plus(b)),
+            (Partial::Frames(mut a), Partial::Frames(b)) => {
+                a.input += b.input;
+                a.frames += b.frames;
+                a.bytes.extend_from_slice(&b.bytes);
+                Partial::Frames(a)
+            }
+            (Partial::Text(a), Partial::Text(b)) => {
+                Partial::Text(self.text().ok_or_else(mismatch)?.merge(a, b)?)
+            }
+            (Partial::Dedup(a), Partial::Dedup(b)) => Partial::Dedup(Dedup::merge(a, b)),
             _ => return Err(mismatch()),
         })
     }
@@ -260,6 +326,31 @@ impl Plan {
             }
             (Op::Grep(_), Partial::Grep(g)) => serde_json::to_value(self.matcher()?.finish(g)?)
                 .map_err(|e| Error::BadArgument(e.to_string())),
+            (Op::Stats(_), Partial::Text(p)) => self.text().ok_or_else(mismatch)?.finish(p),
+            (Op::Compress(c), Partial::Frames(f)) => Ok(Sizes {
+                input: f.input,
+                output: f.bytes.len() as u64,
+                frames: f.frames,
+            }
+            .result(&c.how)),
+            (Op::Compressibility(c), Partial::Sizes(z)) => {
+                if z.input != self.object_len {
+                    return Err(Error::Incomplete(format!(
+                        "the runs cover {} of {} bytes",
+                        z.input, self.object_len
+                    )));
+                }
+                Ok(z.result(c))
+            }
+            (Op::Dedup(d), Partial::Dedup(p)) => {
+                if p.bytes != self.object_len {
+                    return Err(Error::Incomplete(format!(
+                        "the runs cover {} of {} bytes",
+                        p.bytes, self.object_len
+                    )));
+                }
+                Ok(d.finish(p))
+            }
             (Op::Checksum { algorithm }, Partial::Crc(c)) => {
                 if c.len != self.object_len {
                     return Err(Error::Incomplete(format!(
@@ -283,12 +374,20 @@ impl Plan {
         }
     }
 
-    /// For an operation that does not split (SHA-256): a fold over the whole object in
-    /// order. `None` for the others.
+    /// A fold over the whole object in order: for an operation that does not split
+    /// (SHA-256), and for statistics of CSV whose split answer could not be used
+    /// ([`Error::InOrder`]). `None` for the others.
     #[must_use]
-    pub fn sequential(&self) -> Option<Sequential> {
-        (!self.splits()).then(|| Sequential {
-            sha: sha2::Sha256::new(),
+    pub fn in_order(&self) -> Option<Sequential> {
+        let kind = if let Some(t) = self.text() {
+            Kind::Text(Box::new(TextFold::new(&t, 0, true)), t)
+        } else if self.splits() {
+            return None;
+        } else {
+            Kind::Sha(sha2::Sha256::new())
+        };
+        Some(Sequential {
+            kind,
             len: 0,
             object_len: self.object_len,
         })
@@ -321,19 +420,30 @@ pub fn results_agree(a: &serde_json::Value, b: &serde_json::Value) -> bool {
     }
 }
 
-/// SHA-256 over an object's bytes, fed in object order.
-#[derive(Debug, Clone)]
+/// An operation over an object's bytes, fed in object order.
 pub struct Sequential {
-    sha: sha2::Sha256,
+    kind: Kind,
     len: u64,
     object_len: u64,
 }
 
+enum Kind {
+    Sha(sha2::Sha256),
+    Text(Box<TextFold>, TextStats),
+}
+
 impl Sequential {
     /// The next bytes of the object.
-    pub fn update(&mut self, bytes: &[u8]) {
-        self.sha.update(bytes);
+    ///
+    /// # Errors
+    /// [`Error::BadArgument`] for a record the operation refuses (too long).
+    pub fn update(&mut self, bytes: &[u8]) -> Result<()> {
+        match &mut self.kind {
+            Kind::Sha(sha) => sha.update(bytes),
+            Kind::Text(fold, _) => fold.update(bytes)?,
+        }
         self.len += bytes.len() as u64;
+        Ok(())
     }
 
     /// The answer.
@@ -347,7 +457,10 @@ impl Sequential {
                 self.len, self.object_len
             )));
         }
-        Ok(checksum_value(Algorithm::Sha256, &self.sha.finalize()))
+        match self.kind {
+            Kind::Sha(sha) => Ok(checksum_value(Algorithm::Sha256, &sha.finalize())),
+            Kind::Text(fold, text) => text.finish(&fold.finish()?),
+        }
     }
 }
 
@@ -422,8 +535,8 @@ mod tests {
         )
         .unwrap();
         assert!(!sha.splits() && sha.run(0, &bytes).is_err());
-        let mut seq = sha.sequential().unwrap();
-        seq.update(&bytes);
+        let mut seq = sha.in_order().unwrap();
+        seq.update(&bytes).unwrap();
         let want: [u8; 32] = sha2::Sha256::digest(&bytes).into();
         assert_eq!(
             seq.finish().unwrap()["base64"],
@@ -457,10 +570,7 @@ mod tests {
         ] {
             assert!(serde_json::from_str::<Op>(bad).is_err(), "{bad}");
         }
-        let f64s = Op::Stats(Stats {
-            format: Format::F64le,
-            edges: None,
-        });
+        let f64s = Op::Stats(Stats::new(Format::F64le));
         let err = Plan::new(f64s, 12, 4096).unwrap_err();
         assert!(err.to_string().contains("8-byte f64le"), "{err}");
         let plan = Plan::new(

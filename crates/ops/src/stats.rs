@@ -26,6 +26,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::sketch::{self, Mapping, Quantiles, Sketch};
 use crate::{Error, Result};
 
 /// The record formats: little-endian fixed-width numbers.
@@ -48,6 +49,10 @@ pub enum Format {
     F32le,
     /// IEEE-754 double precision, little-endian.
     F64le,
+    /// Numbers written as text, one per line.
+    Text,
+    /// One column of comma-separated values (RFC 4180 quoting).
+    Csv,
 }
 
 impl Format {
@@ -55,7 +60,7 @@ impl Format {
     #[must_use]
     pub fn width(self) -> usize {
         match self {
-            Format::U8 => 1,
+            Format::U8 | Format::Text | Format::Csv => 1,
             Format::U16le => 2,
             Format::U32le | Format::I32le | Format::F32le => 4,
             Format::U64le | Format::I64le | Format::F64le => 8,
@@ -63,7 +68,16 @@ impl Format {
     }
 
     fn is_float(self) -> bool {
-        matches!(self, Format::F32le | Format::F64le)
+        matches!(
+            self,
+            Format::F32le | Format::F64le | Format::Text | Format::Csv
+        )
+    }
+
+    /// Whether records are text (lines), not fixed-width numbers.
+    #[must_use]
+    pub fn is_text(self) -> bool {
+        matches!(self, Format::Text | Format::Csv)
     }
 }
 
@@ -72,6 +86,7 @@ const BLOCK: usize = 1024;
 
 /// What a statistics operation computes.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Stats {
     /// The record format.
     pub format: Format,
@@ -79,6 +94,24 @@ pub struct Stats {
     /// the last bin also its upper edge. None: no histogram.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub edges: Option<Vec<f64>>,
+    /// Quantiles to answer (ranks in `[0, 1]`, at most
+    /// [`MAX_QUANTILES`](crate::sketch::MAX_QUANTILES)), from a DDSketch within
+    /// `accuracy`. None: no quantiles.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quantiles: Option<Vec<f64>>,
+    /// The quantiles' relative accuracy (default
+    /// [`DEFAULT_ACCURACY`](crate::sketch::DEFAULT_ACCURACY), 1%).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub accuracy: Option<f64>,
+    /// For `csv`: the column, 0-based (default 0).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub column: Option<usize>,
+    /// For `csv`: the field delimiter, one ASCII character (default `,`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delimiter: Option<char>,
+    /// For `text` and `csv`: whether the object's first record is a header, skipped.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub header: bool,
 }
 
 /// Most histogram bins one operation may ask for: its edges travel in every request to
@@ -185,6 +218,9 @@ pub struct StatsPartial {
     /// Bytes of records cut by the ends of runs, not yet folded, by object offset.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub fragments: Vec<Fragment>,
+    /// The values' sketch, when quantiles are asked for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sketch: Option<Sketch>,
 }
 
 /// Bytes of records a run cut: the start of a record at a run's end, or the end of one
@@ -220,6 +256,9 @@ pub struct StatsResult {
     /// The histogram, when asked for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub histogram: Option<Histogram>,
+    /// The quantiles, when asked for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quantiles: Option<Quantiles>,
 }
 
 /// A histogram on fixed edges.
@@ -236,12 +275,69 @@ pub struct Histogram {
 }
 
 impl Stats {
+    /// Count, sum, extremes, mean and variance of `format` records; no histogram, no
+    /// quantiles.
+    #[must_use]
+    pub fn new(format: Format) -> Self {
+        Self {
+            format,
+            edges: None,
+            quantiles: None,
+            accuracy: None,
+            column: None,
+            delimiter: None,
+            header: false,
+        }
+    }
+
+    /// The quantiles' bucket mapping, when quantiles are asked for.
+    fn mapping(&self) -> Option<Mapping> {
+        self.quantiles.as_ref()?;
+        Mapping::new(self.accuracy.unwrap_or(sketch::DEFAULT_ACCURACY)).ok()
+    }
+
     /// Checks the operation: at least two finite edges, strictly ascending, at most
-    /// [`MAX_BINS`] bins.
+    /// [`MAX_BINS`] bins; quantiles in `[0, 1]`, an accuracy in range.
     ///
     /// # Errors
     /// [`Error::BadArgument`] naming what is wrong.
     pub fn validate(&self) -> Result<()> {
+        if let Some(qs) = &self.quantiles {
+            if qs.is_empty() || qs.len() > sketch::MAX_QUANTILES {
+                return Err(Error::BadArgument(format!(
+                    "quantiles: between 1 and {} of them, got {}",
+                    sketch::MAX_QUANTILES,
+                    qs.len()
+                )));
+            }
+            if let Some(q) = qs.iter().find(|q| !(0.0..=1.0).contains(*q)) {
+                return Err(Error::BadArgument(format!(
+                    "quantiles are ranks between 0 and 1, got {q}"
+                )));
+            }
+            Mapping::new(self.accuracy.unwrap_or(sketch::DEFAULT_ACCURACY))?;
+        } else if self.accuracy.is_some() {
+            return Err(Error::BadArgument(
+                "accuracy applies to quantiles, and none were asked for".into(),
+            ));
+        }
+        if !self.format.is_text() && (self.column.is_some() || self.header) {
+            return Err(Error::BadArgument(
+                "column and header apply to the text and csv formats".into(),
+            ));
+        }
+        if self.format != Format::Csv && (self.delimiter.is_some() || self.column.is_some()) {
+            return Err(Error::BadArgument(
+                "column and delimiter apply to the csv format".into(),
+            ));
+        }
+        if let Some(d) = self.delimiter
+            && (!d.is_ascii() || d == '"' || d == '\n' || d == '\r')
+        {
+            return Err(Error::BadArgument(format!(
+                "the delimiter must be one ASCII character other than a quote or a line end, got {d:?}"
+            )));
+        }
         let Some(edges) = &self.edges else {
             return Ok(());
         };
@@ -275,15 +371,16 @@ impl Stats {
             below: 0,
             above: 0,
             fragments: Vec::new(),
+            sketch: self.quantiles.as_ref().map(|_| Sketch::default()),
         }
     }
 
     /// A fold over one run of object bytes that starts at object offset `offset`.
     #[must_use]
-    pub fn fold(&self, offset: u64) -> StatsFold<'_> {
+    pub fn fold(&self, offset: u64) -> StatsFold {
         let w = self.format.width() as u64;
         StatsFold {
-            stats: self,
+            stats: self.clone(),
             partial: self.empty(),
             head: (!offset.is_multiple_of(w)).then(|| Fragment {
                 offset,
@@ -294,6 +391,7 @@ impl Stats {
             carry: Vec::with_capacity(8),
             block: Vec::with_capacity(BLOCK),
             uniform: self.edges.as_deref().and_then(uniform_bins),
+            mapping: self.mapping(),
         }
     }
 
@@ -348,6 +446,15 @@ impl Stats {
                 below: p.below,
                 above: p.above,
             }),
+            quantiles: match (self.mapping(), &p.sketch, &self.quantiles) {
+                (Some(m), Some(s), Some(qs)) if p.count > 0 => Some(m.quantiles(
+                    s,
+                    qs,
+                    p.min.unwrap_or(f64::NEG_INFINITY),
+                    p.max.unwrap_or(f64::INFINITY),
+                )),
+                _ => None,
+            },
         }
     }
 }
@@ -378,6 +485,11 @@ fn absorb(p: &mut StatsPartial, q: StatsPartial) {
     p.below += q.below;
     p.above += q.above;
     p.fragments.extend(q.fragments);
+    match (p.sketch.as_mut(), q.sketch) {
+        (Some(a), Some(b)) => sketch::merge(a, b),
+        (None, b) => p.sketch = b,
+        (Some(_), None) => {}
+    }
 }
 
 /// Chan et al.: joins `(count, mean, m2)` of a second group into the first.
@@ -413,8 +525,9 @@ fn max_opt(a: Option<f64>, b: Option<f64>) -> Option<f64> {
 
 /// Statistics being folded over one run of object bytes, piece by piece.
 #[derive(Debug)]
-pub struct StatsFold<'a> {
-    stats: &'a Stats,
+pub struct StatsFold {
+    /// The operation (its own copy: a fold may outlive the request it came in).
+    stats: Stats,
     partial: StatsPartial,
     /// The end of a record the run starts inside of, while it is collected.
     head: Option<Fragment>,
@@ -428,9 +541,23 @@ pub struct StatsFold<'a> {
     block: Vec<f64>,
     /// For evenly spaced histogram edges: bins per unit, to guess a value's bin.
     uniform: Option<f64>,
+    /// The quantiles' bucket mapping, when asked for.
+    mapping: Option<Mapping>,
 }
 
-impl StatsFold<'_> {
+impl StatsFold {
+    /// Folds one value given as a number (records written as text).
+    pub fn value(&mut self, v: f64) {
+        if v.is_nan() {
+            self.partial.nan += 1;
+            return;
+        }
+        self.block.push(v);
+        if self.block.len() == BLOCK {
+            self.flush();
+        }
+    }
+
     /// Folds the next bytes of the run.
     pub fn update(&mut self, mut bytes: &[u8]) {
         let w = self.stats.format.width();
@@ -515,6 +642,8 @@ impl StatsFold<'_> {
             Format::I64le => each!(i64, 8, true),
             Format::F32le => each!(f32, 4, false),
             Format::F64le => each!(f64, 8, false),
+            // Text records are parsed by `crate::text`, which folds values one by one.
+            Format::Text | Format::Csv => {}
         }
     }
 
@@ -596,6 +725,9 @@ impl StatsFold<'_> {
                 }
             }
         }
+        if let (Some(m), Some(s)) = (&self.mapping, p.sketch.as_mut()) {
+            m.add_all(s, &self.block);
+        }
         self.block.clear();
     }
 }
@@ -635,8 +767,8 @@ mod tests {
         // Values near 1e9 with a variance of 2/3: a naive sum of squares loses it all.
         let values: Vec<f64> = (0..300_000).map(|i| 1e9 + f64::from(i % 3)).collect();
         let stats = Stats {
-            format: Format::F64le,
             edges: Some(vec![1e9, 1e9 + 1.0, 1e9 + 2.0]),
+            ..Stats::new(Format::F64le)
         };
         let r = stats.finish(&runs(&stats, &f64s(&values), &[8 * 1000, 8 * 77_777], 5003));
         assert_eq!(
@@ -655,18 +787,12 @@ mod tests {
 
     #[test]
     fn integers_sum_exactly_and_nans_are_counted_apart() {
-        let stats = Stats {
-            format: Format::I64le,
-            edges: None,
-        };
+        let stats = Stats::new(Format::I64le);
         let values = [i64::MAX, i64::MAX, -5];
         let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
         let p = runs(&stats, &bytes, &[8], 3);
         assert_eq!(p.sum, Sum::Int(2 * i128::from(i64::MAX) - 5));
-        let floats = Stats {
-            format: Format::F32le,
-            edges: None,
-        };
+        let floats = Stats::new(Format::F32le);
         let bytes: Vec<u8> = [1.0f32, f32::NAN, 3.0]
             .iter()
             .flat_map(|v| v.to_le_bytes())
@@ -679,15 +805,12 @@ mod tests {
     fn bad_edges_and_cut_records_are_refused() {
         for edges in [vec![1.0], vec![2.0, 1.0], vec![0.0, f64::NAN]] {
             let s = Stats {
-                format: Format::U8,
                 edges: Some(edges),
+                ..Stats::new(Format::U8)
             };
             assert!(s.validate().is_err());
         }
-        let s = Stats {
-            format: Format::U32le,
-            edges: None,
-        };
+        let s = Stats::new(Format::U32le);
         // A run that ends inside a record keeps the cut bytes for the next run's merge.
         let mut f = s.fold(0);
         f.update(&[1, 0, 0, 0, 5]);
@@ -714,7 +837,7 @@ mod tests {
         /// bit into the single-pass result; mean and variance within 1e-9 relative.
         #[test]
         fn merged_runs_equal_one_pass(values in prop::collection::vec(-1e6f64..1e6, 0..5000), cuts in prop::collection::vec(0usize..40_000, 0..6), piece in 1usize..700) {
-            let stats = Stats { format: Format::F64le, edges: Some(vec![-1e6, -10.0, 0.0, 10.0, 1e5]) };
+            let stats = Stats { edges: Some(vec![-1e6, -10.0, 0.0, 10.0, 1e5]), quantiles: Some(vec![0.0, 0.5, 0.99]), ..Stats::new(Format::F64le) };
             let bytes = f64s(&values);
             let one = {
                 let mut f = stats.fold(0);
@@ -727,6 +850,7 @@ mod tests {
             prop_assert_eq!(many.max, one.max);
             prop_assert_eq!(&many.bins, &one.bins);
             prop_assert_eq!((many.below, many.above), (one.below, one.above));
+            prop_assert_eq!(&many.sketch, &one.sketch);
             let close = |a: f64, b: f64| (a - b).abs() <= 1e-9 * (1.0 + a.abs().max(b.abs()));
             prop_assert!(close(many.mean, one.mean), "{} {}", many.mean, one.mean);
             prop_assert!(close(many.m2, one.m2), "{} {}", many.m2, one.m2);
@@ -752,7 +876,7 @@ mod tests {
             let edges: Vec<f64> = (0..=bins).map(|i| i as f64 * w).collect();
             // Values on edges and between them.
             let values: Vec<f64> = raw.iter().map(|&r| f64::from(r) * 0.05).collect();
-            let stats = Stats { format: Format::F64le, edges: Some(edges.clone()) };
+            let stats = Stats { edges: Some(edges.clone()), ..Stats::new(Format::F64le) };
             let mut f = stats.fold(0);
             f.update(&f64s(&values));
             let p = f.finish();
@@ -774,7 +898,7 @@ mod tests {
             for format in [Format::U8, Format::U16le, Format::U32le, Format::U64le, Format::I32le, Format::I64le] {
                 let w = format.width();
                 let bytes = &raw[..raw.len() / w * w];
-                let stats = Stats { format, edges: None };
+                let stats = Stats::new(format);
                 let p = runs(&stats, bytes, &cuts, piece);
                 let want: Vec<i128> = bytes.chunks(w).map(|r| {
                     let mut b = [0u8; 8];

@@ -58,6 +58,30 @@ pub struct Written {
     pub missing: usize,
 }
 
+/// Where the parts of upload `upload_id` are stored: under a key prefix that user keys
+/// never start with.
+#[must_use]
+pub fn parts_prefix(upload_id: &str) -> String {
+    format!("\u{1}p/{upload_id}/")
+}
+
+/// The key of part `n` of upload `upload_id`.
+#[must_use]
+pub fn part_key(upload_id: &str, n: i32) -> String {
+    format!("{}{n:05}", parts_prefix(upload_id))
+}
+
+/// S3's multipart `ETag`: the MD5 of the parts' binary digests, then `-` and their count.
+#[must_use]
+pub fn multipart_etag(part_etags: &[&str]) -> String {
+    use md5::Digest as _;
+    let mut h = md5::Md5::new();
+    for e in part_etags {
+        h.update(hex::decode(e).unwrap_or_else(|_| e.as_bytes().to_vec()));
+    }
+    format!("{}-{}", hex::encode(h.finalize()), part_etags.len())
+}
+
 /// The share of the coordinator's budget a write of `obj` holds. A completed multipart
 /// upload writes its record only (its parts hold the data) and needs none.
 fn write_share(obj: &NewObject, layout: oed_ec::Layout) -> u64 {

@@ -48,6 +48,9 @@ pub struct Cost {
     pub parity_used: bool,
     /// Stripes the coordinator folded itself because a drive could not.
     pub rebuilt_stripes: u64,
+    /// Whether an object was read here in order because the drives' parts could not
+    /// give its answer (CSV with a quoted field across a chunk edge).
+    pub in_order: bool,
     /// Energy the drives involved used over the operation, joules: each data drive over
     /// its part, the coordinator over the whole (each drive counted once), from their
     /// meters. `None` when no drive meters power.
@@ -73,6 +76,7 @@ impl Cost {
         self.coordinator_bytes += one.coordinator_bytes;
         self.parity_used |= one.parity_used;
         self.rebuilt_stripes += one.rebuilt_stripes;
+        self.in_order |= one.in_order;
         if let (Some(j), Some(m)) = (one.energy_joules, one.energy_method) {
             self.add_energy(Some(j), Some(&m));
         }
@@ -159,6 +163,12 @@ impl Outcome {
     }
 }
 
+/// Whether a prefix's answer merges its objects' partials into a `total`: operations
+/// whose partials commute, so that whole objects merge as one.
+fn totals(op: &Op) -> bool {
+    matches!(op, Op::Stats(_) | Op::Compressibility(_) | Op::Dedup(_))
+}
+
 /// A partial and where it belongs in object order.
 struct Placed {
     extent: usize,
@@ -167,7 +177,7 @@ struct Placed {
     partial: Partial,
 }
 
-fn bad(e: &oed_ops::Error) -> Error {
+pub(super) fn bad(e: &oed_ops::Error) -> Error {
     Error::BadRequest(e.to_string())
 }
 
@@ -184,7 +194,7 @@ fn data_pieces(chunk: &Chunk) -> impl Iterator<Item = &[u8]> {
 
 /// `plan` for `record`'s object, and its extents. BLAKE3's subtrees are the smallest
 /// chunk size among the extents.
-fn plan_for(record: &ObjectRecord, op: Op) -> Result<(Plan, Vec<PartRef>)> {
+pub(super) fn plan_for(record: &ObjectRecord, op: Op) -> Result<(Plan, Vec<PartRef>)> {
     let exts = extents(record);
     let subtree = exts
         .iter()
@@ -197,14 +207,14 @@ fn plan_for(record: &ObjectRecord, op: Op) -> Result<(Plan, Vec<PartRef>)> {
 
 /// The coordinator's time and energy over one request: opened before the work, closed
 /// into its cost.
-struct Window {
+pub(super) struct Window {
     started: Instant,
     meter: Option<oed_meter::EnergyReader>,
     joules_before: Option<f64>,
 }
 
 impl Window {
-    fn open(cluster: &Cluster) -> Self {
+    pub(super) fn open(cluster: &Cluster) -> Self {
         let meter = cluster.local_store().energy().cloned();
         let joules_before = meter.as_ref().and_then(oed_meter::EnergyReader::joules_now);
         Self {
@@ -215,7 +225,7 @@ impl Window {
     }
 
     /// Sets the cost's wall time, and adds the coordinator's energy over the window.
-    fn close(self, cost: &mut Cost) {
+    pub(super) fn close(self, cost: &mut Cost) {
         cost.wall_seconds = self.started.elapsed().as_secs_f64();
         if let (Some(m), Some(before)) = (&self.meter, self.joules_before) {
             cost.coordinator_energy_joules = m.joules_now().map(|now| (now - before).max(0.0));
@@ -234,6 +244,9 @@ impl Cluster {
     /// `k` chunks of some stripe can be had; [`Error::SlowDown`] when the coordinator's
     /// memory for data in flight stays taken.
     pub async fn run_op(self: &Arc<Self>, record: &ObjectRecord, op: Op) -> Result<Outcome> {
+        if let Op::Compress(_) = op {
+            return self.compress(record, op).await;
+        }
         let window = Window::open(self);
         let (plan, exts) = plan_for(record, op)?;
         let mut cost = Cost {
@@ -259,16 +272,30 @@ impl Cluster {
             return Ok((result, None));
         }
         let partial = self.split_op(&record.bucket, exts, plan, cost).await?;
-        let result = plan
-            .finish(&partial)
-            .map_err(|e| Error::Unavailable(format!("the drives' parts do not add up: {e}")))?;
-        Ok((result, Some(partial)))
+        match plan.finish(&partial) {
+            Ok(result) => Ok((result, Some(partial))),
+            // The drives' parts cannot give the answer (a CSV quoted field crosses a
+            // chunk): the object is read here in order, and the cost says so.
+            Err(oed_ops::Error::InOrder(why)) => {
+                tracing::info!(key = %record.key, %why, "folding the object in order");
+                cost.in_order = true;
+                let result = self.sequential_op(&record.bucket, exts, plan, cost).await?;
+                Ok((result, None))
+            }
+            // Something only the whole shows (a CSV column no record has).
+            Err(oed_ops::Error::BadArgument(m)) => Err(Error::BadRequest(m)),
+            Err(e) => Err(Error::Unavailable(format!(
+                "the drives' parts do not add up: {e}"
+            ))),
+        }
     }
 
     /// Runs `op` over every object of `records` (one bucket's, in key order), one after
-    /// another. The answer lists each object's result; statistics are also merged over
-    /// all of them (`total`), exactly as if the objects were one; grep totals its counts.
-    /// The cost is the sum, with each drive's figures added up.
+    /// another. The answer lists each object's result; operations whose partials commute
+    /// (statistics, compressibility, dedup) are also merged over all of them (`total`),
+    /// exactly as if the objects were one (dedup then finds content repeated across
+    /// objects); grep totals its counts. The cost is the sum, with each drive's figures
+    /// added up.
     ///
     /// # Errors
     /// As [`Cluster::run_op`], for the first object that fails.
@@ -277,10 +304,16 @@ impl Cluster {
         records: &[ObjectRecord],
         op: Op,
     ) -> Result<Outcome> {
+        if let Op::Compress(_) = op {
+            return Err(Error::BadRequest(
+                "compress runs on one object, not on many".into(),
+            ));
+        }
         let window = Window::open(self);
         let mut cost = Cost::default();
         let mut objects = Vec::with_capacity(records.len());
-        let mut total: Option<(Plan, Partial)> = None;
+        // The merged partial of the objects so far, and their length and smallest subtree.
+        let mut total: Option<(Partial, u64, u64)> = None;
         let (mut lines, mut matches) = (0u64, 0u64);
         for record in records {
             let (plan, exts) = plan_for(record, op.clone()).map_err(|e| match e {
@@ -297,31 +330,31 @@ impl Cluster {
                 lines += result["lines"].as_u64().unwrap_or(0);
                 matches += result["matches"].as_u64().unwrap_or(0);
             }
-            if let (Op::Stats(_), Some(p)) = (&op, partial) {
+            if let (true, Some(p)) = (totals(&op), partial) {
                 // Whole objects: their partials hold no cut records, and merge exactly.
                 total = Some(match total {
-                    None => (plan, p),
-                    Some((first, acc)) => {
-                        let merged = first.merge(acc, p).map_err(|e| bad(&e))?;
-                        (first, merged)
-                    }
+                    None => (p, plan.object_len, plan.subtree),
+                    Some((acc, len, subtree)) => (
+                        plan.merge(acc, p).map_err(|e| bad(&e))?,
+                        len + plan.object_len,
+                        subtree.min(plan.subtree),
+                    ),
                 });
             }
             objects.push(serde_json::json!({"key": record.key, "result": result}));
         }
         let mut result = serde_json::json!({ "objects": objects });
-        match (&op, total) {
-            (Op::Stats(_), Some((plan, acc))) => {
-                result["total"] = plan.finish(&acc).map_err(|e| bad(&e))?;
-            }
-            (Op::Stats(s), None) => {
-                result["total"] = serde_json::to_value(s.finish(&s.empty()))
-                    .map_err(|e| Error::BadRequest(e.to_string()))?;
-            }
-            (Op::Grep(_), _) => {
-                result["total"] = serde_json::json!({"lines": lines, "matches": matches});
-            }
-            _ => {}
+        if totals(&op) {
+            let (acc, len, subtree) = if let Some(t) = total {
+                t
+            } else {
+                let plan = Plan::new(op.clone(), 0, 1024).map_err(|e| bad(&e))?;
+                (plan.empty().map_err(|e| bad(&e))?, 0, 1024)
+            };
+            let plan = Plan::new(op.clone(), len, subtree).map_err(|e| bad(&e))?;
+            result["total"] = plan.finish(&acc).map_err(|e| bad(&e))?;
+        } else if let Op::Grep(_) = op {
+            result["total"] = serde_json::json!({"lines": lines, "matches": matches});
         }
         window.close(&mut cost);
         Ok(Outcome { result, cost })
@@ -340,71 +373,13 @@ impl Cluster {
             if ext.size > 0 {
                 let count = oed_ec::Layout::new(ext.k.into(), ext.m.into(), ext.chunk_size)?
                     .stripe_count(ext.size);
-                let req = OpRequest {
-                    bucket: bucket.to_owned(),
-                    key: ext.key.clone(),
-                    version: ext.version_id,
-                    base,
-                    plan: plan.clone(),
-                    stripes: None,
-                };
-                let answers = join_all((0..ext.k).map(|i| self.ask(ext, i, &req))).await;
-                for (i, answer) in (0..ext.k).zip(answers) {
-                    let done = match answer {
-                        Ok((a, answer_bytes)) => {
-                            cost.drive_bytes_read += a.bytes_read;
-                            cost.drive_cpu_seconds += a.cpu_seconds;
-                            cost.network_bytes += answer_bytes;
-                            let drive = ext.drives[usize::from(i)].clone();
-                            // The coordinator's own energy is counted over the whole.
-                            if drive != self.map.drives[self.local].id {
-                                cost.add_energy(a.energy_joules, a.energy_method.as_deref());
-                            }
-                            cost.drives.push(DriveCost {
-                                drive,
-                                shard: i,
-                                bytes_read: a.bytes_read,
-                                cpu_seconds: a.cpu_seconds,
-                                answer_bytes,
-                                stripes_done: a.stripes_done,
-                                energy_joules: a.energy_joules,
-                                failed: None,
-                            });
-                            placed.extend(a.partials.into_iter().map(|p| Placed {
-                                extent: x,
-                                stripe: p.stripe,
-                                shard: i,
-                                partial: p.partial,
-                            }));
-                            a.stripes_done
-                        }
-                        // The operation itself is wrong: every drive would say so.
-                        Err(e) if e.code == crate::drive::ErrorCode::BadRequest => {
-                            return Err(Error::BadRequest(e.message));
-                        }
-                        Err(e) => {
-                            tracing::warn!(key = %ext.key, shard = i, drive = %ext.drives[usize::from(i)], error = %e, "a drive did not run its part; computing it from the other shards");
-                            cost.drives.push(DriveCost {
-                                drive: ext.drives[usize::from(i)].clone(),
-                                shard: i,
-                                failed: Some(e.to_string()),
-                                ..DriveCost::default()
-                            });
-                            0
-                        }
-                    };
-                    if done < count {
-                        let rebuilt = self
-                            .fold_here(bucket, ext, usize::from(i), done..count, base, plan, cost)
-                            .await?;
-                        placed.extend(rebuilt.into_iter().map(|(stripe, partial)| Placed {
-                            extent: x,
-                            stripe,
-                            shard: i,
-                            partial,
-                        }));
-                    }
-                }
+                let part = self.gather(bucket, ext, base, plan, 0..count, cost).await?;
+                placed.extend(part.into_iter().map(|(stripe, shard, partial)| Placed {
+                    extent: x,
+                    stripe,
+                    shard,
+                    partial,
+                }));
             }
             base += ext.size;
         }
@@ -414,6 +389,90 @@ impl Cluster {
             acc = plan.merge(acc, p.partial).map_err(|e| bad(&e))?;
         }
         Ok(acc)
+    }
+
+    /// The partials of stripes `stripes` of extent `ext` (at object offset `base`), as
+    /// `(stripe, shard, partial)`: each data drive asked for its part, all at once, and
+    /// what a drive could not fold folded here.
+    pub(super) async fn gather(
+        self: &Arc<Self>,
+        bucket: &str,
+        ext: &PartRef,
+        base: u64,
+        plan: &Plan,
+        stripes: std::ops::Range<u64>,
+        cost: &mut Cost,
+    ) -> Result<Vec<(u64, u16, Partial)>> {
+        let mut placed = Vec::new();
+        let req = OpRequest {
+            bucket: bucket.to_owned(),
+            key: ext.key.clone(),
+            version: ext.version_id,
+            base,
+            plan: plan.clone(),
+            stripes: Some(stripes.clone()),
+        };
+        let answers = join_all((0..ext.k).map(|i| self.ask(ext, i, &req))).await;
+        for (i, answer) in (0..ext.k).zip(answers) {
+            let done = match answer {
+                Ok((a, answer_bytes)) => {
+                    cost.drive_bytes_read += a.bytes_read;
+                    cost.drive_cpu_seconds += a.cpu_seconds;
+                    cost.network_bytes += answer_bytes;
+                    let drive = ext.drives[usize::from(i)].clone();
+                    // The coordinator's own energy is counted over the whole.
+                    if drive != self.map.drives[self.local].id {
+                        cost.add_energy(a.energy_joules, a.energy_method.as_deref());
+                    }
+                    cost.drives.push(DriveCost {
+                        drive,
+                        shard: i,
+                        bytes_read: a.bytes_read,
+                        cpu_seconds: a.cpu_seconds,
+                        answer_bytes,
+                        stripes_done: a.stripes_done,
+                        energy_joules: a.energy_joules,
+                        failed: None,
+                    });
+                    placed.extend(a.partials.into_iter().map(|p| (p.stripe, i, p.partial)));
+                    a.stripes_done
+                }
+                // The operation itself is wrong: every drive would say so.
+                Err(e) if e.code == crate::drive::ErrorCode::BadRequest => {
+                    return Err(Error::BadRequest(e.message));
+                }
+                Err(e) => {
+                    tracing::warn!(key = %ext.key, shard = i, drive = %ext.drives[usize::from(i)], error = %e, "a drive did not run its part; computing it from the other shards");
+                    cost.drives.push(DriveCost {
+                        drive: ext.drives[usize::from(i)].clone(),
+                        shard: i,
+                        failed: Some(e.to_string()),
+                        ..DriveCost::default()
+                    });
+                    0
+                }
+            };
+            let from = stripes.start + done;
+            if from < stripes.end {
+                let rebuilt = self
+                    .fold_here(
+                        bucket,
+                        ext,
+                        usize::from(i),
+                        from..stripes.end,
+                        base,
+                        plan,
+                        cost,
+                    )
+                    .await?;
+                placed.extend(
+                    rebuilt
+                        .into_iter()
+                        .map(|(stripe, partial)| (stripe, i, partial)),
+                );
+            }
+        }
+        Ok(placed)
     }
 
     /// Asks the drive of data shard `i` of `ext` for its part; also the size its answer
@@ -493,8 +552,8 @@ impl Cluster {
         Ok(out)
     }
 
-    /// An operation that does not split (SHA-256): the object's data chunks streamed here
-    /// in order.
+    /// An operation folded in order (SHA-256, or CSV the drives' parts could not answer):
+    /// the object's data chunks streamed here.
     async fn sequential_op(
         self: &Arc<Self>,
         bucket: &str,
@@ -503,7 +562,7 @@ impl Cluster {
         cost: &mut Cost,
     ) -> Result<serde_json::Value> {
         let mut fold = plan
-            .sequential()
+            .in_order()
             .ok_or_else(|| Error::BadRequest("the operation splits".into()))?;
         for ext in exts.iter().filter(|e| e.size > 0) {
             let stripe_bytes = u64::from(ext.k) * u64::from(ext.chunk_size);
@@ -518,15 +577,17 @@ impl Cluster {
                 for chunk in &stripe.chunks {
                     cost.parity_used |= chunk.rebuilt;
                     for piece in data_pieces(chunk) {
-                        fold.update(piece);
+                        fold.update(piece).map_err(|e| bad(&e))?;
                     }
                 }
             }
             cost.coordinator_bytes += source.bytes_read();
             cost.network_bytes += source.bytes_read();
         }
-        fold.finish()
-            .map_err(|e| Error::Unavailable(format!("the object's bytes do not add up: {e}")))
+        fold.finish().map_err(|e| match e {
+            oed_ops::Error::BadArgument(m) => Error::BadRequest(m),
+            e => Error::Unavailable(format!("the object's bytes do not add up: {e}")),
+        })
     }
 }
 

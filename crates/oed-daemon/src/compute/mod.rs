@@ -2,7 +2,9 @@
 //! holds into partials off the I/O path, and the coordinator side ([`coordinator`]),
 //! which plans an operation for an object, sends it to the drives that hold its data
 //! shards, rebuilds from parity what a drive could not fold, and merges the partials in
-//! object order. The kernels themselves are `oed-ops`'.
+//! object order; [`compress`] writes an object's frames, made on its drives, as a new
+//! object. The kernels themselves are `oed-ops`'.
 
+pub mod compress;
 pub mod coordinator;
 pub mod drive;

@@ -8,7 +8,6 @@
 //! - `U+0001 "u/" key U+0001 upload-id`: an upload in progress;
 //! - `U+0001 "p/" upload-id "/" part-number` (5 digits): a part.
 
-use md5::Digest as _;
 use s3s::dto::{
     AbortMultipartUploadInput, AbortMultipartUploadOutput, CompleteMultipartUploadInput,
     CompleteMultipartUploadOutput, CopyPartResult, CreateMultipartUploadInput,
@@ -24,7 +23,7 @@ use super::object::{
 use super::{OrS3, check_user_key, err, etag, need_bucket, timestamp};
 use crate::cluster::Cluster;
 use crate::cluster::list::walk;
-use crate::cluster::write::NewObject;
+use crate::cluster::write::{NewObject, multipart_etag, part_key, parts_prefix};
 use crate::store::record::{ObjectRecord, PartRef, VersionId};
 
 /// S3's smallest part, except the last.
@@ -34,14 +33,6 @@ pub const MAX_PARTS: i32 = 10_000;
 
 fn upload_key(key: &str, upload_id: &str) -> String {
     format!("\u{1}u/{key}\u{1}{upload_id}")
-}
-
-fn parts_prefix(upload_id: &str) -> String {
-    format!("\u{1}p/{upload_id}/")
-}
-
-fn part_key(upload_id: &str, n: i32) -> String {
-    format!("{}{n:05}", parts_prefix(upload_id))
 }
 
 fn part_number(key: &str) -> Option<i32> {
@@ -209,16 +200,6 @@ pub(crate) async fn upload_part_copy(
         }),
         ..Default::default()
     }))
-}
-
-/// S3's multipart `ETag`: the MD5 of the parts' binary digests, then `-` and their count.
-#[must_use]
-pub fn multipart_etag(part_etags: &[&str]) -> String {
-    let mut h = md5::Md5::new();
-    for e in part_etags {
-        h.update(hex::decode(e).unwrap_or_else(|_| e.as_bytes().to_vec()));
-    }
-    format!("{}-{}", hex::encode(h.finalize()), part_etags.len())
 }
 
 /// The parts a completion names, checked against those stored: ascending numbers,
@@ -453,6 +434,7 @@ mod tests {
 
     #[test]
     fn multipart_etag_follows_s3() {
+        use md5::Digest as _;
         // Two parts whose MD5s are known: "a" and "b".
         let a = hex::encode(md5::Md5::digest(b"a"));
         let b = hex::encode(md5::Md5::digest(b"b"));

@@ -107,9 +107,24 @@ impl S3Route for OpRoute {
                 format!("the operation is not one OED knows: {e}"),
             )
         })?;
-        let outcome = if let Some(key) = key {
+        let outcome = if let (Op::Compress(to), Some(key)) = (&op, &key) {
+            super::check_user_key(&to.target)?;
+            if *to.target == **key {
+                return Err(err(
+                    S3ErrorCode::InvalidArgument,
+                    "compress: the target must be another key than the object's",
+                ));
+            }
+            let rec = record(&self.cluster, &bucket, key).await?;
+            self.cluster.compress(&rec, op).await.or_s3()?
+        } else if let Some(key) = key {
             let rec = record(&self.cluster, &bucket, &key).await?;
             self.cluster.run_op(&rec, op).await.or_s3()?
+        } else if let Op::Compress(_) = op {
+            return Err(err(
+                S3ErrorCode::InvalidRequest,
+                "compress runs on one object (POST /BUCKET/KEY?oed-op), not on a prefix",
+            ));
         } else {
             need_bucket(&self.cluster, &bucket).await?;
             let prefix = param(req.uri.query(), "prefix").unwrap_or_default();

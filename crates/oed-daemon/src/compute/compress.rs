@@ -1,0 +1,149 @@
+//! The `compress` operation: an object compressed into a new object of the same bucket,
+//! without its bytes crossing the network. Each data drive compresses its own chunks, one
+//! frame per chunk; the coordinator gathers the frames of a window of stripes in object
+//! order (rebuilding from parity what a drive could not compress, as every operation
+//! does) and writes them as one part of the new object through the usual erasure-coded
+//! write, then the next window. The new object is a multipart object of those parts: a
+//! sequence of frames, which is one valid zstd or LZ4 stream. Only one window of frames
+//! is held at a time, whatever the object's size.
+
+use std::sync::Arc;
+
+use oed_ops::compress::Sizes;
+use oed_ops::op::{Op, Partial};
+
+use super::coordinator::{Cost, Outcome, Window, bad, plan_for};
+use crate::cluster::Cluster;
+use crate::cluster::write::{NewObject, multipart_etag, part_key};
+use crate::error::{Error, Result};
+use crate::store::record::{ObjectRecord, PartRef, VersionId};
+
+/// Stripes whose frames make one part of the new object.
+const WINDOW: u64 = 8;
+
+impl Cluster {
+    /// Runs a `compress` operation over the current version of `record`'s object; see
+    /// the module docs. The answer says what was written: `target`, its `etag`, and the
+    /// sizes.
+    ///
+    /// # Errors
+    /// [`Error::BadRequest`] for an operation that is not `compress` or parameters it
+    /// refuses; as [`Cluster::run_op`] and [`Cluster::put_object`] otherwise. Parts
+    /// written before a failure are deleted.
+    pub async fn compress(self: &Arc<Self>, record: &ObjectRecord, op: Op) -> Result<Outcome> {
+        let window = Window::open(self);
+        let Op::Compress(to) = &op else {
+            return Err(Error::BadRequest("not a compress operation".into()));
+        };
+        let target = to.target.clone();
+        let content_type = match to.how.codec {
+            oed_ops::compress::Codec::Zstd => "application/zstd",
+            oed_ops::compress::Codec::Lz4 => "application/x-lz4",
+        };
+        let (plan, exts) = plan_for(record, op.clone())?;
+        let mut cost = Cost {
+            object_bytes: record.object_size(),
+            ..Cost::default()
+        };
+        let upload = VersionId::generate().to_string();
+        let mut parts: Vec<ObjectRecord> = Vec::new();
+        let mut sizes = Sizes::default();
+        let written = async {
+            let mut base = 0;
+            for ext in exts.iter().filter(|e| e.size > 0) {
+                let count = oed_ec::Layout::new(ext.k.into(), ext.m.into(), ext.chunk_size)?
+                    .stripe_count(ext.size);
+                let mut s = 0;
+                while s < count {
+                    let e = (s + WINDOW).min(count);
+                    let mut got = self
+                        .gather(&record.bucket, ext, base, &plan, s..e, &mut cost)
+                        .await?;
+                    got.sort_by_key(|(stripe, shard, _)| (*stripe, *shard));
+                    let mut frames = plan.empty().map_err(|e| bad(&e))?;
+                    for (_, _, p) in got {
+                        frames = plan.merge(frames, p).map_err(|e| bad(&e))?;
+                    }
+                    let Partial::Frames(f) = frames else {
+                        return Err(Error::BadRequest("not frames".into()));
+                    };
+                    sizes = sizes.plus(Sizes {
+                        input: f.input,
+                        output: f.bytes.len() as u64,
+                        frames: f.frames,
+                    });
+                    let bytes = bytes::Bytes::from(f.bytes);
+                    parts.push(self.write_part(record, &upload, parts.len(), bytes).await?);
+                    s = e;
+                }
+                base += ext.size;
+            }
+            if parts.is_empty() {
+                // An empty object: one frame of nothing, a valid empty stream.
+                let Partial::Frames(f) = plan.run(0, &[]).map_err(|e| bad(&e))? else {
+                    return Err(Error::BadRequest("not frames".into()));
+                };
+                sizes.output += f.bytes.len() as u64;
+                sizes.frames += 1;
+                let bytes = bytes::Bytes::from(f.bytes);
+                parts.push(self.write_part(record, &upload, 0, bytes).await?);
+            }
+            let etags: Vec<&str> = parts.iter().map(|p| p.etag.as_str()).collect();
+            let etag = multipart_etag(&etags);
+            let refs: Vec<PartRef> = parts
+                .iter()
+                .enumerate()
+                .map(|(n, p)| PartRef::of(n as u32 + 1, p))
+                .collect();
+            let obj = NewObject {
+                bucket: record.bucket.clone(),
+                key: target.clone(),
+                content_type: Some(content_type.into()),
+                parts: refs,
+                etag: Some(etag.clone()),
+                ..NewObject::default()
+            };
+            self.put_object(obj, futures_util::stream::empty()).await?;
+            Ok(etag)
+        }
+        .await;
+        let etag = match written {
+            Ok(etag) => etag,
+            Err(e) => {
+                for p in &parts {
+                    self.delete_record(p).await;
+                }
+                return Err(e);
+            }
+        };
+        let mut result = sizes.result(&to.how);
+        result["target"] = target.into();
+        result["etag"] = etag.into();
+        result["parts"] = parts.len().into();
+        window.close(&mut cost);
+        // The frames went out to the drives of the new object, with their parity.
+        let (k, m) = (u64::from(self.map.profile.k), u64::from(self.map.profile.m));
+        cost.network_bytes += sizes.output * (k + m) / k;
+        Ok(Outcome { result, cost })
+    }
+
+    /// Writes `bytes` as part `n + 1` of upload `upload` into `record`'s bucket.
+    async fn write_part(
+        &self,
+        record: &ObjectRecord,
+        upload: &str,
+        n: usize,
+        bytes: bytes::Bytes,
+    ) -> Result<ObjectRecord> {
+        let number = i32::try_from(n + 1)
+            .map_err(|_| Error::BadRequest("the object has too many parts".into()))?;
+        let obj = NewObject {
+            bucket: record.bucket.clone(),
+            key: part_key(upload, number),
+            size: bytes.len() as u64,
+            ..NewObject::default()
+        };
+        let body = futures_util::stream::iter([Ok(bytes)]);
+        Ok(self.put_object(obj, body).await?.record)
+    }
+}
