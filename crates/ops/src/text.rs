@@ -450,7 +450,9 @@ mod tests {
     use crate::stats::Format;
 
     fn csv(seed: u64, rows: usize) -> Vec<u8> {
-        let mut out = b"id,name,value\n".to_vec();
+        // One row with the column always, so that it exists (a column no row has is
+        // refused, and tested apart).
+        let mut out = b"id,name,value\n-1,first,0.25\n".to_vec();
         let mut x = seed | 1;
         for i in 0..rows {
             x ^= x << 13;
