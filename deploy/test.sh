@@ -48,7 +48,8 @@ OED_EXPECT_KERNEL=$host_kernel cargo_for "$host" test --workspace --locked
 target_root=${CARGO_TARGET_DIR:-target}
 
 step "S3 end-to-end tests (boto3, aws CLI, curl)"
-py_ready() { python3 -c "import boto3, pytest" 2>/dev/null && command -v aws >/dev/null; }
+# awscrt: botocore needs it for CRC32C and CRC64NVME checksums.
+py_ready() { python3 -c "import boto3, pytest, awscrt" 2>/dev/null && command -v aws >/dev/null; }
 if ! command -v python3 >/dev/null || ! command -v curl >/dev/null; then
   sudo=(); [ "$(id -u)" -eq 0 ] || sudo=(sudo)
   "${sudo[@]}" apt-get update -qq
@@ -63,7 +64,7 @@ if ! py_ready; then
       python3 -m venv "$venv"
     }
   fi
-  "$venv/bin/pip" install -q boto3 awscli pytest
+  "$venv/bin/pip" install -q boto3 awscli pytest awscrt
   export PATH="$venv/bin:$PATH"
 fi
 # The metrics tests run Debian's Prometheus server and promtool.

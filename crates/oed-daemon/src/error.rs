@@ -67,6 +67,10 @@ pub enum Error {
     /// The body does not match the Content-MD5 the client sent.
     #[error("the body does not match its Content-MD5")]
     BadDigest,
+    /// The body does not match the `x-amz-checksum-*` the client sent; the algorithm's
+    /// name (`CRC32`, ...).
+    #[error("The {0} you specified did not match the calculated checksum.")]
+    ChecksumMismatch(&'static str),
     /// Too few drives answered to do what was asked; the message says how many.
     #[error("not enough drives available: {0}")]
     Unavailable(String),
@@ -213,7 +217,9 @@ impl Error {
             Error::Shard(Ec::Truncated { .. })
             | Error::IncompleteBody { .. }
             | Error::BodyBroken(_) => C::IncompleteBody,
-            Error::Shard(Ec::CorruptChunk { .. }) | Error::BadDigest => C::BadDigest,
+            Error::Shard(Ec::CorruptChunk { .. })
+            | Error::BadDigest
+            | Error::ChecksumMismatch(_) => C::BadDigest,
             Error::Shard(_) => C::InvalidShard,
         }
     }
@@ -308,7 +314,7 @@ pub fn s3_error(e: Error) -> S3Error {
             C::Custom("XAmzContentSHA256Mismatch".into()),
             Some(http::StatusCode::FORBIDDEN),
         ),
-        Error::BadDigest => (C::BadDigest, None),
+        Error::BadDigest | Error::ChecksumMismatch(_) => (C::BadDigest, None),
         Error::Unavailable(_) | Error::ShuttingDown => (C::ServiceUnavailable, None),
         Error::SlowDown(_) => (C::SlowDown, None),
         Error::InsufficientStorage { .. } => (

@@ -25,6 +25,8 @@
 //!   estimate of what compressing would save.
 //! - [`dedup`]: duplicate content, by content-defined chunks and mergeable sketches of
 //!   their distinct fingerprints.
+//! - [`s3sum`]: S3's `x-amz-checksum-*` algorithms over a body, and multipart objects'
+//!   composite and full-object checksums.
 //! - [`md5`]: MD5 for S3's `ETag` and `Content-MD5`, incremental and over several
 //!   independent streams at once (the write path hashes concurrent uploads together).
 
@@ -34,6 +36,7 @@ pub mod dedup;
 pub mod grep;
 pub mod md5;
 pub mod op;
+pub mod s3sum;
 pub mod sketch;
 pub mod stats;
 pub mod text;

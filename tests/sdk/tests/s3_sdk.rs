@@ -247,3 +247,97 @@ async fn sdk_multipart_presign_and_bad_credentials() {
     );
     assert_eq!(get(&c, "mpu", "whole").await, whole);
 }
+
+/// CRC-32 (ISO-HDLC), bit by bit: the reference the server's values are checked against.
+fn crc32(data: &[u8]) -> u32 {
+    let mut c = u32::MAX;
+    for &b in data {
+        c ^= u32::from(b);
+        for _ in 0..8 {
+            c = if c & 1 == 1 {
+                (c >> 1) ^ 0xEDB8_8320
+            } else {
+                c >> 1
+            };
+        }
+    }
+    !c
+}
+
+fn b64(bytes: &[u8]) -> String {
+    aws_smithy_types::base64::encode(bytes)
+}
+
+/// The SDK's default: a CRC32 in an aws-chunked trailer on every upload. The server
+/// checks it, stores it, returns it with `ChecksumMode::Enabled` (which the SDK then
+/// checks against the body it reads), and in `GetObjectAttributes`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sdk_checksums_are_checked_stored_and_returned() {
+    use aws_sdk_s3::types::{ChecksumAlgorithm, ChecksumMode, ObjectAttributes};
+    let cluster = start();
+    let c = client(&cluster, &cluster.secret_key);
+    c.create_bucket()
+        .bucket("sums")
+        .send()
+        .await
+        .expect("bucket");
+    let data = bytes(300_000, 4);
+    let want = b64(&crc32(&data).to_be_bytes());
+    let put = c
+        .put_object()
+        .bucket("sums")
+        .key("k")
+        .body(ByteStream::from(data.clone()))
+        .send()
+        .await
+        .expect("put");
+    assert_eq!(put.checksum_crc32(), Some(want.as_str()));
+    let head = c
+        .head_object()
+        .bucket("sums")
+        .key("k")
+        .checksum_mode(ChecksumMode::Enabled)
+        .send()
+        .await
+        .expect("head");
+    assert_eq!(head.checksum_crc32(), Some(want.as_str()));
+    // The SDK validates the body against the checksum the server returns.
+    let got = c
+        .get_object()
+        .bucket("sums")
+        .key("k")
+        .checksum_mode(ChecksumMode::Enabled)
+        .send()
+        .await
+        .expect("get");
+    assert_eq!(got.checksum_crc32(), Some(want.as_str()));
+    let body = got
+        .body
+        .collect()
+        .await
+        .expect("a body that matches its checksum");
+    assert_eq!(body.into_bytes().as_ref(), data.as_slice());
+    // Another algorithm, asked for by name: the SDK computes it into the trailer.
+    let put = c
+        .put_object()
+        .bucket("sums")
+        .key("n")
+        .checksum_algorithm(ChecksumAlgorithm::Crc64Nvme)
+        .body(ByteStream::from(data.clone()))
+        .send()
+        .await
+        .expect("put crc64nvme");
+    let value = put.checksum_crc64_nvme().expect("a CRC64NVME").to_owned();
+    let attrs = c
+        .get_object_attributes()
+        .bucket("sums")
+        .key("n")
+        .object_attributes(ObjectAttributes::Checksum)
+        .object_attributes(ObjectAttributes::ObjectSize)
+        .send()
+        .await
+        .expect("attributes");
+    assert_eq!(attrs.object_size(), Some(300_000));
+    let sum = attrs.checksum().expect("a checksum");
+    assert_eq!(sum.checksum_crc64_nvme(), Some(value.as_str()));
+}

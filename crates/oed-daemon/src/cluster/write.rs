@@ -24,7 +24,7 @@ use super::budget::Budget;
 use super::md5::Md5Stream;
 use crate::drive::{DriveError, ErrorCode, Stored};
 use crate::error::{Error, Result};
-use crate::store::record::{ObjectRecord, PartRef, RecordTail, VersionId, now_ms};
+use crate::store::record::{ObjectRecord, PartRef, RecordTail, StoredChecksum, VersionId, now_ms};
 use oed_meter::traffic::{Class, Direction, EcOp};
 
 /// What the client asked to store.
@@ -46,6 +46,78 @@ pub struct NewObject {
     pub parts: Vec<PartRef>,
     /// An `ETag` decided by the caller (multipart); computed from the body otherwise.
     pub etag: Option<String>,
+    /// The S3 checksum to compute over the body, and what it must be.
+    pub checksum: Option<BodyChecksum>,
+    /// The checksum of a multipart object, decided by the caller from its parts'.
+    pub parts_checksum: Option<StoredChecksum>,
+}
+
+/// An S3 checksum (`x-amz-checksum-*`) asked for on a body: computed as the body streams,
+/// checked against what the client sent (a header, or a trailer of an aws-chunked body,
+/// known only once the body has ended), and stored with the object.
+#[derive(Clone)]
+pub struct BodyChecksum {
+    /// The algorithm.
+    pub algorithm: oed_ops::s3sum::Algorithm,
+    /// What the client said it is.
+    pub expected: Expected,
+}
+
+/// Where a body's expected checksum comes from.
+#[derive(Clone)]
+pub enum Expected {
+    /// Nowhere: the algorithm was named without a value; the checksum is stored only.
+    Nothing,
+    /// A header: the digest's bytes.
+    Value(Vec<u8>),
+    /// A trailer, read when the body has ended (its value as sent, base64).
+    Trailer(std::sync::Arc<dyn Fn() -> Option<String> + Send + Sync>),
+}
+
+impl std::fmt::Debug for BodyChecksum {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let from = match &self.expected {
+            Expected::Nothing => "nothing",
+            Expected::Value(_) => "a header",
+            Expected::Trailer(_) => "a trailer",
+        };
+        write!(f, "BodyChecksum({} from {from})", self.algorithm.name())
+    }
+}
+
+impl BodyChecksum {
+    /// Checks `digest`, the body's, against what the client sent; what to store.
+    ///
+    /// # Errors
+    /// [`Error::ChecksumMismatch`] when they differ; [`Error::BadRequest`] when a
+    /// trailer was announced and did not come, or is not a checksum.
+    pub fn check(&self, digest: &[u8]) -> Result<StoredChecksum> {
+        let a = self.algorithm;
+        let want = match &self.expected {
+            Expected::Nothing => None,
+            Expected::Value(v) => Some(v.clone()),
+            Expected::Trailer(read) => {
+                let sent = read().ok_or_else(|| {
+                    Error::BadRequest(format!(
+                        "the trailer {} was announced in x-amz-trailer and not sent",
+                        a.header()
+                    ))
+                })?;
+                Some(
+                    a.decode(&sent)
+                        .map_err(|e| Error::BadRequest(e.to_string()))?,
+                )
+            }
+        };
+        if want.is_some_and(|w| w != digest) {
+            return Err(Error::ChecksumMismatch(a.name()));
+        }
+        Ok(StoredChecksum {
+            algorithm: a,
+            value: oed_ops::s3sum::encode(digest),
+            full_object: true,
+        })
+    }
 }
 
 /// A stored object.
@@ -206,8 +278,8 @@ impl Cluster {
         let (record, placed, layout) = self.new_record(&obj)?;
         let _share = self.budget.take(write_share(&obj, layout)).await?;
         let mut up = Uploads::start(self, &record, &placed, layout)?;
-        let etag = match self.stream_stripes(&mut up, &obj, layout, &mut body).await {
-            Ok(etag) => etag,
+        let (etag, checksum) = match self.stream_stripes(&mut up, &obj, layout, &mut body).await {
+            Ok(done) => done,
             Err(e) => {
                 up.abort().await;
                 return Err(e);
@@ -216,6 +288,7 @@ impl Cluster {
         let record = ObjectRecord {
             etag,
             parts: obj.parts,
+            checksum: checksum.or(obj.parts_checksum),
             ..record
         };
         let (written, replaced) = self.collect(up, record).await?;
@@ -285,6 +358,7 @@ impl Cluster {
                 .collect(),
             shard_index: 0,
             parts: Vec::new(),
+            checksum: None,
         };
         record.validate()?;
         Ok((record, placed, layout))
@@ -306,6 +380,7 @@ impl Cluster {
         let tail = Bytes::from(serde_json::to_vec(&RecordTail {
             etag: record.etag.clone(),
             parts: record.parts.clone(),
+            checksum: record.checksum.clone(),
         })?);
         for i in 0..total {
             up.send(i, [tail.clone(), Bytes::new()]).await;
@@ -370,14 +445,15 @@ impl Cluster {
         }
     }
 
-    /// Reads the body, cuts it into stripes and sends their chunks; returns the `ETag`.
+    /// Reads the body, cuts it into stripes and sends their chunks; returns the `ETag`,
+    /// and the S3 checksum asked for, checked.
     async fn stream_stripes<S>(
         &self,
         up: &mut Uploads<'_>,
         obj: &NewObject,
         layout: oed_ec::Layout,
         body: &mut S,
-    ) -> Result<String>
+    ) -> Result<(String, Option<StoredChecksum>)>
     where
         S: Stream<Item = Result<Bytes>> + Unpin,
     {
@@ -391,8 +467,12 @@ impl Cluster {
         let mut md5 = (self.md5_etags || obj.content_md5.is_some()).then(Md5Stream::new);
         let mut fast = sha2::Sha256::new();
         fast.update(obj.size.to_le_bytes());
+        let mut sum = obj.checksum.as_ref().map(|c| c.algorithm.hasher());
         while let Some(piece) = body.next().await {
             let mut piece = piece?;
+            if let Some(h) = sum.as_mut() {
+                h.update(&piece);
+            }
             received += piece.len() as u64;
             if received > obj.size {
                 return Err(Error::BadRequest(format!(
@@ -439,13 +519,18 @@ impl Cluster {
         {
             return Err(Error::BadDigest);
         }
+        let checksum = match (&obj.checksum, sum) {
+            (Some(c), Some(h)) => Some(c.check(&h.finish())?),
+            _ => None,
+        };
         if let Some(etag) = &obj.etag {
-            return Ok(etag.clone());
+            return Ok((etag.clone(), checksum));
         }
-        Ok(match md5 {
+        let etag = match md5 {
             Some(d) if self.md5_etags => hex::encode(d),
             _ => hex::encode(&fast.finalize()[..16]),
-        })
+        };
+        Ok((etag, checksum))
     }
 
     /// Codes one stripe and hands each drive its chunk and the chunk's CRC32C.
@@ -499,5 +584,54 @@ impl Cluster {
                 .await;
         }
         up.check_quorum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use oed_ops::s3sum::Algorithm;
+
+    use super::*;
+
+    fn digest(a: Algorithm, data: &[u8]) -> Vec<u8> {
+        let mut h = a.hasher();
+        h.update(data);
+        h.finish()
+    }
+
+    /// A body's checksum against a header, a trailer, or nothing; what is stored.
+    #[test]
+    fn body_checksums_are_checked_against_what_the_client_sent() {
+        let a = Algorithm::Crc32c;
+        let body = b"the body";
+        let good = digest(a, body);
+        let check = |expected: Expected| {
+            BodyChecksum {
+                algorithm: a,
+                expected,
+            }
+            .check(&good)
+        };
+        let stored = check(Expected::Value(good.clone())).unwrap();
+        assert_eq!(stored.value, oed_ops::s3sum::encode(&good));
+        assert!(stored.full_object && stored.algorithm == a);
+        assert!(check(Expected::Nothing).is_ok());
+        let wrong = digest(a, b"another body");
+        assert!(matches!(
+            check(Expected::Value(wrong.clone())),
+            Err(Error::ChecksumMismatch("CRC32C"))
+        ));
+        let trailer = |v: Option<String>| Expected::Trailer(Arc::new(move || v.clone()));
+        assert!(check(trailer(Some(oed_ops::s3sum::encode(&good)))).is_ok());
+        assert!(matches!(
+            check(trailer(Some(oed_ops::s3sum::encode(&wrong)))),
+            Err(Error::ChecksumMismatch(_))
+        ));
+        // Announced and never sent, or not a checksum: refused, not taken as a match.
+        for bad in [None, Some("###".to_owned())] {
+            assert!(matches!(check(trailer(bad)), Err(Error::BadRequest(_))));
+        }
     }
 }

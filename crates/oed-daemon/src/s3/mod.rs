@@ -9,6 +9,7 @@
 //! see [`multipart`]); clients cannot create them, and listings never show them.
 
 pub mod bucket;
+pub mod checksum;
 pub mod list;
 pub mod multipart;
 pub mod object;
@@ -228,6 +229,13 @@ impl S3 for OedS3 {
         object::head(&self.cluster, req.input).await
     }
 
+    async fn get_object_attributes(
+        &self,
+        req: S3Request<s3s::dto::GetObjectAttributesInput>,
+    ) -> S3Result<S3Response<s3s::dto::GetObjectAttributesOutput>> {
+        checksum::attributes(&self.cluster, req.input).await
+    }
+
     async fn delete_object(
         &self,
         req: S3Request<DeleteObjectInput>,
@@ -281,7 +289,7 @@ impl S3 for OedS3 {
         &self,
         req: S3Request<UploadPartInput>,
     ) -> S3Result<S3Response<UploadPartOutput>> {
-        multipart::upload_part(&self.cluster, req.input).await
+        multipart::upload_part(&self.cluster, req).await
     }
 
     async fn upload_part_copy(

@@ -20,7 +20,7 @@ use s3s::{S3ErrorCode, S3Response, S3Result};
 use super::object::{
     body_length, body_stream, content_md5, copy_body, copy_source_record, mark_degraded, user_meta,
 };
-use super::{OrS3, check_user_key, err, etag, need_bucket, timestamp};
+use super::{OrS3, check_user_key, checksum, err, etag, need_bucket, timestamp};
 use crate::cluster::Cluster;
 use crate::cluster::list::walk;
 use crate::cluster::write::{NewObject, multipart_etag, part_key, parts_prefix};
@@ -101,11 +101,17 @@ pub(crate) async fn create(
     check_user_key(&input.key)?;
     need_bucket(cluster, &input.bucket).await?;
     let upload_id = VersionId::generate().to_string();
+    // The upload's checksum algorithm and type ride on its marker, with no value yet.
+    let checksum = checksum::for_upload(
+        input.checksum_algorithm.as_ref(),
+        input.checksum_type.as_ref(),
+    )?;
     let obj = NewObject {
         bucket: input.bucket.clone(),
         key: upload_key(&input.key, &upload_id),
         content_type: input.content_type,
         user_meta: user_meta(input.metadata),
+        parts_checksum: checksum.clone(),
         ..Default::default()
     };
     cluster
@@ -116,31 +122,67 @@ pub(crate) async fn create(
         bucket: Some(input.bucket),
         key: Some(input.key),
         upload_id: Some(upload_id),
+        checksum_algorithm: checksum
+            .as_ref()
+            .map(|c| s3s::dto::ChecksumAlgorithm::from(c.algorithm.name().to_owned())),
+        checksum_type: checksum.as_ref().map(checksum::checksum_type),
         ..Default::default()
     }))
 }
 
 pub(crate) async fn upload_part(
     cluster: &Cluster,
-    input: UploadPartInput,
+    req: s3s::S3Request<UploadPartInput>,
 ) -> S3Result<S3Response<UploadPartOutput>> {
+    let mut sum = checksum::requested(
+        &req.headers,
+        req.input.checksum_algorithm.as_ref(),
+        req.trailing_headers.as_ref(),
+    )?;
+    let input = req.input;
     check_part_number(input.part_number)?;
-    upload(cluster, &input.bucket, &input.key, &input.upload_id).await?;
+    let marker = upload(cluster, &input.bucket, &input.key, &input.upload_id).await?;
+    // An upload with a checksum gets it on every part: checked when the part came with
+    // one, computed here when it did not.
+    if let Some(u) = &marker.checksum {
+        match &sum {
+            Some(s) if s.algorithm != u.algorithm => {
+                return Err(err(
+                    S3ErrorCode::InvalidRequest,
+                    format!(
+                        "the upload's checksum algorithm is {}, this part's {}",
+                        u.algorithm.name(),
+                        s.algorithm.name()
+                    ),
+                ));
+            }
+            Some(_) => {}
+            None => {
+                sum = Some(crate::cluster::write::BodyChecksum {
+                    algorithm: u.algorithm,
+                    expected: crate::cluster::write::Expected::Nothing,
+                });
+            }
+        }
+    }
     let obj = NewObject {
         bucket: input.bucket,
         key: part_key(&input.upload_id, input.part_number),
         size: body_length(input.content_length)?,
         content_md5: content_md5(input.content_md5.as_deref())?,
+        checksum: sum,
         ..Default::default()
     };
     let written = cluster
         .put_object(obj, body_stream(input.body))
         .await
         .or_s3()?;
-    let mut resp = S3Response::new(UploadPartOutput {
+    let mut out = UploadPartOutput {
         e_tag: Some(etag(&written.record.etag)),
         ..Default::default()
-    });
+    };
+    checksum::fill_checksum!(out, written.record.checksum.as_ref());
+    let mut resp = S3Response::new(out);
     mark_degraded(&mut resp.headers, &written);
     Ok(resp)
 }
@@ -169,7 +211,7 @@ pub(crate) async fn upload_part_copy(
     input: UploadPartCopyInput,
 ) -> S3Result<S3Response<UploadPartCopyOutput>> {
     check_part_number(input.part_number)?;
-    upload(cluster, &input.bucket, &input.key, &input.upload_id).await?;
+    let marker = upload(cluster, &input.bucket, &input.key, &input.upload_id).await?;
     let src = copy_source_record(
         cluster,
         &input.copy_source,
@@ -189,6 +231,14 @@ pub(crate) async fn upload_part_copy(
         bucket: input.bucket,
         key: part_key(&input.upload_id, input.part_number),
         size: range.end - range.start,
+        // The upload's checksum, computed over the copied bytes.
+        checksum: marker
+            .checksum
+            .as_ref()
+            .map(|u| crate::cluster::write::BodyChecksum {
+                algorithm: u.algorithm,
+                expected: crate::cluster::write::Expected::Nothing,
+            }),
         ..Default::default()
     };
     let written = cluster.put_object(obj, copy_body(body)).await.or_s3()?;
@@ -250,6 +300,22 @@ fn resolve_parts(
                 ),
             ));
         }
+        if let Some(c) = &rec.checksum {
+            let sent = checksum::sent_value(
+                c.algorithm,
+                p.checksum_crc32.as_ref(),
+                p.checksum_crc32c.as_ref(),
+                p.checksum_crc64nvme.as_ref(),
+                p.checksum_sha1.as_ref(),
+                p.checksum_sha256.as_ref(),
+            );
+            if sent.is_some_and(|s| s != c.value) {
+                return Err(err(
+                    S3ErrorCode::InvalidPart,
+                    format!("part {n}: its {} is not the stored one", c.algorithm.name()),
+                ));
+            }
+        }
         parts.push(PartRef::of(n.unsigned_abs(), rec));
     }
     Ok(parts)
@@ -274,6 +340,30 @@ pub(crate) async fn complete(
     let parts = resolve_parts(&asked, &stored)?;
     let etags: Vec<&str> = parts.iter().map(|p| p.etag.as_str()).collect();
     let object_etag = multipart_etag(&etags);
+    let object_checksum = match &marker.checksum {
+        Some(u) => {
+            let c = checksum::of_parts(u, &parts)?;
+            let sent = checksum::sent_value(
+                c.algorithm,
+                input.checksum_crc32.as_ref(),
+                input.checksum_crc32c.as_ref(),
+                input.checksum_crc64nvme.as_ref(),
+                input.checksum_sha1.as_ref(),
+                input.checksum_sha256.as_ref(),
+            );
+            if sent.is_some_and(|s| s != c.value) {
+                return Err(err(
+                    S3ErrorCode::BadDigest,
+                    format!(
+                        "The {} you specified did not match the calculated checksum.",
+                        c.algorithm.name()
+                    ),
+                ));
+            }
+            Some(c)
+        }
+        None => None,
+    };
     let used: std::collections::HashSet<&str> = parts.iter().map(|p| p.key.as_str()).collect();
     let unused: Vec<ObjectRecord> = stored
         .iter()
@@ -288,19 +378,22 @@ pub(crate) async fn complete(
         user_meta: marker.user_meta.clone(),
         parts,
         etag: Some(object_etag.clone()),
+        parts_checksum: object_checksum,
         ..Default::default()
     };
     let written = cluster
         .complete_upload(obj, &marker, &unused)
         .await
         .or_s3()?;
-    let mut resp = S3Response::new(CompleteMultipartUploadOutput {
+    let mut out = CompleteMultipartUploadOutput {
         bucket: Some(input.bucket.clone()),
         key: Some(input.key.clone()),
         e_tag: Some(etag(&object_etag)),
         location: Some(format!("/{}/{}", input.bucket, input.key)),
         ..Default::default()
-    });
+    };
+    checksum::fill_checksum!(out, written.record.checksum.as_ref(), typed);
+    let mut resp = S3Response::new(out);
     mark_degraded(&mut resp.headers, &written);
     Ok(resp)
 }

@@ -99,6 +99,11 @@ pub(crate) async fn put(
     cluster: &Cluster,
     req: S3Request<PutObjectInput>,
 ) -> S3Result<S3Response<PutObjectOutput>> {
+    let checksum = super::checksum::requested(
+        &req.headers,
+        req.input.checksum_algorithm.as_ref(),
+        req.trailing_headers.as_ref(),
+    )?;
     let input = req.input;
     check_user_key(&input.key)?;
     need_bucket(cluster, &input.bucket).await?;
@@ -124,16 +129,19 @@ pub(crate) async fn put(
         content_type: input.content_type,
         user_meta: user_meta(input.metadata),
         content_md5: content_md5(input.content_md5.as_deref())?,
+        checksum,
         ..Default::default()
     };
     let written = cluster
         .put_object(obj, body_stream(input.body))
         .await
         .or_s3()?;
-    let mut resp = S3Response::new(PutObjectOutput {
+    let mut out = PutObjectOutput {
         e_tag: Some(etag(&written.record.etag)),
         ..Default::default()
-    });
+    };
+    super::checksum::fill_checksum!(out, written.record.checksum.as_ref(), typed);
+    let mut resp = S3Response::new(out);
     mark_degraded(&mut resp.headers, &written);
     Ok(resp)
 }
@@ -245,10 +253,22 @@ pub(crate) async fn get(
         parts_count: (!rec.parts.is_empty()).then_some(super::s3_i32(rec.parts.len())),
         ..Default::default()
     });
+    if checksum_mode(input.checksum_mode.as_ref()) && input.range.is_none() {
+        super::checksum::fill_checksum!(resp.output, rec.checksum.as_ref(), typed);
+    }
     if input.range.is_some() {
         resp.status = Some(http::StatusCode::PARTIAL_CONTENT);
     }
     Ok(resp)
+}
+
+/// Whether `x-amz-checksum-mode: ENABLED` asks for the object's checksum. It is the whole
+/// object's, so a range read does not get it.
+fn checksum_mode(mode: Option<&s3s::dto::ChecksumMode>) -> bool {
+    mode.is_some_and(|m| {
+        m.as_str()
+            .eq_ignore_ascii_case(s3s::dto::ChecksumMode::ENABLED)
+    })
 }
 
 pub(crate) async fn head(
@@ -264,7 +284,7 @@ pub(crate) async fn head(
         input.if_unmodified_since.as_ref(),
         S3ErrorCode::NotModified,
     )?;
-    Ok(S3Response::new(HeadObjectOutput {
+    let mut out = HeadObjectOutput {
         content_length: Some(super::s3_i64(rec.object_size())),
         accept_ranges: Some("bytes".into()),
         e_tag: Some(etag(&rec.etag)),
@@ -273,7 +293,11 @@ pub(crate) async fn head(
         metadata: Some(rec.user_meta.clone().into_iter().collect()),
         parts_count: (!rec.parts.is_empty()).then_some(super::s3_i32(rec.parts.len())),
         ..Default::default()
-    }))
+    };
+    if checksum_mode(input.checksum_mode.as_ref()) {
+        super::checksum::fill_checksum!(out, rec.checksum.as_ref(), typed);
+    }
+    Ok(S3Response::new(out))
 }
 
 /// Deletes the current version of a key; deleting what does not exist succeeds.

@@ -339,6 +339,7 @@ impl Store {
         {
             record.etag = tail.etag;
             record.parts = tail.parts;
+            record.checksum = tail.checksum;
         }
         self.timed("receive", started);
         // The rest is one trip to a blocking thread: the last batch and fsync, the rename

@@ -107,6 +107,21 @@ pub struct ObjectRecord {
     /// sum of the parts.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub parts: Vec<PartRef>,
+    /// The S3 checksum the client asked for (`x-amz-checksum-*`), when it asked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checksum: Option<StoredChecksum>,
+}
+
+/// An object's or a part's S3 checksum, as it is returned.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StoredChecksum {
+    /// The algorithm.
+    pub algorithm: oed_ops::s3sum::Algorithm,
+    /// The digest in base64; a composite one ends in `-N` (N parts).
+    pub value: String,
+    /// Whether it is the checksum of the whole object's bytes (S3's `FULL_OBJECT`), or
+    /// of its parts' checksums (`COMPOSITE`).
+    pub full_object: bool,
 }
 
 /// One part of a multipart object: an erasure-coded object of its own, under an internal
@@ -131,6 +146,9 @@ pub struct PartRef {
     pub chunk_size: u32,
     /// Drives holding the part's shards, in shard order.
     pub drives: Vec<String>,
+    /// The part's S3 checksum, when its upload had one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checksum: Option<StoredChecksum>,
 }
 
 impl PartRef {
@@ -147,6 +165,7 @@ impl PartRef {
             m: record.m,
             chunk_size: record.chunk_size,
             drives: record.drives.clone(),
+            checksum: record.checksum.clone(),
         }
     }
 }
@@ -161,6 +180,9 @@ pub struct RecordTail {
     /// The parts of a multipart object (too many for the request line).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub parts: Vec<PartRef>,
+    /// The object's S3 checksum, computed over the body as it came.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checksum: Option<StoredChecksum>,
 }
 
 /// Largest accepted [`RecordTail`], encoded: room for 10,000 parts.
