@@ -344,7 +344,7 @@ impl Bench {
         let figures = self
             .repeat(|| async {
                 let answer =
-                    op_client::run(&self.target, &self.bucket, KEY, op_text, |_| {}).await?;
+                    op_client::run(&self.target, &self.bucket, KEY, op_text, None, |_| {}).await?;
                 let mut v: serde_json::Value = serde_json::from_str(&answer)?;
                 *result.borrow_mut() = v["result"].take();
                 Ok(v["cost"]["network_bytes"].as_f64().unwrap_or(0.0) + answer.len() as f64)

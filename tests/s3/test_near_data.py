@@ -133,9 +133,9 @@ def test_oedd_op_at_a_shell(cluster, s3, bucket):
     s3.put_object(Bucket=bucket, Key="dir/three values", Body=struct.pack("<3d", 1.0, 2.0, 4.0))
     env = cluster.aws_env()
 
-    def oedd_op(key, operation):
+    def oedd_op(key, operation, *extra):
         return subprocess.run(
-            [cluster.bin, "op", "--endpoint", cluster.endpoint(), bucket, key, operation],
+            [cluster.bin, "op", "--endpoint", cluster.endpoint(), *extra, bucket, key, operation],
             env=env, capture_output=True, text=True, timeout=60,
         )
 
@@ -144,6 +144,9 @@ def test_oedd_op_at_a_shell(cluster, s3, bucket):
     answer = json.loads(out.stdout)
     assert answer["result"]["count"] == 3 and answer["result"]["mean"] == 7 / 3
     assert answer["cost"]["object_bytes"] == 24
+    out = oedd_op("dir/three values", '{"op": "stats", "format": "f64le"}', "--range", "bytes=8-")
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["result"]["sum"] == 6.0
     out = oedd_op("no such key", '{"op": "stats", "format": "u8"}')
     assert out.returncode != 0 and "NoSuchKey" in out.stderr, out.stderr
     out = oedd_op("dir/three values", "{not json")
@@ -282,3 +285,35 @@ def test_csv_quantiles_compressibility_and_dedup_through_s3(cluster, s3, bucket)
     ]:
         status, answer = op(cluster, bucket, "temps.csv", body)
         assert status == 400 and says in answer, (body, status, answer)
+
+
+def test_an_operation_over_a_byte_range(cluster, s3, bucket):
+    """`Range: bytes=A-B` on the operation's POST, as on GET: only those bytes count."""
+    values = [float(i) for i in range(50_000)]
+    data = struct.pack(f"<{len(values)}d", *values)
+    s3.put_object(Bucket=bucket, Key="v", Body=data)
+
+    def ranged(body, rng):
+        path = f"/{bucket}/v?oed-op"
+        raw = json.dumps(body).encode()
+        headers = cluster.signed_headers("POST", path, raw)
+        headers["Range"] = rng
+        req = urllib.request.Request(cluster.endpoint() + path, data=raw, headers=headers, method="POST")
+        try:
+            with urllib.request.urlopen(req, timeout=120) as resp:
+                return resp.status, json.loads(resp.read())
+        except urllib.error.HTTPError as e:
+            return e.code, e.read().decode()
+
+    status, answer = ranged({"op": "stats", "format": "f64le"}, "bytes=800-8799")
+    assert status == 200, answer
+    assert answer["result"]["count"] == 1000 and answer["result"]["sum"] == math.fsum(values[100:1100])
+    assert answer["cost"]["object_bytes"] == 8000
+    status, answer = ranged({"op": "checksum", "algorithm": "sha256"}, "bytes=-4096")
+    assert answer["result"]["hex"] == hashlib.sha256(data[-4096:]).hexdigest()
+    status, answer = ranged({"op": "checksum", "algorithm": "crc32c"}, "bytes=12345-")
+    assert answer["result"]["hex"] == f"{crc32c(data[12345:]):08x}"
+    status, answer = ranged({"op": "stats", "format": "f64le"}, f"bytes={len(data)}-")
+    assert status == 416 and "InvalidRange" in answer, answer
+    status, answer = ranged({"op": "stats", "format": "f64le"}, "pages=1-2")
+    assert status == 416 and "InvalidRange" in answer, answer

@@ -114,6 +114,10 @@ struct OpArgs {
     /// The operation, JSON: {"op": "stats", "format": "f64le"}, {"op": "checksum",
     /// "algorithm": "blake3"}, ... (docs/near-data.md).
     operation: String,
+    /// Only these bytes of the object, as an HTTP range: bytes=FIRST-LAST, bytes=FIRST-
+    /// or bytes=-N.
+    #[arg(long)]
+    range: Option<String>,
 }
 
 #[derive(Args)]
@@ -168,6 +172,7 @@ fn op(args: OpArgs) -> anyhow::Result<()> {
         &args.bucket,
         &args.key,
         &args.operation,
+        args.range.as_deref(),
         |spent| {
             ticked = true;
             eprint!("\roedd op: running, {} s", spent.as_secs());

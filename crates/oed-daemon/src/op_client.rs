@@ -105,8 +105,9 @@ pub fn sign(target: &Target, req: ToSign<'_>, now: u64) -> Vec<(String, String)>
     ]
 }
 
-/// Runs `operation` (JSON) on `bucket`/`key` through `target`; calls `waiting` with the
-/// time spent every second until the answer comes. Returns the answer's body.
+/// Runs `operation` (JSON) on `bucket`/`key` through `target`, over the bytes `range`
+/// names (an HTTP `Range` value) when given; calls `waiting` with the time spent every
+/// second until the answer comes. Returns the answer's body.
 ///
 /// # Errors
 /// [`Error::BadRequest`] for an endpoint that is not `http://host:port` or an operation
@@ -117,6 +118,7 @@ pub async fn run(
     bucket: &str,
     key: &str,
     operation: &str,
+    range: Option<&str>,
     mut waiting: impl FnMut(Duration),
 ) -> Result<String> {
     serde_json::from_str::<serde_json::Value>(operation)
@@ -158,6 +160,9 @@ pub async fn run(
     };
     for (name, value) in sign(target, to_sign, now) {
         req = req.header(name, value);
+    }
+    if let Some(r) = range {
+        req = req.header(http::header::RANGE, r);
     }
     let req = req
         .body(Full::new(body))

@@ -66,6 +66,10 @@ pub struct Plan {
     /// The BLAKE3 subtree size: a power of two, at least 1 KiB (the smallest chunk size
     /// among the object's parts).
     pub subtree: u64,
+    /// The object bytes the operation covers, when not the whole object: runs are cut to
+    /// them ([`Plan::clip`]), and `object_len` is their length.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window: Option<std::ops::Range<u64>>,
     /// A grep's compiled pattern, made once per plan (a drive's plan arrives as JSON).
     #[serde(skip)]
     matcher: Compiled,
@@ -148,8 +152,51 @@ impl Plan {
             op,
             object_len,
             subtree,
+            window: None,
             matcher: Compiled::default(),
         })
+    }
+
+    /// Plans `op` over object bytes `window` only (of an object whose smallest chunk is
+    /// `subtree`): records, lines and checksums start at the window's first byte.
+    ///
+    /// # Errors
+    /// As [`Plan::new`], for an object of the window's length.
+    pub fn within(op: Op, window: std::ops::Range<u64>, subtree: u64) -> Result<Self> {
+        let mut plan = Self::new(op, window.end.saturating_sub(window.start), subtree)?;
+        plan.window = Some(window);
+        Ok(plan)
+    }
+
+    /// The part of object bytes `at..at + bytes.len()` the plan covers, with the offset
+    /// its runs take (from the window's start); `None` when it covers none of them.
+    #[must_use]
+    pub fn clip<'a>(&self, at: u64, bytes: &'a [u8]) -> Option<(u64, &'a [u8])> {
+        let Some(w) = &self.window else {
+            return Some((at, bytes));
+        };
+        let end = at + bytes.len() as u64;
+        let (from, to) = (at.max(w.start), end.min(w.end));
+        (from < to).then(|| {
+            let cut = &bytes[usize::try_from(from - at).unwrap_or(usize::MAX)
+                ..usize::try_from(to - at).unwrap_or(usize::MAX)];
+            (from - w.start, cut)
+        })
+    }
+
+    /// The stripes of an extent that hold bytes the plan covers: the extent starts at
+    /// object offset `base`, has `size` bytes in stripes of `stripe` bytes.
+    #[must_use]
+    pub fn stripes(&self, base: u64, size: u64, stripe: u64) -> std::ops::Range<u64> {
+        let count = size.div_ceil(stripe.max(1));
+        let Some(w) = &self.window else {
+            return 0..count;
+        };
+        let (from, to) = (w.start.max(base), w.end.min(base + size));
+        if from >= to {
+            return 0..0;
+        }
+        (from - base) / stripe..(to - base).div_ceil(stripe)
     }
 
     /// The grep's matcher, compiled once.
@@ -542,6 +589,46 @@ mod tests {
             seq.finish().unwrap()["base64"],
             base64::engine::general_purpose::STANDARD.encode(want)
         );
+    }
+
+    /// A plan over a window sees its bytes as the whole: runs are cut to it and shifted.
+    #[test]
+    fn windows_cut_runs_and_name_their_stripes() {
+        let op = Op::Checksum {
+            algorithm: Algorithm::Crc32c,
+        };
+        let plan = Plan::within(op, 100..250, 4096).unwrap();
+        assert_eq!(plan.object_len, 150);
+        let bytes = [7u8; 100];
+        assert_eq!(plan.clip(0, &bytes), None);
+        assert_eq!(
+            plan.clip(50, &bytes).map(|(o, b)| (o, b.len())),
+            Some((0, 50))
+        );
+        assert_eq!(
+            plan.clip(120, &bytes).map(|(o, b)| (o, b.len())),
+            Some((20, 100))
+        );
+        assert_eq!(
+            plan.clip(200, &bytes).map(|(o, b)| (o, b.len())),
+            Some((100, 50))
+        );
+        assert_eq!(plan.clip(250, &bytes), None);
+        // Stripes of 64 bytes of an extent at 90: bytes 100..250 are its stripes 0..3.
+        assert_eq!(plan.stripes(90, 1000, 64), 0..3);
+        assert_eq!(plan.stripes(300, 1000, 64), 0..0);
+        let whole = Plan::new(plan.op.clone(), 1000, 4096).unwrap();
+        assert_eq!(whole.stripes(0, 1000, 64), 0..16);
+        // The answer is the checksum of the window's bytes.
+        let data = data(1000);
+        let mut acc = plan.empty().unwrap();
+        for (i, run) in data.chunks(64).enumerate() {
+            if let Some((at, b)) = plan.clip(i as u64 * 64, run) {
+                acc = plan.merge(acc, plan.run(at, b).unwrap()).unwrap();
+            }
+        }
+        let want = crc32c::crc32c(&data[100..250]);
+        assert_eq!(plan.finish(&acc).unwrap()["hex"], format!("{want:08x}"));
     }
 
     #[test]

@@ -30,7 +30,12 @@ impl Cluster {
     /// [`Error::BadRequest`] for an operation that is not `compress` or parameters it
     /// refuses; as [`Cluster::run_op`] and [`Cluster::put_object`] otherwise. Parts
     /// written before a failure are deleted.
-    pub async fn compress(self: &Arc<Self>, record: &ObjectRecord, op: Op) -> Result<Outcome> {
+    pub async fn compress(
+        self: &Arc<Self>,
+        record: &ObjectRecord,
+        op: Op,
+        range: Option<std::ops::Range<u64>>,
+    ) -> Result<Outcome> {
         let window = Window::open(self);
         let Op::Compress(to) = &op else {
             return Err(Error::BadRequest("not a compress operation".into()));
@@ -40,9 +45,9 @@ impl Cluster {
             oed_ops::compress::Codec::Zstd => "application/zstd",
             oed_ops::compress::Codec::Lz4 => "application/x-lz4",
         };
-        let (plan, exts) = plan_for(record, op.clone())?;
+        let (plan, exts) = plan_for(record, op.clone(), range)?;
         let mut cost = Cost {
-            object_bytes: record.object_size(),
+            object_bytes: plan.object_len,
             ..Cost::default()
         };
         let upload = VersionId::generate().to_string();
@@ -50,12 +55,12 @@ impl Cluster {
         let mut sizes = Sizes::default();
         let written = async {
             let mut base = 0;
-            for ext in exts.iter().filter(|e| e.size > 0) {
-                let count = oed_ec::Layout::new(ext.k.into(), ext.m.into(), ext.chunk_size)?
-                    .stripe_count(ext.size);
-                let mut s = 0;
-                while s < count {
-                    let e = (s + WINDOW).min(count);
+            for ext in &exts {
+                let stripe_bytes = u64::from(ext.k) * u64::from(ext.chunk_size);
+                let stripes = plan.stripes(base, ext.size, stripe_bytes);
+                let mut s = stripes.start;
+                while s < stripes.end {
+                    let e = (s + WINDOW).min(stripes.end);
                     let mut got = self
                         .gather(&record.bucket, ext, base, &plan, s..e, &mut cost)
                         .await?;

@@ -9,6 +9,7 @@
 //! stays exact, and its cost says parity was used and what it cost. SHA-256, which does
 //! not split, is streamed here in object order.
 
+use std::ops::Range;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -194,14 +195,22 @@ fn data_pieces(chunk: &Chunk) -> impl Iterator<Item = &[u8]> {
 
 /// `plan` for `record`'s object, and its extents. BLAKE3's subtrees are the smallest
 /// chunk size among the extents.
-pub(super) fn plan_for(record: &ObjectRecord, op: Op) -> Result<(Plan, Vec<PartRef>)> {
+pub(super) fn plan_for(
+    record: &ObjectRecord,
+    op: Op,
+    range: Option<Range<u64>>,
+) -> Result<(Plan, Vec<PartRef>)> {
     let exts = extents(record);
     let subtree = exts
         .iter()
         .map(|e| u64::from(e.chunk_size))
         .min()
         .unwrap_or(u64::from(oed_ec::layout::DEFAULT_CHUNK_SIZE));
-    let plan = Plan::new(op, record.object_size(), subtree).map_err(|e| bad(&e))?;
+    let plan = match range {
+        Some(r) => Plan::within(op, r, subtree),
+        None => Plan::new(op, record.object_size(), subtree),
+    }
+    .map_err(|e| bad(&e))?;
     Ok((plan, exts))
 }
 
@@ -244,13 +253,29 @@ impl Cluster {
     /// `k` chunks of some stripe can be had; [`Error::SlowDown`] when the coordinator's
     /// memory for data in flight stays taken.
     pub async fn run_op(self: &Arc<Self>, record: &ObjectRecord, op: Op) -> Result<Outcome> {
+        self.run_op_range(record, op, None).await
+    }
+
+    /// [`Cluster::run_op`] over object bytes `range` only (clipped to the object): the
+    /// operation sees them as the whole, as if they were an object of their own.
+    ///
+    /// # Errors
+    /// As [`Cluster::run_op`].
+    pub async fn run_op_range(
+        self: &Arc<Self>,
+        record: &ObjectRecord,
+        op: Op,
+        range: Option<Range<u64>>,
+    ) -> Result<Outcome> {
+        let size = record.object_size();
+        let range = range.map(|r| r.start.min(size)..r.end.min(size));
         if let Op::Compress(_) = op {
-            return self.compress(record, op).await;
+            return self.compress(record, op, range).await;
         }
         let window = Window::open(self);
-        let (plan, exts) = plan_for(record, op)?;
+        let (plan, exts) = plan_for(record, op, range)?;
         let mut cost = Cost {
-            object_bytes: record.object_size(),
+            object_bytes: plan.object_len,
             ..Cost::default()
         };
         let (result, _) = self.object_op(record, &plan, &exts, &mut cost).await?;
@@ -316,7 +341,7 @@ impl Cluster {
         let mut total: Option<(Partial, u64, u64)> = None;
         let (mut lines, mut matches) = (0u64, 0u64);
         for record in records {
-            let (plan, exts) = plan_for(record, op.clone()).map_err(|e| match e {
+            let (plan, exts) = plan_for(record, op.clone(), None).map_err(|e| match e {
                 Error::BadRequest(m) => Error::BadRequest(format!("{}: {m}", record.key)),
                 e => e,
             })?;
@@ -370,10 +395,10 @@ impl Cluster {
         let mut placed: Vec<Placed> = Vec::new();
         let mut base = 0;
         for (x, ext) in exts.iter().enumerate() {
-            if ext.size > 0 {
-                let count = oed_ec::Layout::new(ext.k.into(), ext.m.into(), ext.chunk_size)?
-                    .stripe_count(ext.size);
-                let part = self.gather(bucket, ext, base, plan, 0..count, cost).await?;
+            let stripe_bytes = u64::from(ext.k) * u64::from(ext.chunk_size);
+            let stripes = plan.stripes(base, ext.size, stripe_bytes);
+            if !stripes.is_empty() {
+                let part = self.gather(bucket, ext, base, plan, stripes, cost).await?;
                 placed.extend(part.into_iter().map(|(stripe, shard, partial)| Placed {
                     extent: x,
                     stripe,
@@ -543,7 +568,11 @@ impl Cluster {
                     joined = pieces.concat();
                     &joined
                 };
-                let partial = plan.run(base + chunk.offset, bytes).map_err(|e| bad(&e))?;
+                // Only what the operation covers, at the offset it sees.
+                let Some((at, bytes)) = plan.clip(base + chunk.offset, bytes) else {
+                    continue;
+                };
+                let partial = plan.run(at, bytes).map_err(|e| bad(&e))?;
                 out.push((stripe.index, partial));
             }
         }
@@ -564,25 +593,36 @@ impl Cluster {
         let mut fold = plan
             .in_order()
             .ok_or_else(|| Error::BadRequest("the operation splits".into()))?;
-        for ext in exts.iter().filter(|e| e.size > 0) {
+        let mut base = 0;
+        for ext in exts {
             let stripe_bytes = u64::from(ext.k) * u64::from(ext.chunk_size);
+            let stripes = plan.stripes(base, ext.size, stripe_bytes);
+            if stripes.is_empty() {
+                base += ext.size;
+                continue;
+            }
             let _share = self
                 .budget
                 .take(Budget::read_share(ext.size, stripe_bytes))
                 .await?;
             let want = (0..usize::from(ext.k)).collect();
             let mut source =
-                StripeSource::open(self.clone(), bucket, ext.clone(), 0..u64::MAX, want).await?;
+                StripeSource::open(self.clone(), bucket, ext.clone(), stripes, want).await?;
             while let Some(stripe) = source.next().await? {
                 for chunk in &stripe.chunks {
                     cost.parity_used |= chunk.rebuilt;
+                    let mut at = base + chunk.offset;
                     for piece in data_pieces(chunk) {
-                        fold.update(piece).map_err(|e| bad(&e))?;
+                        if let Some((_, bytes)) = plan.clip(at, piece) {
+                            fold.update(bytes).map_err(|e| bad(&e))?;
+                        }
+                        at += piece.len() as u64;
                     }
                 }
             }
             cost.coordinator_bytes += source.bytes_read();
             cost.network_bytes += source.bytes_read();
+            base += ext.size;
         }
         fold.finish().map_err(|e| match e {
             oed_ops::Error::BadArgument(m) => Error::BadRequest(m),

@@ -237,7 +237,11 @@ impl Job {
             return Ok(());
         }
         let offset = self.req.base + stripe.object_offset + r.start as u64;
-        let partial = plan.run(offset, &chunk[..r.len()]).map_err(bad)?;
+        // Only what the operation covers, at the offset it sees.
+        let Some((offset, bytes)) = plan.clip(offset, &chunk[..r.len()]) else {
+            return Ok(());
+        };
+        let partial = plan.run(offset, bytes).map_err(bad)?;
         // One partial for an operation that commutes: the one there, taken out (not
         // copied: a grep's grows with the chunks folded) and merged with this chunk's.
         match partials.pop() {

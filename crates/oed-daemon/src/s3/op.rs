@@ -36,6 +36,41 @@ fn param(query: Option<&str>, name: &str) -> Option<String> {
     })
 }
 
+/// `Range: bytes=A-B` (or `bytes=A-`, `bytes=-N`), as on GET: the operation covers those
+/// bytes of the object only.
+fn asked_range(headers: &http::HeaderMap) -> S3Result<Option<s3s::dto::Range>> {
+    headers
+        .get(http::header::RANGE)
+        .map(|v| {
+            let text = v.to_str().unwrap_or_default();
+            s3s::dto::Range::parse(text).map_err(|_| {
+                err(
+                    S3ErrorCode::InvalidRange,
+                    format!("Range {text:?} is not bytes=FIRST-LAST, bytes=FIRST- or bytes=-N"),
+                )
+            })
+        })
+        .transpose()
+}
+
+/// The object bytes `range` names in `rec`'s object.
+fn window(
+    range: Option<&s3s::dto::Range>,
+    rec: &crate::store::record::ObjectRecord,
+) -> S3Result<Option<std::ops::Range<u64>>> {
+    let size = rec.object_size();
+    range
+        .map(|r| {
+            r.check(size).map_err(|_| {
+                err(
+                    S3ErrorCode::InvalidRange,
+                    format!("the Range is not within the object's {size} bytes"),
+                )
+            })
+        })
+        .transpose()
+}
+
 /// The route `s3s` hands `POST ...?oed-op` to.
 #[derive(Debug)]
 pub struct OpRoute {
@@ -107,6 +142,13 @@ impl S3Route for OpRoute {
                 format!("the operation is not one OED knows: {e}"),
             )
         })?;
+        let range = asked_range(&req.headers)?;
+        if range.is_some() && key.is_none() {
+            return Err(err(
+                S3ErrorCode::InvalidRequest,
+                "a Range applies to an operation on one object, not on a prefix",
+            ));
+        }
         let outcome = if let (Op::Compress(to), Some(key)) = (&op, &key) {
             super::check_user_key(&to.target)?;
             if *to.target == **key {
@@ -116,10 +158,12 @@ impl S3Route for OpRoute {
                 ));
             }
             let rec = record(&self.cluster, &bucket, key).await?;
-            self.cluster.compress(&rec, op).await.or_s3()?
+            let w = window(range.as_ref(), &rec)?;
+            self.cluster.compress(&rec, op, w).await.or_s3()?
         } else if let Some(key) = key {
             let rec = record(&self.cluster, &bucket, &key).await?;
-            self.cluster.run_op(&rec, op).await.or_s3()?
+            let w = window(range.as_ref(), &rec)?;
+            self.cluster.run_op_range(&rec, op, w).await.or_s3()?
         } else if let Op::Compress(_) = op {
             return Err(err(
                 S3ErrorCode::InvalidRequest,
