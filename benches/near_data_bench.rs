@@ -70,6 +70,14 @@ struct Args {
     /// are per run: the drives' meters tick once a second, so energy needs several.
     #[arg(long, default_value_t = 5.0)]
     seconds: f64,
+    /// Then measure S3 GET latency of small objects, idle and while this operation (JSON)
+    /// runs over the big object again and again: does S3 traffic keep working during a
+    /// long scan on the same drives?
+    #[arg(long)]
+    latency_during: Option<String>,
+    /// GETs per phase of the latency measurement.
+    #[arg(long, default_value_t = 400)]
+    latency_gets: usize,
 }
 
 const KEY: &str = "values.f64";
@@ -289,7 +297,15 @@ async fn main() -> anyhow::Result<()> {
             (near.drive_cpu + near.client_cpu) / (pull.drive_cpu + pull.client_cpu)
         );
     }
+    if let Some(op_text) = &args.latency_during {
+        bench.latency(op_text, args.latency_gets).await?;
+    }
     Ok(())
+}
+
+/// Milliseconds at quantile `q` (a percentage) of sorted `ms`.
+fn at(ms: &[f64], percent: usize) -> f64 {
+    ms[(ms.len() - 1) * percent / 100]
 }
 
 /// What both ways share.
@@ -336,6 +352,78 @@ impl Bench {
             joules: (j1 - j0 - self.settle) / n,
             method,
         })
+    }
+
+    /// GETs of 64 KiB objects, one at a time: their latencies, ms, sorted.
+    async fn gets(&self, keys: &[String], count: usize) -> anyhow::Result<Vec<f64>> {
+        let mut ms = Vec::with_capacity(count);
+        for i in 0..count {
+            let t = Instant::now();
+            let resp = self
+                .s3
+                .request(reqwest::Method::GET, &keys[i % keys.len()])
+                .send()
+                .await?;
+            anyhow::ensure!(resp.status().is_success(), "GET: {}", resp.status());
+            resp.bytes().await?;
+            ms.push(t.elapsed().as_secs_f64() * 1e3);
+        }
+        ms.sort_by(f64::total_cmp);
+        Ok(ms)
+    }
+
+    /// S3 GET latency idle, then while `op_text` runs over the big object in a loop.
+    async fn latency(&self, op_text: &str, count: usize) -> anyhow::Result<()> {
+        let bucket = oed_daemon::uri::encode(&self.bucket);
+        let mut keys = Vec::new();
+        for i in 0..32 {
+            let path = format!("/{bucket}/small-{i}");
+            let resp = self
+                .s3
+                .request(reqwest::Method::PUT, &path)
+                .body(piece(i, 64 * 1024))
+                .send()
+                .await?;
+            anyhow::ensure!(resp.status().is_success(), "PUT: {}", resp.status());
+            keys.push(path);
+        }
+        self.gets(&keys, 32).await?; // warm
+        let idle = self.gets(&keys, count).await?;
+        let stop = std::sync::atomic::AtomicBool::new(false);
+        let scans = std::sync::atomic::AtomicU32::new(0);
+        let scan = async {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                op_client::run(&self.target, &self.bucket, KEY, op_text, None, |_| {}).await?;
+                scans.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+            anyhow::Ok(())
+        };
+        let measure = async {
+            // The scan under way first.
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            let busy = self.gets(&keys, count).await;
+            stop.store(true, std::sync::atomic::Ordering::Relaxed);
+            busy
+        };
+        let (scanned, busy) = tokio::join!(scan, measure);
+        scanned?;
+        let busy = busy?;
+        println!("## S3 GET latency, 64 KiB objects, one at a time, ms ({count} GETs a phase)");
+        for (name, ms) in [("idle", &idle), ("during the scan", &busy)] {
+            println!(
+                "{name:<18} p50 {:>7.2}  p90 {:>7.2}  p99 {:>7.2}  max {:>7.2}",
+                at(ms, 50),
+                at(ms, 90),
+                at(ms, 99),
+                ms[ms.len() - 1]
+            );
+        }
+        println!(
+            "## the scan: {op_text}, {} runs over the {} MiB object while measured",
+            scans.load(std::sync::atomic::Ordering::Relaxed),
+            self.size >> 20
+        );
+        Ok(())
     }
 
     /// The operation near the data; its figures and result.

@@ -317,3 +317,37 @@ def test_an_operation_over_a_byte_range(cluster, s3, bucket):
     assert status == 416 and "InvalidRange" in answer, answer
     status, answer = ranged({"op": "stats", "format": "f64le"}, "pages=1-2")
     assert status == 416 and "InvalidRange" in answer, answer
+
+
+def test_s3_keeps_working_while_operations_scan(cluster, s3, bucket):
+    """Operations run on threads of their own at a lower priority: GETs and PUTs on the
+    same drives are served, whole and correct, while scans run again and again. (How long
+    they take then is measured by benches/near-data-bench, LATENCY_OP; not asserted here.)"""
+    import threading
+
+    big = bytes(random.Random(3).randbytes(1 << 20)) * 8
+    s3.put_object(Bucket=bucket, Key="big", Body=big)
+    small = {f"s{i}": random.Random(i).randbytes(65536) for i in range(8)}
+    for k, v in small.items():
+        s3.put_object(Bucket=bucket, Key=k, Body=v)
+    stop = threading.Event()
+    scans, failures = [], []
+
+    def scan():
+        while not stop.is_set() and len(scans) < 50:
+            status, answer = op(cluster, bucket, "big", {"op": "compressibility", "level": 9})
+            (scans if status == 200 else failures).append(answer)
+
+    t = threading.Thread(target=scan)
+    t.start()
+    try:
+        for i in range(40):
+            k = f"s{i % 8}"
+            assert s3.get_object(Bucket=bucket, Key=k)["Body"].read() == small[k]
+            if i % 10 == 0:
+                s3.put_object(Bucket=bucket, Key=f"new{i}", Body=small[k])
+    finally:
+        stop.set()
+        t.join(timeout=300)
+    assert not failures, failures[:1]
+    assert scans and scans[0]["result"]["input_bytes"] == len(big)
