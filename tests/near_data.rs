@@ -425,6 +425,19 @@ fn text_and_csv_statistics_and_quantiles_on_a_cluster() {
             );
         }
 
+        // A histogram of four bins between the extremes, which a first pass finds.
+        let got = run_healthy(&c, &trec, r#"{"op":"stats","format":"text","bins":4}"#).await;
+        let h = &got.result["histogram"];
+        assert_eq!(
+            h["edges"],
+            serde_json::json!([-100.0, 274.875, 649.75, 1024.625, 1399.5])
+        );
+        assert_eq!(h["counts"], serde_json::json!([750, 750, 750, 750]), "{h}");
+        assert_eq!(
+            (got.cost.passes, got.cost.object_bytes),
+            (2, lines.len() as u64)
+        );
+
         // With a data drive stopped: the same answers, from parity.
         let holder = drives.iter().position(|d| d.id == rec.drives[1]).unwrap();
         let c = drives[usize::from(holder == 0)].cluster.clone();

@@ -94,6 +94,11 @@ pub struct Stats {
     /// the last bin also its upper edge. None: no histogram.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub edges: Option<Vec<f64>>,
+    /// A histogram of this many equal bins between the data's minimum and maximum, found
+    /// by a first pass ([`Stats::with_bins_over`] turns it into `edges`). Not with
+    /// `edges`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bins: Option<usize>,
     /// Quantiles to answer (ranks in `[0, 1]`, at most
     /// [`MAX_QUANTILES`](crate::sketch::MAX_QUANTILES)), from a DDSketch within
     /// `accuracy`. None: no quantiles.
@@ -282,12 +287,40 @@ impl Stats {
         Self {
             format,
             edges: None,
+            bins: None,
             quantiles: None,
             accuracy: None,
             column: None,
             delimiter: None,
             header: false,
         }
+    }
+
+    /// The statistics to run once the data's extremes are known: `bins` equal bins from
+    /// `min` to `max` as `edges` (one bin of width 1 when they are equal; none when there
+    /// are no values: no histogram then).
+    #[must_use]
+    pub fn with_bins_over(&self, min: Option<f64>, max: Option<f64>) -> Stats {
+        let mut s = self.clone();
+        let Some(n) = s.bins.take() else {
+            return s;
+        };
+        s.edges = match (min, max) {
+            (Some(lo), Some(hi)) if hi > lo => Some(
+                (0..=n)
+                    .map(|i| {
+                        if i == n {
+                            hi
+                        } else {
+                            lo + (hi - lo) * i as f64 / n as f64
+                        }
+                    })
+                    .collect(),
+            ),
+            (Some(lo), Some(_)) => Some(vec![lo, lo + 1.0]),
+            _ => None,
+        };
+        s
     }
 
     /// The quantiles' bucket mapping, when quantiles are asked for.
@@ -302,6 +335,18 @@ impl Stats {
     /// # Errors
     /// [`Error::BadArgument`] naming what is wrong.
     pub fn validate(&self) -> Result<()> {
+        if let Some(n) = self.bins {
+            if self.edges.is_some() {
+                return Err(Error::BadArgument(
+                    "a histogram takes edges or bins, not both".into(),
+                ));
+            }
+            if n == 0 || n > MAX_BINS {
+                return Err(Error::BadArgument(format!(
+                    "bins: between 1 and {MAX_BINS}, got {n}"
+                )));
+            }
+        }
         if let Some(qs) = &self.quantiles {
             if qs.is_empty() || qs.len() > sketch::MAX_QUANTILES {
                 return Err(Error::BadArgument(format!(
@@ -783,6 +828,42 @@ mod tests {
         );
         let h = r.histogram.unwrap();
         assert_eq!((h.counts, h.below, h.above), (vec![100_000, 200_000], 0, 0));
+    }
+
+    #[test]
+    fn bins_between_the_extremes_become_edges() {
+        let s = Stats {
+            bins: Some(4),
+            ..Stats::new(Format::F64le)
+        };
+        s.validate().unwrap();
+        let t = s.with_bins_over(Some(-2.0), Some(6.0));
+        assert_eq!(
+            (t.bins, t.edges),
+            (None, Some(vec![-2.0, 0.0, 2.0, 4.0, 6.0]))
+        );
+        assert_eq!(
+            s.with_bins_over(Some(3.0), Some(3.0)).edges,
+            Some(vec![3.0, 4.0])
+        );
+        assert_eq!(s.with_bins_over(None, None).edges, None);
+        for bad in [
+            Stats {
+                bins: Some(0),
+                ..Stats::new(Format::U8)
+            },
+            Stats {
+                bins: Some(MAX_BINS + 1),
+                ..Stats::new(Format::U8)
+            },
+            Stats {
+                bins: Some(2),
+                edges: Some(vec![0.0, 1.0]),
+                ..Stats::new(Format::U8)
+            },
+        ] {
+            assert!(bad.validate().is_err(), "{bad:?}");
+        }
     }
 
     #[test]

@@ -48,6 +48,7 @@ impl Cluster {
         let (plan, exts) = plan_for(record, op.clone(), range)?;
         let mut cost = Cost {
             object_bytes: plan.object_len,
+            passes: 1,
             ..Cost::default()
         };
         let upload = VersionId::generate().to_string();

@@ -52,6 +52,9 @@ pub struct Cost {
     /// Whether an object was read here in order because the drives' parts could not
     /// give its answer (CSV with a quoted field across a chunk edge).
     pub in_order: bool,
+    /// Passes over the data: 2 for a histogram between the data's extremes (`bins`),
+    /// whose first pass finds them.
+    pub passes: u32,
     /// Energy the drives involved used over the operation, joules: each data drive over
     /// its part, the coordinator over the whole (each drive counted once), from their
     /// meters. `None` when no drive meters power.
@@ -78,6 +81,7 @@ impl Cost {
         self.parity_used |= one.parity_used;
         self.rebuilt_stripes += one.rebuilt_stripes;
         self.in_order |= one.in_order;
+        self.passes = self.passes.max(one.passes);
         if let (Some(j), Some(m)) = (one.energy_joules, one.energy_method) {
             self.add_energy(Some(j), Some(&m));
         }
@@ -273,14 +277,47 @@ impl Cluster {
             return self.compress(record, op, range).await;
         }
         let window = Window::open(self);
+        let (result, mut cost) = match &op {
+            // A histogram between the data's extremes: a first pass finds them.
+            Op::Stats(s) if s.bins.is_some() => {
+                s.validate().map_err(|e| bad(&e))?;
+                let first = oed_ops::stats::Stats {
+                    bins: None,
+                    quantiles: None,
+                    accuracy: None,
+                    ..s.clone()
+                };
+                let (extremes, first_cost) =
+                    self.pass(record, Op::Stats(first), range.clone()).await?;
+                let edges = s.with_bins_over(extremes["min"].as_f64(), extremes["max"].as_f64());
+                let (result, mut cost) = self.pass(record, Op::Stats(edges), range).await?;
+                let covered = cost.object_bytes;
+                cost.absorb(first_cost);
+                (cost.object_bytes, cost.passes) = (covered, 2);
+                (result, cost)
+            }
+            _ => self.pass(record, op, range).await?,
+        };
+        window.close(&mut cost);
+        Ok(Outcome { result, cost })
+    }
+
+    /// One pass of `op` over `record`'s object (or `range` of it): its answer and cost,
+    /// without the coordinator's time and energy.
+    async fn pass(
+        self: &Arc<Self>,
+        record: &ObjectRecord,
+        op: Op,
+        range: Option<Range<u64>>,
+    ) -> Result<(serde_json::Value, Cost)> {
         let (plan, exts) = plan_for(record, op, range)?;
         let mut cost = Cost {
             object_bytes: plan.object_len,
+            passes: 1,
             ..Cost::default()
         };
         let (result, _) = self.object_op(record, &plan, &exts, &mut cost).await?;
-        window.close(&mut cost);
-        Ok(Outcome { result, cost })
+        Ok((result, cost))
     }
 
     /// Runs `plan` over one object: its answer, and for an operation that splits, the
@@ -332,6 +369,11 @@ impl Cluster {
         if let Op::Compress(_) = op {
             return Err(Error::BadRequest(
                 "compress runs on one object, not on many".into(),
+            ));
+        }
+        if matches!(&op, Op::Stats(s) if s.bins.is_some()) {
+            return Err(Error::BadRequest(
+                "bins between the extremes take one object; over a prefix give edges".into(),
             ));
         }
         let window = Window::open(self);
