@@ -84,7 +84,7 @@ fn kernels(c: &mut Criterion) {
         .take(CHUNK)
         .collect();
     let stats = Stats {
-        column: Some(2),
+        column: Some(oed_ops::stats::Column::Index(2)),
         ..Stats::new(Format::Csv)
     };
     let plan = oed_ops::op::Plan::new(

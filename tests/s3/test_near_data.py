@@ -240,6 +240,14 @@ def test_csv_quantiles_compressibility_and_dedup_through_s3(cluster, s3, bucket)
     for q in r["quantiles"]["values"]:
         want = s[math.floor(q["q"] * (len(s) - 1))]
         assert abs(q["value"] - want) <= 0.01 * abs(want) + 1e-9, (q, want)
+    # The column by its name in the header: the same answer.
+    status, named = op(
+        cluster, bucket, "temps.csv",
+        {"op": "stats", "format": "csv", "column": "temp", "header": True, "quantiles": [0.5, 0.99]},
+    )
+    assert status == 200 and named["result"] == r, named
+    status, answer = op(cluster, bucket, "temps.csv", {"op": "stats", "format": "csv", "column": "tmp", "header": True})
+    assert status == 400 and "column &quot;tmp&quot; does not exist" in answer and "temp" in answer, answer
     # Compressibility writes nothing and says what zstd would save.
     keys = lambda: [o["Key"] for o in s3.list_objects_v2(Bucket=bucket).get("Contents", [])]  # noqa: E731
     before = keys()

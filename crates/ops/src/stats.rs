@@ -108,15 +108,26 @@ pub struct Stats {
     /// [`DEFAULT_ACCURACY`](crate::sketch::DEFAULT_ACCURACY), 1%).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub accuracy: Option<f64>,
-    /// For `csv`: the column, 0-based (default 0).
+    /// For `csv`: the column, by 0-based index (default 0) or by its name in the header
+    /// (with `header`; the coordinator reads the header and asks the drives by index).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub column: Option<usize>,
+    pub column: Option<Column>,
     /// For `csv`: the field delimiter, one ASCII character (default `,`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub delimiter: Option<char>,
     /// For `text` and `csv`: whether the object's first record is a header, skipped.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub header: bool,
+}
+
+/// A CSV column: its index, or its name in the header.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Column {
+    /// 0-based.
+    Index(usize),
+    /// As the header names it.
+    Name(String),
 }
 
 /// Most histogram bins one operation may ask for: its edges travel in every request to
@@ -374,6 +385,11 @@ impl Stats {
         if self.format != Format::Csv && (self.delimiter.is_some() || self.column.is_some()) {
             return Err(Error::BadArgument(
                 "column and delimiter apply to the csv format".into(),
+            ));
+        }
+        if matches!(self.column, Some(Column::Name(_))) && !self.header {
+            return Err(Error::BadArgument(
+                "a column named needs \"header\": true, where the names are".into(),
             ));
         }
         if let Some(d) = self.delimiter

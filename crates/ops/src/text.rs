@@ -20,7 +20,7 @@
 use memchr::{memchr, memchr_iter};
 use serde::{Deserialize, Serialize};
 
-use crate::stats::{Stats, StatsFold, StatsPartial};
+use crate::stats::{Column, Stats, StatsFold, StatsPartial};
 use crate::{Error, Result};
 
 /// Longest record taken, in bytes.
@@ -97,7 +97,13 @@ impl TextStats {
         let csv = stats.format == crate::stats::Format::Csv;
         Some(Self {
             layout: Layout {
-                column: csv.then(|| stats.column.unwrap_or(0)),
+                // A name is resolved to its index before the plan is made (`header_index`);
+                // one left over counts as no column, and every record reports it missing.
+                column: csv.then_some(match &stats.column {
+                    None => 0,
+                    Some(Column::Index(i)) => *i,
+                    Some(Column::Name(_)) => usize::MAX,
+                }),
                 delimiter: stats.delimiter.map_or(b',', |d| d as u8),
                 quoted: csv,
                 header: stats.header,
@@ -224,7 +230,7 @@ impl TextStats {
         {
             return Err(Error::BadArgument(format!(
                 "column {c} does not exist: no record has {} fields",
-                c + 1
+                c.saturating_add(1)
             )));
         }
         let mut v = serde_json::to_value(self.stats.finish(&p.stats))
@@ -234,6 +240,52 @@ impl TextStats {
         v["missing"] = p.missing.into();
         Ok(v)
     }
+}
+
+/// Where a CSV's header names `name`: the index of that field in the object's first
+/// record, read from `head` (the object's first bytes; `whole` when they are all of it).
+///
+/// # Errors
+/// [`Error::BadArgument`] when no field is named so (the names are listed), or the first
+/// record does not end within `head`.
+pub fn header_index(head: &[u8], whole: bool, name: &str, delimiter: u8) -> Result<usize> {
+    let mut inside = false;
+    let end = head.iter().position(|&b| {
+        if b == b'"' {
+            inside = !inside;
+        }
+        b == b'\n' && !inside
+    });
+    let record = match end {
+        Some(e) => &head[..e],
+        None if whole => head,
+        None => {
+            return Err(Error::BadArgument(format!(
+                "the header is longer than the {} bytes read for it",
+                head.len()
+            )));
+        }
+    };
+    let record = record.strip_suffix(b"\r").unwrap_or(record);
+    let mut names = Vec::new();
+    for i in 0.. {
+        let Some(f) = field(record, i, delimiter, true) else {
+            break;
+        };
+        let t = f.trim_ascii();
+        let t = t
+            .strip_prefix(b"\"")
+            .and_then(|x| x.strip_suffix(b"\""))
+            .unwrap_or(t);
+        let n = String::from_utf8_lossy(t).replace("\"\"", "\"");
+        if n == name {
+            return Ok(i);
+        }
+        names.push(n);
+    }
+    Err(Error::BadArgument(format!(
+        "column {name:?} does not exist: the header names {names:?}"
+    )))
 }
 
 fn too_long(offset: u64) -> Error {
@@ -510,6 +562,20 @@ mod tests {
         missing.layout.column = Some(7);
         let err = missing.finish(&missing.run(0, bytes).unwrap()).unwrap_err();
         assert!(err.to_string().contains("column 7 does not exist"), "{err}");
+    }
+
+    #[test]
+    fn header_names_find_their_columns() {
+        let head = b"id,\"the, \"\"name\"\"\",temp\r\n1,x,2\n";
+        assert_eq!(header_index(head, false, "temp", b',').unwrap(), 2);
+        assert_eq!(header_index(head, false, "the, \"name\"", b',').unwrap(), 1);
+        let e = header_index(head, false, "nope", b',').unwrap_err();
+        assert!(
+            e.to_string().contains(r#"["id", "the, \"name\"", "temp"]"#),
+            "{e}"
+        );
+        assert_eq!(header_index(b"a;b", true, "b", b';').unwrap(), 1);
+        assert!(header_index(b"a;b", false, "b", b';').is_err());
     }
 
     proptest! {

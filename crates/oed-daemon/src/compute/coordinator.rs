@@ -168,6 +168,9 @@ impl Outcome {
     }
 }
 
+/// Bytes read for a CSV header, to find a column by name.
+const HEADER_BYTES: u64 = 64 * 1024;
+
 /// Whether a prefix's answer merges its objects' partials into a `total`: operations
 /// whose partials commute, so that whole objects merge as one.
 fn totals(op: &Op) -> bool {
@@ -310,14 +313,50 @@ impl Cluster {
         op: Op,
         range: Option<Range<u64>>,
     ) -> Result<(serde_json::Value, Cost)> {
+        let (op, header_bytes) = self.name_to_index(record, op, range.as_ref()).await?;
         let (plan, exts) = plan_for(record, op, range)?;
         let mut cost = Cost {
             object_bytes: plan.object_len,
             passes: 1,
+            coordinator_bytes: header_bytes,
+            network_bytes: header_bytes,
             ..Cost::default()
         };
         let (result, _) = self.object_op(record, &plan, &exts, &mut cost).await?;
         Ok((result, cost))
+    }
+
+    /// `op` with a CSV column named by the header turned into its index, the header read
+    /// here from the first bytes of the object (or of `range`); also the bytes read.
+    async fn name_to_index(
+        self: &Arc<Self>,
+        record: &ObjectRecord,
+        op: Op,
+        range: Option<&Range<u64>>,
+    ) -> Result<(Op, u64)> {
+        use futures_util::StreamExt as _;
+        use oed_ops::stats::Column;
+        let Op::Stats(mut s) = op else {
+            return Ok((op, 0));
+        };
+        let Some(Column::Name(name)) = &s.column else {
+            return Ok((Op::Stats(s), 0));
+        };
+        s.validate().map_err(|e| bad(&e))?;
+        let (start, end) = range.map_or((0, record.object_size()), |r| (r.start, r.end));
+        let want = (end - start).min(HEADER_BYTES);
+        let mut body = self.read_object(record, start..start + want).await?;
+        let mut head = Vec::with_capacity(usize::try_from(want).unwrap_or(0));
+        while let Some(piece) = body.next().await {
+            let piece =
+                piece.map_err(|e| Error::Unavailable(format!("reading the header: {e}")))?;
+            head.extend_from_slice(&piece);
+        }
+        let delimiter = s.delimiter.map_or(b',', |d| d as u8);
+        let index = oed_ops::text::header_index(&head, want == end - start, name, delimiter)
+            .map_err(|e| bad(&e))?;
+        s.column = Some(Column::Index(index));
+        Ok((Op::Stats(s), head.len() as u64))
     }
 
     /// Runs `plan` over one object: its answer, and for an operation that splits, the
@@ -383,12 +422,16 @@ impl Cluster {
         let mut total: Option<(Partial, u64, u64)> = None;
         let (mut lines, mut matches) = (0u64, 0u64);
         for record in records {
-            let (plan, exts) = plan_for(record, op.clone(), None).map_err(|e| match e {
+            let (one_op, header_bytes) = self.name_to_index(record, op.clone(), None).await?;
+            let (plan, exts) = plan_for(record, one_op, None).map_err(|e| match e {
                 Error::BadRequest(m) => Error::BadRequest(format!("{}: {m}", record.key)),
                 e => e,
             })?;
             let mut one = Cost {
                 object_bytes: record.object_size(),
+                coordinator_bytes: header_bytes,
+                network_bytes: header_bytes,
+                passes: 1,
                 ..Cost::default()
             };
             let (result, partial) = self.object_op(record, &plan, &exts, &mut one).await?;
