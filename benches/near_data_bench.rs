@@ -78,6 +78,39 @@ struct Args {
     /// GETs per phase of the latency measurement.
     #[arg(long, default_value_t = 400)]
     latency_gets: usize,
+    /// Write a text object instead: lines of 100 bytes, where `sel001` is in 1% of them,
+    /// `sel050` in 50% and `sel100` in all (greps of known selectivity).
+    #[arg(long)]
+    text: bool,
+}
+
+/// Bytes per line of the text object.
+const LINE: u64 = 100;
+
+/// Bytes `at..at + len` of the text object: line `n` is its number, the words for the
+/// selectivities it has, padding, and a newline, 100 bytes in all.
+fn text_piece(at: u64, len: usize) -> Bytes {
+    let mut out = Vec::with_capacity(len + 2 * LINE as usize);
+    let first = at / LINE;
+    let mut n = first;
+    while (out.len() as u64) < at + len as u64 - first * LINE {
+        let mut line = format!("{n:012} sel100");
+        if n.is_multiple_of(2) {
+            line.push_str(" sel050");
+        }
+        if n.is_multiple_of(100) {
+            line.push_str(" sel001");
+        }
+        line.push_str(" level=info msg=");
+        while line.len() < LINE as usize - 1 {
+            line.push('x');
+        }
+        line.push('\n');
+        out.extend_from_slice(line.as_bytes());
+        n += 1;
+    }
+    let skip = (at - first * LINE) as usize;
+    Bytes::copy_from_slice(&out[skip..skip + len])
 }
 
 const KEY: &str = "values.f64";
@@ -202,6 +235,10 @@ fn print(op: &str, way: &str, f: &Figures, size: u64) {
     );
 }
 
+#[allow(
+    clippy::too_many_lines,
+    reason = "the bench's one script, step by step"
+)]
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
@@ -233,6 +270,7 @@ async fn main() -> anyhow::Result<()> {
         .map(str::to_owned)
         .collect();
     let size = args.size_mib << 20;
+    let text = args.text;
     let path = format!("/{}/{KEY}", oed_daemon::uri::encode(&args.bucket));
     if !args.no_put {
         s3.request(
@@ -242,8 +280,13 @@ async fn main() -> anyhow::Result<()> {
         .send()
         .await?;
         let piece_len = 1 << 20;
-        let pieces = futures_util::stream::iter(0..size / piece_len)
-            .map(move |i| Ok::<Bytes, std::io::Error>(piece(i, piece_len as usize)));
+        let pieces = futures_util::stream::iter(0..size / piece_len).map(move |i| {
+            Ok::<Bytes, std::io::Error>(if text {
+                text_piece(i * piece_len, piece_len as usize)
+            } else {
+                piece(i, piece_len as usize)
+            })
+        });
         let started = Instant::now();
         let resp = s3
             .request(reqwest::Method::PUT, &path)
@@ -258,7 +301,12 @@ async fn main() -> anyhow::Result<()> {
             started.elapsed().as_secs_f64()
         );
     }
-    println!("## {} MiB of f64, k = {}", args.size_mib, args.k);
+    println!(
+        "## {} MiB of {}, k = {}",
+        args.size_mib,
+        if text { "text (100-byte lines)" } else { "f64" },
+        args.k
+    );
     // The drives' idle power, to take out of each way's energy what the settling adds.
     let (i0, _) = energy(&s3.http, &metrics).await;
     tokio::time::sleep(2 * SETTLE).await;
@@ -460,11 +508,28 @@ impl Bench {
                 }
                 seq.finish()
             } else {
+                // Runs of the cluster's chunk size (256 KiB), as the drives fold them:
+                // compressibility and dedup depend on the runs.
+                const RUN: usize = 256 * 1024;
                 let mut acc = plan.empty();
+                let mut buf = Vec::with_capacity(2 * RUN);
+                let fold = |buf: &[u8], at: &mut u64| {
+                    let p = plan.run(*at, buf);
+                    *at += buf.len() as u64;
+                    p
+                };
                 while let Some(piece) = resp.chunk().await? {
-                    let p = plan.run(at, &piece);
+                    buf.extend_from_slice(&piece);
+                    let whole = buf.len() / RUN * RUN;
+                    for run in buf[..whole].chunks(RUN) {
+                        let p = fold(run, &mut at);
+                        acc = acc.and_then(|a| plan.merge(a, p?));
+                    }
+                    buf.drain(..whole);
+                }
+                if !buf.is_empty() {
+                    let p = fold(&buf, &mut at);
                     acc = acc.and_then(|a| plan.merge(a, p?));
-                    at += piece.len() as u64;
                 }
                 acc.and_then(|a| plan.finish(&a))
             }
