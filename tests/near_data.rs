@@ -649,3 +649,90 @@ fn operations_over_a_byte_range() {
         }
     });
 }
+
+/// `add`: two objects record by record into a third, through the coordinator, checked
+/// against the sum computed here; integers wrap; with a data drive stopped; refusals.
+#[test]
+fn two_objects_add_into_a_third() {
+    let root = tempfile::tempdir().unwrap();
+    rt().block_on(async {
+        let mut drives = oed_tests::local_cluster(root.path(), K, M, CHUNK).await;
+        let c = drives[0].cluster.clone();
+        c.create_bucket("bkt").await.unwrap();
+        let n = (9 * K * CHUNK + 1000) / 8;
+        let a = doubles(n);
+        let b: Vec<u8> = (0..n)
+            .flat_map(|i| (i as f64 * -0.5).to_le_bytes())
+            .collect();
+        let ra = put_object(&c, "bkt", "a", &a).await;
+        put_object(&c, "bkt", "b", &b).await;
+        let op = r#"{"op":"add","format":"f64le","with":"b","target":"c"}"#;
+        let got = run(&c, &ra, op).await.unwrap();
+        assert_eq!(got.result["records"], n);
+        assert_eq!(got.cost.coordinator_bytes, 2 * a.len() as u64);
+        let rc = c.head("bkt", "c").await.unwrap().expect("the sum");
+        let sum = read_all(&c, &rc).await;
+        let want: Vec<u8> = a
+            .chunks(8)
+            .zip(b.chunks(8))
+            .flat_map(|(x, y)| {
+                (f64::from_le_bytes(x.try_into().unwrap())
+                    + f64::from_le_bytes(y.try_into().unwrap()))
+                .to_le_bytes()
+            })
+            .collect();
+        assert!(sum == want, "the sum differs");
+        // Integers wrap.
+        let big = put_object(&c, "bkt", "big", &[0xff; 64]).await;
+        put_object(&c, "bkt", "one", &[1; 64]).await;
+        run(
+            &c,
+            &big,
+            r#"{"op":"add","format":"u8","with":"one","target":"zero"}"#,
+        )
+        .await
+        .unwrap();
+        let rz = c.head("bkt", "zero").await.unwrap().unwrap();
+        assert_eq!(read_all(&c, &rz).await, vec![0; 64]);
+        // Refusals: no such operand, unequal lengths, not whole records.
+        let odd = put_object(&c, "bkt", "odd", &[1; 63]).await;
+        let refusals = [
+            (
+                &big,
+                r#"{"op":"add","format":"u8","with":"nope","target":"x"}"#,
+                "no object",
+            ),
+            (
+                &big,
+                r#"{"op":"add","format":"u8","with":"a","target":"x"}"#,
+                "must be equal",
+            ),
+            (
+                &odd,
+                r#"{"op":"add","format":"u16le","with":"odd","target":"x"}"#,
+                "whole number",
+            ),
+        ];
+        for (rec, op, says) in refusals {
+            let e = run(&c, rec, op).await.unwrap_err();
+            assert!(e.to_string().contains(says), "{op}: {e}");
+        }
+        assert!(c.head("bkt", "x").await.unwrap().is_none());
+        // With a data drive of both operands' stopped: the same sum.
+        let holder = drives.iter().position(|d| d.id == ra.drives[0]).unwrap();
+        let c = drives[usize::from(holder == 0)].cluster.clone();
+        drives.remove(holder).stop().await;
+        run(
+            &c,
+            &ra,
+            r#"{"op":"add","format":"f64le","with":"b","target":"c2"}"#,
+        )
+        .await
+        .unwrap();
+        let rc2 = c.head("bkt", "c2").await.unwrap().unwrap();
+        assert!(read_all(&c, &rc2).await == want);
+        for d in drives {
+            d.stop().await;
+        }
+    });
+}

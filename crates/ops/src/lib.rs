@@ -16,6 +16,7 @@
 //!   little-endian numbers, with Welford's moments and Chan's merge.
 //! - [`text`]: numbers written as text, one per line or one column of CSV, with records
 //!   cut by runs joined where the runs meet.
+//! - [`vector`]: element-wise add of two objects' records (run by the coordinator).
 //! - [`sketch`]: quantiles within a stated relative error (DDSketch), merged exactly.
 //! - [`op`]: an operation as users ask for it, planned for one object: run, merge,
 //!   finish, for every operation; SHA-256, which does not split, in order.
@@ -40,6 +41,7 @@ pub mod s3sum;
 pub mod sketch;
 pub mod stats;
 pub mod text;
+pub mod vector;
 
 /// Byte fields of partials, as base64 strings in JSON.
 mod b64 {

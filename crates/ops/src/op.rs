@@ -54,6 +54,9 @@ pub enum Op {
     Compress(CompressTo),
     /// How much of the object is duplicate content.
     Dedup(Dedup),
+    /// The object plus another, record by record, into a new object (streamed through
+    /// the coordinator: it does not split).
+    Add(crate::vector::Add),
 }
 
 /// An operation planned for one object.
@@ -146,6 +149,7 @@ impl Plan {
                 }
             }
             Op::Dedup(d) => d.validate()?,
+            Op::Add(a) => a.validate(object_len)?,
             Op::Checksum { .. } => {}
         }
         Ok(Self {
@@ -218,7 +222,7 @@ impl Plan {
             self.op,
             Op::Checksum {
                 algorithm: Algorithm::Sha256
-            }
+            } | Op::Add(_)
         )
     }
 
@@ -274,15 +278,15 @@ impl Plan {
             Op::Checksum {
                 algorithm: Algorithm::Blake3,
             } => Ok(Partial::Blake3(Blake3Partial::default())),
-            Op::Checksum { .. } => Err(unsplittable()),
+            Op::Checksum { .. } | Op::Add(_) => Err(unsplittable()),
         }
     }
 }
 
 fn unsplittable() -> Error {
     Error::BadArgument(
-        "SHA-256 is a chain: it cannot be computed in parts on the drives, only in \
-             object order where the bytes are streamed"
+        "this operation does not split: SHA-256 is a chain, computed only in object order \
+             where the bytes are streamed; add is streamed through the coordinator"
             .into(),
     )
 }
@@ -321,7 +325,7 @@ impl Plan {
             Op::Checksum {
                 algorithm: Algorithm::Blake3,
             } => Ok(Partial::Blake3(self.blake3()?.run(offset, bytes)?)),
-            Op::Checksum { .. } => Err(unsplittable()),
+            Op::Checksum { .. } | Op::Add(_) => Err(unsplittable()),
         }
     }
 
@@ -428,7 +432,7 @@ impl Plan {
     pub fn in_order(&self) -> Option<Sequential> {
         let kind = if let Some(t) = self.text() {
             Kind::Text(Box::new(TextFold::new(&t, 0, true)), t)
-        } else if self.splits() {
+        } else if self.splits() || matches!(self.op, Op::Add(_)) {
             return None;
         } else {
             Kind::Sha(sha2::Sha256::new())

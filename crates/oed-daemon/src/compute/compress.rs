@@ -94,23 +94,8 @@ impl Cluster {
                 let bytes = bytes::Bytes::from(f.bytes);
                 parts.push(self.write_part(record, &upload, 0, bytes).await?);
             }
-            let etags: Vec<&str> = parts.iter().map(|p| p.etag.as_str()).collect();
-            let etag = multipart_etag(&etags);
-            let refs: Vec<PartRef> = parts
-                .iter()
-                .enumerate()
-                .map(|(n, p)| PartRef::of(n as u32 + 1, p))
-                .collect();
-            let obj = NewObject {
-                bucket: record.bucket.clone(),
-                key: target.clone(),
-                content_type: Some(content_type.into()),
-                parts: refs,
-                etag: Some(etag.clone()),
-                ..NewObject::default()
-            };
-            self.put_object(obj, futures_util::stream::empty()).await?;
-            Ok(etag)
+            self.commit_parts(&record.bucket, &target, content_type, &parts)
+                .await
         }
         .await;
         let etag = match written {
@@ -133,8 +118,36 @@ impl Cluster {
         Ok(Outcome { result, cost })
     }
 
+    /// Stores `target` as the multipart object of `parts` (written by
+    /// [`Cluster::write_part`], in order); its `ETag`.
+    pub(super) async fn commit_parts(
+        &self,
+        bucket: &str,
+        target: &str,
+        content_type: &str,
+        parts: &[ObjectRecord],
+    ) -> Result<String> {
+        let etags: Vec<&str> = parts.iter().map(|p| p.etag.as_str()).collect();
+        let etag = multipart_etag(&etags);
+        let refs: Vec<PartRef> = parts
+            .iter()
+            .enumerate()
+            .map(|(n, p)| PartRef::of(n as u32 + 1, p))
+            .collect();
+        let obj = NewObject {
+            bucket: bucket.to_owned(),
+            key: target.to_owned(),
+            content_type: Some(content_type.into()),
+            parts: refs,
+            etag: Some(etag.clone()),
+            ..NewObject::default()
+        };
+        self.put_object(obj, futures_util::stream::empty()).await?;
+        Ok(etag)
+    }
+
     /// Writes `bytes` as part `n + 1` of upload `upload` into `record`'s bucket.
-    async fn write_part(
+    pub(super) async fn write_part(
         &self,
         record: &ObjectRecord,
         upload: &str,

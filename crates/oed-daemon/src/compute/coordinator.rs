@@ -279,6 +279,14 @@ impl Cluster {
         if let Op::Compress(_) = op {
             return self.compress(record, op, range).await;
         }
+        if let Op::Add(_) = op {
+            if range.is_some() {
+                return Err(Error::BadRequest(
+                    "add runs on whole objects, not a range".into(),
+                ));
+            }
+            return self.add(record, op).await;
+        }
         let window = Window::open(self);
         let (result, mut cost) = match &op {
             // A histogram between the data's extremes: a first pass finds them.
@@ -405,9 +413,9 @@ impl Cluster {
         records: &[ObjectRecord],
         op: Op,
     ) -> Result<Outcome> {
-        if let Op::Compress(_) = op {
+        if matches!(op, Op::Compress(_) | Op::Add(_)) {
             return Err(Error::BadRequest(
-                "compress runs on one object, not on many".into(),
+                "compress and add run on one object, not on many".into(),
             ));
         }
         if matches!(&op, Op::Stats(s) if s.bins.is_some()) {

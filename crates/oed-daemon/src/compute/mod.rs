@@ -3,8 +3,9 @@
 //! which plans an operation for an object, sends it to the drives that hold its data
 //! shards, rebuilds from parity what a drive could not fold, and merges the partials in
 //! object order; [`compress`] writes an object's frames, made on its drives, as a new
-//! object. The kernels themselves are `oed-ops`'.
+//! object; [`vector`] adds two objects into a third through the coordinator. The kernels themselves are `oed-ops`'.
 
 pub mod compress;
 pub mod coordinator;
 pub mod drive;
+pub mod vector;

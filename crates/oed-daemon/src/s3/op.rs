@@ -161,6 +161,16 @@ impl S3Route for OpRoute {
             let w = window(range.as_ref(), &rec)?;
             self.cluster.compress(&rec, op, w).await.or_s3()?
         } else if let Some(key) = key {
+            if let Op::Add(a) = &op {
+                super::check_user_key(&a.target)?;
+                super::check_user_key(&a.with)?;
+                if *a.target == *key || a.target == a.with {
+                    return Err(err(
+                        S3ErrorCode::InvalidArgument,
+                        "add: the target must be another key than its operands'",
+                    ));
+                }
+            }
             let rec = record(&self.cluster, &bucket, &key).await?;
             let w = window(range.as_ref(), &rec)?;
             self.cluster.run_op_range(&rec, op, w).await.or_s3()?
