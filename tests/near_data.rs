@@ -736,3 +736,108 @@ fn two_objects_add_into_a_third() {
         }
     });
 }
+
+/// `sort`: the drives sort their chunks, the coordinator merges; the new object is the
+/// records sorted, for a multipart object whose parts cut records too, for integers, and
+/// with a data drive stopped.
+#[test]
+fn an_object_sorts_into_a_new_one() {
+    let root = tempfile::tempdir().unwrap();
+    rt().block_on(async {
+        let mut drives = oed_tests::local_cluster(root.path(), K, M, CHUNK).await;
+        let c = drives[0].cluster.clone();
+        c.create_bucket("bkt").await.unwrap();
+        // Doubles in no order, with a short last stripe.
+        let n = (7 * K * CHUNK + 3000) / 8;
+        let data: Vec<u8> = (0..n)
+            .flat_map(|i| (((i * 7919) % 10_007) as f64 - 5000.5).to_le_bytes())
+            .collect();
+        let rec = put_object(&c, "bkt", "v", &data).await;
+        let got = run(
+            &c,
+            &rec,
+            r#"{"op":"sort","format":"f64le","target":"v.sorted"}"#,
+        )
+        .await
+        .unwrap();
+        assert_eq!(got.result["records"], n);
+        let mut want: Vec<f64> = data
+            .chunks(8)
+            .map(|r| f64::from_le_bytes(r.try_into().unwrap()))
+            .collect();
+        want.sort_by(f64::total_cmp);
+        let want: Vec<u8> = want.iter().flat_map(|v| v.to_le_bytes()).collect();
+        let sorted = c.head("bkt", "v.sorted").await.unwrap().unwrap();
+        assert!(read_all(&c, &sorted).await == want, "not sorted");
+        assert!(got.cost.drive_cpu_seconds > 0.0 && got.cost.drives.len() == K);
+        // i32 records in a multipart object whose parts end inside records.
+        let ints: Vec<u8> = (0..5000i32)
+            .flat_map(|i| (i.wrapping_mul(-7_777_777)).to_le_bytes())
+            .collect();
+        let cuts = [0, 4 * 1201 + 2, 4 * 3333 + 1, ints.len()];
+        let mut parts = Vec::new();
+        for (i, w) in cuts.windows(2).enumerate() {
+            let key = format!("\u{1}p/sort/{:05}", i + 1);
+            let r = put_object(&c, "bkt", &key, &ints[w[0]..w[1]]).await;
+            parts.push(PartRef::of(i as u32 + 1, &r));
+        }
+        let obj = NewObject {
+            bucket: "bkt".into(),
+            key: "ints".into(),
+            parts,
+            etag: Some("e-3".into()),
+            ..NewObject::default()
+        };
+        let irec = c
+            .put_object(obj, futures_util::stream::empty())
+            .await
+            .unwrap()
+            .record;
+        run(
+            &c,
+            &irec,
+            r#"{"op":"sort","format":"i32le","target":"ints.sorted"}"#,
+        )
+        .await
+        .unwrap();
+        let mut want: Vec<i32> = ints
+            .chunks(4)
+            .map(|r| i32::from_le_bytes(r.try_into().unwrap()))
+            .collect();
+        want.sort_unstable();
+        let want: Vec<u8> = want.iter().flat_map(|v| v.to_le_bytes()).collect();
+        let s = c.head("bkt", "ints.sorted").await.unwrap().unwrap();
+        assert!(read_all(&c, &s).await == want, "ints not sorted");
+        // Not whole records: refused, nothing written.
+        let odd = put_object(&c, "bkt", "odd", &[1; 63]).await;
+        let e = run(&c, &odd, r#"{"op":"sort","format":"u16le","target":"x"}"#)
+            .await
+            .unwrap_err();
+        assert!(e.to_string().contains("whole number"), "{e}");
+        assert!(c.head("bkt", "x").await.unwrap().is_none());
+        // With a data drive stopped.
+        let holder = drives.iter().position(|d| d.id == rec.drives[2]).unwrap();
+        let c = drives[usize::from(holder == 0)].cluster.clone();
+        drives.remove(holder).stop().await;
+        let got = run(
+            &c,
+            &rec,
+            r#"{"op":"sort","format":"f64le","target":"v.sorted2"}"#,
+        )
+        .await
+        .unwrap();
+        assert!(got.cost.parity_used);
+        let sorted: Vec<f64> = {
+            let r = c.head("bkt", "v.sorted2").await.unwrap().unwrap();
+            read_all(&c, &r)
+                .await
+                .chunks(8)
+                .map(|b| f64::from_le_bytes(b.try_into().unwrap()))
+                .collect()
+        };
+        assert!(sorted.is_sorted_by(|a, b| a.total_cmp(b).is_le()) && sorted.len() == n);
+        for d in drives {
+            d.stop().await;
+        }
+    });
+}

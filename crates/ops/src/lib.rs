@@ -16,6 +16,7 @@
 //!   little-endian numbers, with Welford's moments and Chan's merge.
 //! - [`text`]: numbers written as text, one per line or one column of CSV, with records
 //!   cut by runs joined where the runs meet.
+//! - [`sort`]: fixed-width records sorted per run on the drives, merged k ways.
 //! - [`vector`]: element-wise add of two objects' records (run by the coordinator).
 //! - [`sketch`]: quantiles within a stated relative error (DDSketch), merged exactly.
 //! - [`op`]: an operation as users ask for it, planned for one object: run, merge,
@@ -39,6 +40,7 @@ pub mod md5;
 pub mod op;
 pub mod s3sum;
 pub mod sketch;
+pub mod sort;
 pub mod stats;
 pub mod text;
 pub mod vector;

@@ -57,6 +57,9 @@ pub enum Op {
     /// The object plus another, record by record, into a new object (streamed through
     /// the coordinator: it does not split).
     Add(crate::vector::Add),
+    /// The object's records sorted into a new object: each drive sorts its chunks, the
+    /// coordinator merges.
+    Sort(crate::sort::Sort),
 }
 
 /// An operation planned for one object.
@@ -108,6 +111,8 @@ pub enum Partial {
     Text(TextPartial),
     /// Compressed frames, in object order.
     Frames(Frames),
+    /// A sorted run (or, for a run of cut records, its bytes).
+    Run(crate::sort::Run),
 }
 
 impl Plan {
@@ -150,6 +155,7 @@ impl Plan {
             }
             Op::Dedup(d) => d.validate()?,
             Op::Add(a) => a.validate(object_len)?,
+            Op::Sort(s) => s.validate(object_len)?,
             Op::Checksum { .. } => {}
         }
         Ok(Self {
@@ -274,6 +280,7 @@ impl Plan {
             Op::Compressibility(_) => Ok(Partial::Sizes(Sizes::default())),
             Op::Compress(_) => Ok(Partial::Frames(Frames::default())),
             Op::Dedup(_) => Ok(Partial::Dedup(Dedup::empty())),
+            Op::Sort(_) => Ok(Partial::Run(crate::sort::Run::default())),
             _ if self.crc().is_some() => Ok(Partial::Crc(CrcPartial::default())),
             Op::Checksum {
                 algorithm: Algorithm::Blake3,
@@ -322,6 +329,7 @@ impl Plan {
                 bytes: c.how.frame(bytes)?,
             })),
             Op::Dedup(d) => Ok(Partial::Dedup(d.run(bytes))),
+            Op::Sort(s) => Ok(Partial::Run(s.run(offset, bytes))),
             Op::Checksum {
                 algorithm: Algorithm::Blake3,
             } => Ok(Partial::Blake3(self.blake3()?.run(offset, bytes)?)),

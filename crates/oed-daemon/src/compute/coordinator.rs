@@ -279,13 +279,16 @@ impl Cluster {
         if let Op::Compress(_) = op {
             return self.compress(record, op, range).await;
         }
-        if let Op::Add(_) = op {
+        if matches!(op, Op::Add(_) | Op::Sort(_)) {
             if range.is_some() {
                 return Err(Error::BadRequest(
-                    "add runs on whole objects, not a range".into(),
+                    "add and sort run on whole objects, not a range".into(),
                 ));
             }
-            return self.add(record, op).await;
+            return match op {
+                Op::Add(_) => self.add(record, op).await,
+                _ => self.sort(record, op).await,
+            };
         }
         let window = Window::open(self);
         let (result, mut cost) = match &op {
@@ -413,9 +416,9 @@ impl Cluster {
         records: &[ObjectRecord],
         op: Op,
     ) -> Result<Outcome> {
-        if matches!(op, Op::Compress(_) | Op::Add(_)) {
+        if matches!(op, Op::Compress(_) | Op::Add(_) | Op::Sort(_)) {
             return Err(Error::BadRequest(
-                "compress and add run on one object, not on many".into(),
+                "compress, add and sort run on one object, not on many".into(),
             ));
         }
         if matches!(&op, Op::Stats(s) if s.bins.is_some()) {

@@ -71,6 +71,28 @@ fn window(
         .transpose()
 }
 
+/// The keys an operation that writes names (`target`, and `with` for add): user keys,
+/// and none of them the object's own (or, for add, the target not its other operand).
+fn check_targets(op: &Op, key: &str) -> S3Result<()> {
+    let (name, target, with) = match op {
+        Op::Compress(c) => ("compress", &c.target, None),
+        Op::Sort(s) => ("sort", &s.target, None),
+        Op::Add(a) => ("add", &a.target, Some(&a.with)),
+        _ => return Ok(()),
+    };
+    super::check_user_key(target)?;
+    if let Some(w) = with {
+        super::check_user_key(w)?;
+    }
+    if target == key || with == Some(target) {
+        return Err(err(
+            S3ErrorCode::InvalidArgument,
+            format!("{name}: the target must be another key than the object's (and its operands')"),
+        ));
+    }
+    Ok(())
+}
+
 /// The route `s3s` hands `POST ...?oed-op` to.
 #[derive(Debug)]
 pub struct OpRoute {
@@ -149,28 +171,8 @@ impl S3Route for OpRoute {
                 "a Range applies to an operation on one object, not on a prefix",
             ));
         }
-        let outcome = if let (Op::Compress(to), Some(key)) = (&op, &key) {
-            super::check_user_key(&to.target)?;
-            if *to.target == **key {
-                return Err(err(
-                    S3ErrorCode::InvalidArgument,
-                    "compress: the target must be another key than the object's",
-                ));
-            }
-            let rec = record(&self.cluster, &bucket, key).await?;
-            let w = window(range.as_ref(), &rec)?;
-            self.cluster.compress(&rec, op, w).await.or_s3()?
-        } else if let Some(key) = key {
-            if let Op::Add(a) = &op {
-                super::check_user_key(&a.target)?;
-                super::check_user_key(&a.with)?;
-                if *a.target == *key || a.target == a.with {
-                    return Err(err(
-                        S3ErrorCode::InvalidArgument,
-                        "add: the target must be another key than its operands'",
-                    ));
-                }
-            }
+        let outcome = if let Some(key) = key {
+            check_targets(&op, &key)?;
             let rec = record(&self.cluster, &bucket, &key).await?;
             let w = window(range.as_ref(), &rec)?;
             self.cluster.run_op_range(&rec, op, w).await.or_s3()?
