@@ -359,3 +359,28 @@ def test_s3_keeps_working_while_operations_scan(cluster, s3, bucket):
         t.join(timeout=300)
     assert not failures, failures[:1]
     assert scans and scans[0]["result"]["input_bytes"] == len(big)
+
+
+def test_sort_and_add_write_new_objects(cluster, s3, bucket):
+    """sort and add through S3: the new objects read back with boto3, checked here."""
+    rng = random.Random(5)
+    values = [rng.uniform(-1e6, 1e6) for _ in range(100_000)]
+    s3.put_object(Bucket=bucket, Key="v", Body=struct.pack(f"<{len(values)}d", *values))
+    status, answer = op(cluster, bucket, "v", {"op": "sort", "format": "f64le", "target": "v.sorted"})
+    assert status == 200 and answer["result"]["records"] == len(values), answer
+    body = s3.get_object(Bucket=bucket, Key="v.sorted")["Body"].read()
+    assert list(struct.unpack(f"<{len(values)}d", body)) == sorted(values)
+    ones = [1.0] * len(values)
+    s3.put_object(Bucket=bucket, Key="ones", Body=struct.pack(f"<{len(ones)}d", *ones))
+    status, answer = op(cluster, bucket, "v", {"op": "add", "format": "f64le", "with": "ones", "target": "v+1"})
+    assert status == 200, answer
+    body = s3.get_object(Bucket=bucket, Key="v+1")["Body"].read()
+    assert list(struct.unpack(f"<{len(values)}d", body)) == [v + 1.0 for v in values]
+    for body, says in [
+        ({"op": "sort", "format": "f64le", "target": "v"}, "another key"),
+        ({"op": "add", "format": "f64le", "with": "ones", "target": "ones"}, "another key"),
+        ({"op": "add", "format": "f64le", "with": "nope", "target": "w"}, "no object"),
+        ({"op": "sort", "format": "csv", "target": "w"}, "fixed-width"),
+    ]:
+        status, answer = op(cluster, bucket, "v", body)
+        assert status == 400 and says in answer, (body, status, answer)
