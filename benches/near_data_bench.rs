@@ -335,7 +335,11 @@ async fn main() -> anyhow::Result<()> {
         if args.near_only {
             continue;
         }
-        let pull = bench.pull(op, &result).await?;
+        let pull = if matches!(op, Op::Compress(_) | Op::Sort(_)) {
+            bench.pull_write(&op, &result).await?
+        } else {
+            bench.pull(op, &result).await?
+        };
         print(op_text, "pull", &pull, size);
         println!(
             "{:<64} near / pull: {:.2}x faster, {:.5} of the network bytes, {:.2} of the CPU-s",
@@ -487,6 +491,84 @@ impl Bench {
             })
             .await?;
         Ok((figures, result.into_inner()))
+    }
+
+    /// For an operation that writes a new object (compress, sort): the object pulled, the
+    /// new one made here and PUT back (as `TARGET.pulled`); it must match what the
+    /// operation wrote (its size, and for sort its CRC32C, asked of the drives).
+    async fn pull_write(&self, op: &Op, expected: &serde_json::Value) -> anyhow::Result<Figures> {
+        let (target, k, m) = match op {
+            Op::Compress(c) => (c.target.clone(), self.k, 2),
+            Op::Sort(s) => (s.target.clone(), self.k, 2),
+            _ => anyhow::bail!("not an operation that writes"),
+        };
+        let out_path = format!(
+            "/{}/{}",
+            oed_daemon::uri::encode(&self.bucket),
+            oed_daemon::uri::encode(&format!("{target}.pulled"))
+        );
+        let last = std::cell::RefCell::new(Vec::new());
+        let figures = self
+            .repeat(|| async {
+                let resp = self
+                    .s3
+                    .request(reqwest::Method::GET, &self.path)
+                    .send()
+                    .await?;
+                anyhow::ensure!(resp.status().is_success(), "GET: {}", resp.status());
+                let object = resp.bytes().await?;
+                let out: Vec<u8> = match op {
+                    Op::Compress(c) => {
+                        let mut frames = Vec::new();
+                        for run in object.chunks(256 * 1024) {
+                            frames.extend(c.how.frame(run).map_err(|e| anyhow::anyhow!("{e}"))?);
+                        }
+                        frames
+                    }
+                    Op::Sort(s) => oed_ops::sort::sort_run(s.format, &object),
+                    _ => unreachable!(),
+                };
+                let resp = self
+                    .s3
+                    .request(reqwest::Method::PUT, &out_path)
+                    .body(out.clone())
+                    .send()
+                    .await?;
+                anyhow::ensure!(resp.status().is_success(), "PUT: {}", resp.status());
+                let n = object.len() as f64;
+                let o = out.len() as f64;
+                *last.borrow_mut() = out;
+                // In: the object, gathered from k drives; out: the result, and its shards.
+                Ok(n * (1.0 + (k - 1) as f64 / k as f64)
+                    + o * (1.0 + (k + m - 1) as f64 / k as f64))
+            })
+            .await?;
+        let out = last.into_inner();
+        if let Op::Compress(_) = op {
+            anyhow::ensure!(
+                expected["output_bytes"].as_u64() == Some(out.len() as u64),
+                "compress wrote {} bytes near, {} here",
+                expected["output_bytes"],
+                out.len()
+            );
+        } else {
+            let near = op_client::run(
+                &self.target,
+                &self.bucket,
+                &target,
+                r#"{"op":"checksum","algorithm":"crc32c"}"#,
+                None,
+                |_| {},
+            )
+            .await?;
+            let near: serde_json::Value = serde_json::from_str(&near)?;
+            let here = format!("{:08x}", crc32c::crc32c(&out));
+            anyhow::ensure!(
+                near["result"]["hex"].as_str() == Some(here.as_str()),
+                "the sorted objects differ"
+            );
+        }
+        Ok(figures)
     }
 
     /// The object pulled and the answer computed here, folding the bytes as they arrive;
