@@ -534,7 +534,24 @@ fn compressibility_dedup_and_compress_on_a_cluster() {
                 oed_ops::compress::Codec::Lz4
             };
             assert!(oed_ops::compress::decompress(codec, &stream).unwrap() == plain);
+            // And decompress, an operation too, writes the original back.
+            let name = serde_json::to_value(codec).unwrap();
+            let op = format!(r#"{{"op":"decompress","codec":{name},"target":"{target}.out"}}"#);
+            let got = run(&c, &written, &op).await.unwrap();
+            assert_eq!(got.result["output_bytes"], plain.len());
+            let out = c
+                .head("bkt", &format!("{target}.out"))
+                .await
+                .unwrap()
+                .unwrap();
+            assert!(read_all(&c, &out).await == plain);
         }
+        // Not a stream of the codec: refused, nothing written.
+        let e = run(&c, &nrec, r#"{"op":"decompress","target":"noise.out"}"#)
+            .await
+            .unwrap_err();
+        assert!(matches!(e, oed_daemon::Error::BadRequest(_)), "{e}");
+        assert!(c.head("bkt", "noise.out").await.unwrap().is_none());
 
         // Dedup: the same 64 KiB four times is a quarter unique; across two such objects,
         // an eighth.
@@ -571,6 +588,11 @@ fn compressibility_dedup_and_compress_on_a_cluster() {
         assert!(
             oed_ops::compress::decompress(oed_ops::compress::Codec::Zstd, &stream).unwrap() == rep
         );
+        run(&c, &written, r#"{"op":"decompress","target":"rep1.back"}"#)
+            .await
+            .unwrap();
+        let back = c.head("bkt", "rep1.back").await.unwrap().unwrap();
+        assert!(read_all(&c, &back).await == rep);
         for d in drives {
             d.stop().await;
         }

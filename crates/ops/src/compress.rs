@@ -56,6 +56,72 @@ pub struct CompressTo {
     pub target: String,
 }
 
+/// What the `decompress` operation writes: the object, a stream of frames of `codec`,
+/// decompressed into a new object `target`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DecompressTo {
+    /// The codec (default zstd).
+    #[serde(default)]
+    pub codec: Codec,
+    /// The key of the object written.
+    pub target: String,
+}
+
+/// Most bytes one compressed byte may expand to: a stream that would grow more is
+/// refused as a decompression bomb.
+pub const MAX_EXPANSION: u64 = 1024;
+/// Most bytes a decompressed object may have.
+pub const MAX_DECOMPRESSED: u64 = 64 << 30;
+
+/// Decompresses `input`, a stream of concatenated frames of `codec`, handing `out` the
+/// bytes a piece at a time (1 MiB at most); stops, refused, past `limit` bytes. Blocks.
+///
+/// # Errors
+/// [`Error::BadArgument`] when `input` is not such a stream, or grows past `limit`; what
+/// `out` fails with.
+pub fn decode_stream<R: std::io::Read>(
+    codec: Codec,
+    input: R,
+    limit: u64,
+    out: &mut dyn FnMut(&[u8]) -> Result<()>,
+) -> Result<u64> {
+    use std::io::BufRead as _;
+    let fail = |e: std::io::Error| Error::BadArgument(format!("not a {codec:?} stream: {e}"));
+    let mut total = 0u64;
+    let mut buf = vec![0u8; 1 << 20];
+    let mut pump = |r: &mut dyn std::io::Read, total: &mut u64| -> Result<()> {
+        loop {
+            let n = r.read(&mut buf).map_err(fail)?;
+            if n == 0 {
+                return Ok(());
+            }
+            *total += n as u64;
+            if *total > limit {
+                return Err(Error::BadArgument(format!(
+                    "the stream decompresses to more than {limit} bytes"
+                )));
+            }
+            out(&buf[..n])?;
+        }
+    };
+    let mut input = std::io::BufReader::new(input);
+    match codec {
+        Codec::Zstd => {
+            let mut d = zstd::stream::read::Decoder::with_buffer(input).map_err(fail)?;
+            pump(&mut d, &mut total)?;
+        }
+        Codec::Lz4 => {
+            // One decoder per frame: each ends where its frame does.
+            while !input.fill_buf().map_err(fail)?.is_empty() {
+                let mut d = lz4_flex::frame::FrameDecoder::new(&mut input);
+                pump(&mut d, &mut total)?;
+            }
+        }
+    }
+    Ok(total)
+}
+
 /// Frames of consecutive runs, concatenated.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Frames {
@@ -237,6 +303,37 @@ mod tests {
                 decompress(c.codec, &stream).unwrap() == bytes,
                 "{c:?}: the frames do not restore the runs"
             );
+        }
+    }
+
+    /// Streams of frames decode in pieces, in both codecs; a bomb stops at its limit.
+    #[test]
+    fn streams_decode_piece_by_piece_within_a_limit() {
+        let bytes = text(500_000);
+        for c in [
+            Compress {
+                codec: Codec::Zstd,
+                level: Some(3),
+            },
+            Compress {
+                codec: Codec::Lz4,
+                level: None,
+            },
+        ] {
+            let stream: Vec<u8> = bytes
+                .chunks(100_000)
+                .flat_map(|r| c.frame(r).unwrap())
+                .collect();
+            let mut got = Vec::new();
+            let n = decode_stream(c.codec, stream.as_slice(), u64::MAX, &mut |b| {
+                got.extend_from_slice(b);
+                Ok(())
+            })
+            .unwrap();
+            assert!(n == 500_000 && got == bytes, "{c:?}");
+            let e = decode_stream(c.codec, stream.as_slice(), 1000, &mut |_| Ok(())).unwrap_err();
+            assert!(e.to_string().contains("more than 1000"), "{e}");
+            assert!(decode_stream(c.codec, &b"garbage"[..], u64::MAX, &mut |_| Ok(())).is_err());
         }
     }
 

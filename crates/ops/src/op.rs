@@ -60,6 +60,9 @@ pub enum Op {
     /// The object's records sorted into a new object: each drive sorts its chunks, the
     /// coordinator merges.
     Sort(crate::sort::Sort),
+    /// The object, a stream of zstd or LZ4 frames, decompressed into a new object
+    /// (streamed through the coordinator: frames do not line up with chunks).
+    Decompress(crate::compress::DecompressTo),
 }
 
 /// An operation planned for one object.
@@ -156,6 +159,13 @@ impl Plan {
             Op::Dedup(d) => d.validate()?,
             Op::Add(a) => a.validate(object_len)?,
             Op::Sort(s) => s.validate(object_len)?,
+            Op::Decompress(d) => {
+                if d.target.is_empty() || d.target.len() > 1024 {
+                    return Err(Error::BadArgument(
+                        "decompress: the target key must have 1 to 1024 bytes".into(),
+                    ));
+                }
+            }
             Op::Checksum { .. } => {}
         }
         Ok(Self {
@@ -229,6 +239,7 @@ impl Plan {
             Op::Checksum {
                 algorithm: Algorithm::Sha256
             } | Op::Add(_)
+                | Op::Decompress(_)
         )
     }
 
@@ -285,7 +296,7 @@ impl Plan {
             Op::Checksum {
                 algorithm: Algorithm::Blake3,
             } => Ok(Partial::Blake3(Blake3Partial::default())),
-            Op::Checksum { .. } | Op::Add(_) => Err(unsplittable()),
+            Op::Checksum { .. } | Op::Add(_) | Op::Decompress(_) => Err(unsplittable()),
         }
     }
 }
@@ -333,7 +344,7 @@ impl Plan {
             Op::Checksum {
                 algorithm: Algorithm::Blake3,
             } => Ok(Partial::Blake3(self.blake3()?.run(offset, bytes)?)),
-            Op::Checksum { .. } | Op::Add(_) => Err(unsplittable()),
+            Op::Checksum { .. } | Op::Add(_) | Op::Decompress(_) => Err(unsplittable()),
         }
     }
 
@@ -440,7 +451,7 @@ impl Plan {
     pub fn in_order(&self) -> Option<Sequential> {
         let kind = if let Some(t) = self.text() {
             Kind::Text(Box::new(TextFold::new(&t, 0, true)), t)
-        } else if self.splits() || matches!(self.op, Op::Add(_)) {
+        } else if self.splits() || matches!(self.op, Op::Add(_) | Op::Decompress(_)) {
             return None;
         } else {
             Kind::Sha(sha2::Sha256::new())

@@ -166,3 +166,166 @@ impl Cluster {
         Ok(self.put_object(obj, body).await?.record)
     }
 }
+
+/// Bytes of the decompressed object per part written.
+const DECOMPRESSED_PART: usize = 8 << 20;
+
+/// A blocking reader over the pieces an async task sends.
+struct Pieces {
+    rx: tokio::sync::mpsc::Receiver<bytes::Bytes>,
+    piece: bytes::Bytes,
+}
+
+impl std::io::Read for Pieces {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        while self.piece.is_empty() {
+            match self.rx.blocking_recv() {
+                Some(p) => self.piece = p,
+                None => return Ok(0),
+            }
+        }
+        let n = buf.len().min(self.piece.len());
+        buf[..n].copy_from_slice(&self.piece.split_to(n));
+        Ok(n)
+    }
+}
+
+impl Cluster {
+    /// Runs a `decompress` operation: `record`'s object, a stream of zstd or LZ4 frames,
+    /// decompressed into a new object. Frames do not line up with the object's chunks, so
+    /// the coordinator reads the object in order, decodes it on a blocking thread, and
+    /// writes the result by parts of 8 MiB, holding one at a time. The result may have at
+    /// most [`MAX_EXPANSION`](oed_ops::compress::MAX_EXPANSION) times the object's bytes
+    /// and [`MAX_DECOMPRESSED`](oed_ops::compress::MAX_DECOMPRESSED) in all.
+    ///
+    /// # Errors
+    /// [`Error::BadRequest`] for an object that is not such a stream, or that grows past
+    /// the limits; as [`Cluster::read_object`] and [`Cluster::put_object`] otherwise.
+    /// Parts written before a failure are deleted.
+    pub async fn decompress(self: &Arc<Self>, record: &ObjectRecord, op: Op) -> Result<Outcome> {
+        use futures_util::StreamExt as _;
+        let window = Window::open(self);
+        let Op::Decompress(to) = &op else {
+            return Err(Error::BadRequest("not a decompress operation".into()));
+        };
+        let n = record.object_size();
+        let limit = n
+            .saturating_mul(oed_ops::compress::MAX_EXPANSION)
+            .clamp(1 << 20, oed_ops::compress::MAX_DECOMPRESSED);
+        let mut body = self.read_object(record, 0..n).await?;
+        let (in_tx, mut out_rx, decoder) = spawn_decoder(to.codec, limit);
+        let feed = async move {
+            while let Some(piece) = body.next().await {
+                let piece =
+                    piece.map_err(|e| Error::Unavailable(format!("reading the object: {e}")))?;
+                if in_tx.send(piece).await.is_err() {
+                    break; // the decoder stopped; it says why
+                }
+            }
+            Ok::<(), Error>(())
+        };
+        let upload = VersionId::generate().to_string();
+        let mut parts: Vec<ObjectRecord> = Vec::new();
+        let write = async {
+            while let Some(block) = out_rx.recv().await {
+                let part = self
+                    .write_part(record, &upload, parts.len(), bytes::Bytes::from(block))
+                    .await?;
+                parts.push(part);
+            }
+            Ok::<(), Error>(())
+        };
+        let (fed, wrote) = tokio::join!(feed, write);
+        let decoded = decoder
+            .await
+            .map_err(|e| Error::Unavailable(format!("the decoder failed: {e}")))?;
+        let written = async {
+            fed?;
+            wrote?;
+            let total = decoded.map_err(|e| bad(&e))?;
+            if parts.is_empty() {
+                let part = self
+                    .write_part(record, &upload, 0, bytes::Bytes::new())
+                    .await?;
+                parts.push(part);
+            }
+            let etag = self
+                .commit_parts(
+                    &record.bucket,
+                    &to.target,
+                    "application/octet-stream",
+                    &parts,
+                )
+                .await?;
+            Ok::<(String, u64), Error>((etag, total))
+        }
+        .await;
+        let (etag, total) = match written {
+            Ok(done) => done,
+            Err(e) => {
+                for p in &parts {
+                    self.delete_record(p).await;
+                }
+                return Err(e);
+            }
+        };
+        let (k, m) = (u64::from(self.map.profile.k), u64::from(self.map.profile.m));
+        let mut cost = Cost {
+            object_bytes: n,
+            coordinator_bytes: n,
+            network_bytes: n + total * (k + m) / k,
+            passes: 1,
+            ..Cost::default()
+        };
+        window.close(&mut cost);
+        let result = serde_json::json!({
+            "target": to.target,
+            "etag": etag,
+            "parts": parts.len(),
+            "codec": to.codec,
+            "input_bytes": n,
+            "output_bytes": total,
+        });
+        Ok(Outcome { result, cost })
+    }
+}
+
+/// The decoder's thread: the bytes it decompressed, or why it stopped.
+type Decoding = tokio::task::JoinHandle<std::result::Result<u64, oed_ops::Error>>;
+
+/// A decoder of `codec` frames on a blocking thread: the compressed pieces go in, blocks
+/// of about 8 MiB of decompressed bytes come out, and the thread ends with the total, or
+/// why it stopped.
+fn spawn_decoder(
+    codec: oed_ops::compress::Codec,
+    limit: u64,
+) -> (
+    tokio::sync::mpsc::Sender<bytes::Bytes>,
+    tokio::sync::mpsc::Receiver<Vec<u8>>,
+    Decoding,
+) {
+    let (in_tx, in_rx) = tokio::sync::mpsc::channel::<bytes::Bytes>(4);
+    let (out_tx, out_rx) = tokio::sync::mpsc::channel::<Vec<u8>>(2);
+    let decoder = tokio::task::spawn_blocking(move || {
+        let mut block = Vec::with_capacity(DECOMPRESSED_PART);
+        let input = Pieces {
+            rx: in_rx,
+            piece: bytes::Bytes::new(),
+        };
+        let total = oed_ops::compress::decode_stream(codec, input, limit, &mut |b| {
+            block.extend_from_slice(b);
+            if block.len() >= DECOMPRESSED_PART {
+                let full = std::mem::replace(&mut block, Vec::with_capacity(DECOMPRESSED_PART));
+                out_tx
+                    .blocking_send(full)
+                    .map_err(|_| oed_ops::Error::BadArgument("the writer went away".into()))?;
+            }
+            Ok(())
+        })?;
+        if !block.is_empty() {
+            let _ = out_tx.blocking_send(block);
+        }
+        Ok(total)
+    });
+    (in_tx, out_rx, decoder)
+}

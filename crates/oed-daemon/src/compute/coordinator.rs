@@ -279,15 +279,16 @@ impl Cluster {
         if let Op::Compress(_) = op {
             return self.compress(record, op, range).await;
         }
-        if matches!(op, Op::Add(_) | Op::Sort(_)) {
+        if matches!(op, Op::Add(_) | Op::Sort(_) | Op::Decompress(_)) {
             if range.is_some() {
                 return Err(Error::BadRequest(
-                    "add and sort run on whole objects, not a range".into(),
+                    "add, sort and decompress run on whole objects, not a range".into(),
                 ));
             }
             return match op {
                 Op::Add(_) => self.add(record, op).await,
-                _ => self.sort(record, op).await,
+                Op::Sort(_) => self.sort(record, op).await,
+                _ => self.decompress(record, op).await,
             };
         }
         let window = Window::open(self);
@@ -416,9 +417,12 @@ impl Cluster {
         records: &[ObjectRecord],
         op: Op,
     ) -> Result<Outcome> {
-        if matches!(op, Op::Compress(_) | Op::Add(_) | Op::Sort(_)) {
+        if matches!(
+            op,
+            Op::Compress(_) | Op::Add(_) | Op::Sort(_) | Op::Decompress(_)
+        ) {
             return Err(Error::BadRequest(
-                "compress, add and sort run on one object, not on many".into(),
+                "compress, decompress, add and sort run on one object, not on many".into(),
             ));
         }
         if matches!(&op, Op::Stats(s) if s.bins.is_some()) {

@@ -77,6 +77,7 @@ fn check_targets(op: &Op, key: &str) -> S3Result<()> {
     let (name, target, with) = match op {
         Op::Compress(c) => ("compress", &c.target, None),
         Op::Sort(s) => ("sort", &s.target, None),
+        Op::Decompress(d) => ("decompress", &d.target, None),
         Op::Add(a) => ("add", &a.target, Some(&a.with)),
         _ => return Ok(()),
     };
