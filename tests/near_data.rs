@@ -140,6 +140,16 @@ fn answers_are_exact_healthy_degraded_and_with_bit_rot() {
         // SHA-256 streams the object through the coordinator, and says so.
         let sha = &healthy[3];
         assert!(sha.cost.coordinator_bytes >= data.len() as u64);
+        // CRC32C from the CRCs stored with the chunks: the same answer, 4 bytes a chunk
+        // read instead of the chunks (but the last stripe's padded ones).
+        let stored = r#"{"op":"checksum","algorithm":"crc32c","stored":true}"#;
+        let from_stored = run_healthy(&c, &rec, stored).await;
+        assert_eq!(from_stored.result["base64"], checksums(&data)[0].1);
+        assert!(
+            from_stored.cost.drive_bytes_read < (K * (64 * 4 + CHUNK)) as u64,
+            "{:?}",
+            from_stored.cost
+        );
 
         // A byte flipped in data shard 2's file: still exact, from parity.
         let holder = |shard: usize| {
@@ -154,6 +164,11 @@ fn answers_are_exact_healthy_degraded_and_with_bit_rot() {
         std::fs::write(&files[0], &on_disk).unwrap();
         let rot = expect_exact(&c, &rec, &data).await;
         assert!(rot.iter().all(|o| o.cost.parity_used), "parity not used");
+        // The stored CRCs still say what was written: the same answer, and the rotten
+        // chunk is not read (a read or a scrub finds it).
+        let got = run(&c, &rec, stored).await.unwrap();
+        assert_eq!(got.result["base64"], checksums(&data)[0].1);
+        assert!(!got.cost.parity_used);
         let crc = &rot[0].cost;
         let shard2 = crc.drives.iter().find(|d| d.shard == 2).unwrap();
         assert_eq!(shard2.stripes_done, 7, "{crc:?}");
@@ -164,6 +179,9 @@ fn answers_are_exact_healthy_degraded_and_with_bit_rot() {
         let c = drives[usize::from(down == 0)].cluster.clone();
         drives.remove(down).stop().await;
         let degraded = expect_exact(&c, &rec, &data).await;
+        let got = run(&c, &rec, stored).await.unwrap();
+        assert_eq!(got.result["base64"], checksums(&data)[0].1);
+        assert!(got.cost.parity_used);
         let cost = &degraded[0].cost;
         assert!(cost.parity_used);
         assert!(

@@ -348,6 +348,48 @@ mod hex32 {
     }
 }
 
+/// The CRC32C table, reflected (polynomial 0x82F63B78), as `crc32c_append` uses it.
+const fn crc32c_table() -> [u32; 256] {
+    let mut t = [0u32; 256];
+    let mut i = 0;
+    while i < 256 {
+        let mut c = i as u32;
+        let mut bit = 0;
+        while bit < 8 {
+            c = if c & 1 == 1 {
+                (c >> 1) ^ 0x82F6_3B78
+            } else {
+                c >> 1
+            };
+            bit += 1;
+        }
+        t[i] = c;
+        i += 1;
+    }
+    t
+}
+
+static CRC32C_TABLE: [u32; 256] = crc32c_table();
+
+/// The CRC32C of `a`, from the CRC32C of `a` followed by `tail` (the append undone byte by
+/// byte: each step's table entry is the only one with the register's top byte). A shard
+/// frame's stored CRC binds its stripe number after the chunk; this gives back the CRC32C
+/// of the chunk alone, so that a drive can answer a CRC32C from what it stores without
+/// reading the chunk.
+#[must_use]
+pub fn crc32c_unappend(crc: u32, tail: &[u8]) -> u32 {
+    let mut state = !crc;
+    for &b in tail.iter().rev() {
+        let top = state >> 24;
+        let i = CRC32C_TABLE
+            .iter()
+            .position(|&t| t >> 24 == top)
+            .unwrap_or(0);
+        state = ((state ^ CRC32C_TABLE[i]) << 8) | ((i as u32 ^ u32::from(b)) & 0xff);
+    }
+    !state
+}
+
 #[cfg(test)]
 mod tests {
     use proptest::prelude::*;

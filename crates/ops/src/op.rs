@@ -42,6 +42,13 @@ pub enum Op {
     Checksum {
         /// Which one.
         algorithm: Algorithm,
+        /// For CRC32C: answer from the CRC32C each drive stored with each chunk when it
+        /// was written, without reading the chunks (a few bytes per chunk instead of the
+        /// object). It trusts those stored values: a chunk that rotted since is not
+        /// noticed (a scrub or a read finds it). Without it, every chunk is read and
+        /// checked.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        stored: bool,
     },
     /// Statistics over the object's records.
     Stats(Stats),
@@ -125,9 +132,20 @@ impl Plan {
     /// [`Error::BadArgument`] for parameters the operation refuses (histogram edges, a
     /// record width that does not divide the object, a subtree size).
     pub fn new(op: Op, object_len: u64, subtree: u64) -> Result<Self> {
+        if let Op::Checksum {
+            algorithm,
+            stored: true,
+        } = &op
+            && *algorithm != Algorithm::Crc32c
+        {
+            return Err(Error::BadArgument(
+                "stored: only CRC32C is stored with the chunks".into(),
+            ));
+        }
         match &op {
             Op::Checksum {
                 algorithm: Algorithm::Blake3,
+                ..
             } => {
                 Blake3::new(subtree, object_len)?;
             }
@@ -231,13 +249,37 @@ impl Plan {
         Ok(self.matcher.0.get_or_init(|| m))
     }
 
+    /// Whether a drive may answer from the CRC32C it stored with each chunk (a CRC32C
+    /// asked with `stored`, over the whole object).
+    #[must_use]
+    pub fn from_stored_crcs(&self) -> bool {
+        matches!(
+            self.op,
+            Op::Checksum {
+                algorithm: Algorithm::Crc32c,
+                stored: true
+            }
+        ) && self.window.is_none()
+    }
+
+    /// The partial of a run of `len` bytes whose CRC32C is `crc` (known without its
+    /// bytes).
+    #[must_use]
+    pub fn crc32c_partial(crc: u32, len: u64) -> Partial {
+        Partial::Crc(CrcPartial {
+            crc: u64::from(crc),
+            len,
+        })
+    }
+
     /// Whether the operation splits into partials (all but SHA-256).
     #[must_use]
     pub fn splits(&self) -> bool {
         !matches!(
             self.op,
             Op::Checksum {
-                algorithm: Algorithm::Sha256
+                algorithm: Algorithm::Sha256,
+                ..
             } | Op::Add(_)
                 | Op::Decompress(_)
         )
@@ -269,9 +311,11 @@ impl Plan {
         match self.op {
             Op::Checksum {
                 algorithm: Algorithm::Crc32c,
+                ..
             } => Some(Crc::Crc32c),
             Op::Checksum {
                 algorithm: Algorithm::Crc64nvme,
+                ..
             } => Some(Crc::Crc64nvme),
             _ => None,
         }
@@ -295,6 +339,7 @@ impl Plan {
             _ if self.crc().is_some() => Ok(Partial::Crc(CrcPartial::default())),
             Op::Checksum {
                 algorithm: Algorithm::Blake3,
+                ..
             } => Ok(Partial::Blake3(Blake3Partial::default())),
             Op::Checksum { .. } | Op::Add(_) | Op::Decompress(_) => Err(unsplittable()),
         }
@@ -343,6 +388,7 @@ impl Plan {
             Op::Sort(s) => Ok(Partial::Run(s.run(offset, bytes))),
             Op::Checksum {
                 algorithm: Algorithm::Blake3,
+                ..
             } => Ok(Partial::Blake3(self.blake3()?.run(offset, bytes)?)),
             Op::Checksum { .. } | Op::Add(_) | Op::Decompress(_) => Err(unsplittable()),
         }
@@ -421,7 +467,7 @@ impl Plan {
                 }
                 Ok(d.finish(p))
             }
-            (Op::Checksum { algorithm }, Partial::Crc(c)) => {
+            (Op::Checksum { algorithm, .. }, Partial::Crc(c)) => {
                 if c.len != self.object_len {
                     return Err(Error::Incomplete(format!(
                         "the runs cover {} of {} bytes",
@@ -435,7 +481,7 @@ impl Plan {
                 };
                 Ok(checksum_value(*algorithm, &bytes))
             }
-            (Op::Checksum { algorithm }, Partial::Blake3(b)) => {
+            (Op::Checksum { algorithm, .. }, Partial::Blake3(b)) => {
                 let hex = self.blake3()?.finish(b)?;
                 let bytes = decode_hex(&hex);
                 Ok(checksum_value(*algorithm, &bytes))
@@ -619,6 +665,7 @@ mod tests {
     fn windows_cut_runs_and_name_their_stripes() {
         let op = Op::Checksum {
             algorithm: Algorithm::Crc32c,
+            stored: false,
         };
         let plan = Plan::within(op, 100..250, 4096).unwrap();
         assert_eq!(plan.object_len, 150);
@@ -686,6 +733,7 @@ mod tests {
         let plan = Plan::new(
             Op::Checksum {
                 algorithm: Algorithm::Crc32c,
+                stored: false,
             },
             10,
             4096,

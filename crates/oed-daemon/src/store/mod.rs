@@ -752,6 +752,25 @@ impl Store {
         r
     }
 
+    /// The CRC32C stored with the chunk of each stripe of `stripes` (its frame's CRC with
+    /// the stripe number taken off): what was written, read without the chunks, 4 bytes a
+    /// stripe. Only stripes whose chunks are all data (every stripe but the last).
+    ///
+    /// # Errors
+    /// [`Error::CorruptShard`] for a shard file shorter than its frames; I/O errors.
+    pub(crate) fn chunk_crcs(
+        &self,
+        record: &ObjectRecord,
+        bytes: &ShardBytes,
+        stripes: std::ops::Range<u64>,
+    ) -> Result<Vec<u32>> {
+        let r = stored_crcs(record, bytes, stripes);
+        if let Err(e) = &r {
+            self.note_failed_read(record, e);
+        }
+        r
+    }
+
     /// A shard read failed: when a chunk was bad, logs it and queues the shard for heal.
     fn note_failed_read(&self, record: &ObjectRecord, e: &Error) {
         if let Error::CorruptShard { stripe } = e {
@@ -761,6 +780,59 @@ impl Store {
             }
         }
     }
+}
+
+/// [`Store::chunk_crcs`], without the heal queue.
+fn stored_crcs(
+    record: &ObjectRecord,
+    bytes: &ShardBytes,
+    stripes: std::ops::Range<u64>,
+) -> Result<Vec<u32>> {
+    let chunk = u64::from(record.chunk_size);
+    let frame = chunk + oed_ec::format::CRC_LEN as u64;
+    let at = |s: u64| oed_ec::format::HEADER_LEN as u64 + s * frame + chunk;
+    let mut out = Vec::with_capacity(usize::try_from(stripes.end - stripes.start).unwrap_or(0));
+    let mut b = [0u8; 4];
+    let file = match bytes {
+        ShardBytes::File(path) => match std::fs::File::open(path) {
+            Ok(f) => Some(f),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(Error::CorruptShard {
+                    stripe: stripes.start,
+                });
+            }
+            Err(e) => return Err(e.into()),
+        },
+        ShardBytes::Inline(_) => None,
+    };
+    for s in stripes {
+        match (&file, bytes) {
+            (Some(f), _) => {
+                use std::os::unix::fs::FileExt as _;
+                f.read_exact_at(&mut b, at(s)).map_err(|e| {
+                    if e.kind() == std::io::ErrorKind::UnexpectedEof {
+                        Error::CorruptShard { stripe: s }
+                    } else {
+                        e.into()
+                    }
+                })?;
+            }
+            (None, ShardBytes::Inline(data)) => {
+                let o = usize::try_from(at(s)).unwrap_or(usize::MAX);
+                let got = data
+                    .get(o..o.saturating_add(4))
+                    .filter(|g| g.len() == 4)
+                    .ok_or(Error::CorruptShard { stripe: s })?;
+                b.copy_from_slice(got);
+            }
+            (None, ShardBytes::File(_)) => unreachable!("opened above"),
+        }
+        out.push(oed_ops::checksum::crc32c_unappend(
+            u32::from_le_bytes(b),
+            &s.to_le_bytes(),
+        ));
+    }
+    Ok(out)
 }
 
 /// Sends the checked chunks of stripes `from..to` to `tx` until the end, a failure (returned), or
