@@ -881,3 +881,45 @@ fn an_object_sorts_into_a_new_one() {
         }
     });
 }
+
+/// A caller that goes away mid-operation (here the coordinator's request, dropped as a
+/// disconnecting client's is) stops the drives' work on it: they count it cancelled, and
+/// their operation threads are free for the next operation.
+#[test]
+fn drives_stop_an_operation_whose_caller_went_away() {
+    let root = tempfile::tempdir().unwrap();
+    rt().block_on(async {
+        let drives = oed_tests::local_cluster(root.path(), K, M, CHUNK).await;
+        let c = drives[0].cluster.clone();
+        c.create_bucket("bkt").await.unwrap();
+        // Slow to compress at zstd's top level: seconds of work on each drive.
+        let big = bytes(16 << 20, 11);
+        let rec = put_object(&c, "bkt", "big", &big).await;
+        let slow: Op = serde_json::from_str(r#"{"op":"compressibility","level":19}"#).unwrap();
+        let gave_up =
+            tokio::time::timeout(std::time::Duration::from_millis(300), c.run_op(&rec, slow)).await;
+        assert!(
+            gave_up.is_err(),
+            "the slow operation finished in 0.3 s: make it slower"
+        );
+        let cancelled = || {
+            drives
+                .iter()
+                .map(|d| d.cluster.local_store().ops_cancelled())
+                .sum::<u64>()
+        };
+        // Each drive notices at its next chunk (bounded wait: 60 s).
+        let mut waited = 0;
+        while cancelled() < K as u64 && waited < 600 {
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            waited += 1;
+        }
+        assert_eq!(cancelled(), K as u64, "every data drive stops its part");
+        // Their operation threads are free: the next operation is answered.
+        let got = run_healthy(&c, &rec, r#"{"op":"checksum","algorithm":"crc32c"}"#).await;
+        assert_eq!(got.result["base64"], checksums(&big)[0].1);
+        for d in drives {
+            d.stop().await;
+        }
+    });
+}

@@ -27,6 +27,8 @@ type Work = Box<dyn FnOnce() + Send>;
 pub struct OpLimits {
     queue: Mutex<mpsc::Sender<Work>>,
     cpu: Duration,
+    /// Operations stopped because their caller went away.
+    cancelled: std::sync::atomic::AtomicU64,
 }
 
 impl OpLimits {
@@ -63,7 +65,15 @@ impl OpLimits {
         Self {
             queue: Mutex::new(tx),
             cpu,
+            cancelled: std::sync::atomic::AtomicU64::new(0),
         }
+    }
+
+    /// Operations stopped so far because their caller went away (the coordinator, or
+    /// the client behind it, gave up).
+    #[must_use]
+    pub fn cancelled(&self) -> u64 {
+        self.cancelled.load(Ordering::Relaxed)
     }
 
     /// Runs `work` on an operation thread once one is free; its result.
@@ -219,6 +229,10 @@ impl Job {
             .fold_chunks(&self.record, bytes, rest, &mut |s, chunk| {
                 if self.cancelled.load(Ordering::Relaxed) {
                     failure = Some(Error::BodyBroken("the caller went away".into()));
+                    self.store
+                        .op_limits()
+                        .cancelled
+                        .fetch_add(1, Ordering::Relaxed);
                     return ControlFlow::Break(());
                 }
                 if thread_cpu().saturating_sub(started) > limit {

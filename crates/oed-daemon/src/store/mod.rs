@@ -148,6 +148,12 @@ impl Store {
         &self.ops
     }
 
+    /// Near-data operations this drive stopped because their caller went away.
+    #[must_use]
+    pub fn ops_cancelled(&self) -> u64 {
+        self.ops.cancelled()
+    }
+
     /// Gives the store the drive's energy meter, for the cost of the work it does (the
     /// first one given stays).
     pub fn attach_energy(&self, reader: oed_meter::EnergyReader) {
