@@ -384,3 +384,30 @@ def test_sort_and_add_write_new_objects(cluster, s3, bucket):
     ]:
         status, answer = op(cluster, bucket, "v", body)
         assert status == 400 and says in answer, (body, status, answer)
+
+
+def test_a_client_that_disconnects_stops_the_drives(cluster, s3, bucket):
+    """A client that closes its connection mid-operation: the drives stop their parts and
+    count it in oed_ops_cancelled_total; the next operation is answered."""
+    import http.client
+    import time
+
+    big = random.Random(8).randbytes(16 << 20)
+    s3.put_object(Bucket=bucket, Key="big", Body=big)
+    before = sum(cluster.metric(i, "oed_ops_cancelled_total") for i in range(len(cluster.ids)))
+    path = f"/{bucket}/big?oed-op"
+    body = json.dumps({"op": "compressibility", "level": 19}).encode()
+    host = cluster.endpoint().removeprefix("http://")
+    conn = http.client.HTTPConnection(host, timeout=60)
+    conn.request("POST", path, body=body, headers=cluster.signed_headers("POST", path, body))
+    time.sleep(0.5)
+    conn.close()  # gone, with the answer not read
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        now = sum(cluster.metric(i, "oed_ops_cancelled_total") for i in range(len(cluster.ids)))
+        if now > before:
+            break
+        time.sleep(0.2)
+    assert now > before, "no drive stopped the operation its caller left"
+    status, answer = op(cluster, bucket, "big", {"op": "checksum", "algorithm": "crc32c"})
+    assert status == 200 and answer["result"]["hex"] == f"{crc32c(big):08x}"

@@ -177,7 +177,7 @@ struct StateCollector {
     buffer: GaugeVec,
     info: GaugeVec,
     /// Counters kept as atomics on the hot path, copied here on scrape.
-    counters: [Counter; 6],
+    counters: [Counter; 7],
 }
 
 impl StateCollector {
@@ -250,6 +250,10 @@ impl StateCollector {
                     "oed_slowdown_total",
                     "Requests this drive refused with 503 SlowDown: no share of coordinator_buffer_bytes came free within coordinator_wait_seconds.",
                 )?,
+                counter(
+                    "oed_ops_cancelled_total",
+                    "Near-data operations this drive stopped because their caller went away.",
+                )?,
             ],
             store,
             cluster,
@@ -301,6 +305,7 @@ impl StateCollector {
             self.peer.auth_failures.load(Ordering::Relaxed),
             self.store.checksum_failures(),
             budget.refused.load(Ordering::Relaxed),
+            self.store.ops_cancelled(),
         ];
         for (c, n) in self.counters.iter().zip(now) {
             advance(c, n as f64);
