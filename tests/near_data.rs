@@ -892,8 +892,13 @@ fn drives_stop_an_operation_whose_caller_went_away() {
         let drives = oed_tests::local_cluster(root.path(), K, M, CHUNK).await;
         let c = drives[0].cluster.clone();
         c.create_bucket("bkt").await.unwrap();
-        // Slow to compress at zstd's top level: seconds of work on each drive.
-        let big = bytes(16 << 20, 11);
+        // Slow to compress at zstd's top level: seconds of work on each drive (text that
+        // compresses; random bytes zstd would pass over quickly).
+        let big: Vec<u8> = (0..600_000u64)
+            .flat_map(|i| {
+                format!("record {i} value {} status ok\n", i * 7919 % 100_003).into_bytes()
+            })
+            .collect();
         let rec = put_object(&c, "bkt", "big", &big).await;
         let slow: Op = serde_json::from_str(r#"{"op":"compressibility","level":19}"#).unwrap();
         let gave_up =

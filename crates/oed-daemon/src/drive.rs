@@ -130,6 +130,10 @@ pub struct OpAnswer {
     /// How that energy was had: "measured" or "modelled".
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub energy_method: Option<String>,
+    /// Bytes the answer took on the network, as the client received it (0 from the
+    /// coordinator's own drive); not sent.
+    #[serde(skip)]
+    pub wire_bytes: u64,
 }
 
 /// The partial of one stripe's chunk, or of a run of stripes.

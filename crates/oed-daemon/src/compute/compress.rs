@@ -13,10 +13,10 @@ use oed_ops::compress::Sizes;
 use oed_ops::op::{Op, Partial};
 
 use super::coordinator::{Cost, Outcome, Window, bad, plan_for};
+use super::parts::NewParts;
 use crate::cluster::Cluster;
-use crate::cluster::write::{NewObject, multipart_etag, part_key};
 use crate::error::{Error, Result};
-use crate::store::record::{ObjectRecord, PartRef, VersionId};
+use crate::store::record::ObjectRecord;
 
 /// Stripes whose frames make one part of the new object.
 const WINDOW: u64 = 8;
@@ -51,8 +51,7 @@ impl Cluster {
             passes: 1,
             ..Cost::default()
         };
-        let upload = VersionId::generate().to_string();
-        let mut parts: Vec<ObjectRecord> = Vec::new();
+        let mut out = NewParts::new(self, &record.bucket);
         let mut sizes = Sizes::default();
         let written = async {
             let mut base = 0;
@@ -66,104 +65,46 @@ impl Cluster {
                         .gather(&record.bucket, ext, base, &plan, s..e, &mut cost)
                         .await?;
                     got.sort_by_key(|(stripe, shard, _)| (*stripe, *shard));
-                    let mut frames = plan.empty().map_err(|e| bad(&e))?;
+                    // The frames in object order, each as it came: the part is their
+                    // concatenation, written without joining them.
+                    let mut frames = Vec::with_capacity(got.len());
                     for (_, _, p) in got {
-                        frames = plan.merge(frames, p).map_err(|e| bad(&e))?;
+                        let Partial::Frames(f) = p else {
+                            return Err(Error::BadRequest("not frames".into()));
+                        };
+                        sizes = sizes.plus(Sizes {
+                            input: f.input,
+                            output: f.bytes.len() as u64,
+                            frames: f.frames,
+                        });
+                        frames.push(bytes::Bytes::from(f.bytes));
                     }
-                    let Partial::Frames(f) = frames else {
-                        return Err(Error::BadRequest("not frames".into()));
-                    };
-                    sizes = sizes.plus(Sizes {
-                        input: f.input,
-                        output: f.bytes.len() as u64,
-                        frames: f.frames,
-                    });
-                    let bytes = bytes::Bytes::from(f.bytes);
-                    parts.push(self.write_part(record, &upload, parts.len(), bytes).await?);
+                    out.push(frames).await?;
                     s = e;
                 }
                 base += ext.size;
             }
-            if parts.is_empty() {
+            if out.bytes() == 0 {
                 // An empty object: one frame of nothing, a valid empty stream.
                 let Partial::Frames(f) = plan.run(0, &[]).map_err(|e| bad(&e))? else {
                     return Err(Error::BadRequest("not frames".into()));
                 };
                 sizes.output += f.bytes.len() as u64;
                 sizes.frames += 1;
-                let bytes = bytes::Bytes::from(f.bytes);
-                parts.push(self.write_part(record, &upload, 0, bytes).await?);
+                out.push(vec![bytes::Bytes::from(f.bytes)]).await?;
             }
-            self.commit_parts(&record.bucket, &target, content_type, &parts)
-                .await
+            Ok(())
         }
         .await;
-        let etag = match written {
-            Ok(etag) => etag,
-            Err(e) => {
-                for p in &parts {
-                    self.delete_record(p).await;
-                }
-                return Err(e);
-            }
-        };
+        // The frames went out to the drives of the new object, with their parity.
+        cost.network_bytes += out.network_bytes();
+        let done = out.finish(written, &target, content_type).await?;
         let mut result = sizes.result(&to.how);
         result["target"] = target.into();
-        result["etag"] = etag.into();
-        result["parts"] = parts.len().into();
+        result["etag"] = done.etag.into();
+        result["parts"] = done.parts.into();
         window.close(&mut cost);
-        // The frames went out to the drives of the new object, with their parity.
-        let (k, m) = (u64::from(self.map.profile.k), u64::from(self.map.profile.m));
-        cost.network_bytes += sizes.output * (k + m) / k;
         Ok(Outcome { result, cost })
-    }
-
-    /// Stores `target` as the multipart object of `parts` (written by
-    /// [`Cluster::write_part`], in order); its `ETag`.
-    pub(super) async fn commit_parts(
-        &self,
-        bucket: &str,
-        target: &str,
-        content_type: &str,
-        parts: &[ObjectRecord],
-    ) -> Result<String> {
-        let etags: Vec<&str> = parts.iter().map(|p| p.etag.as_str()).collect();
-        let etag = multipart_etag(&etags);
-        let refs: Vec<PartRef> = parts
-            .iter()
-            .enumerate()
-            .map(|(n, p)| PartRef::of(n as u32 + 1, p))
-            .collect();
-        let obj = NewObject {
-            bucket: bucket.to_owned(),
-            key: target.to_owned(),
-            content_type: Some(content_type.into()),
-            parts: refs,
-            etag: Some(etag.clone()),
-            ..NewObject::default()
-        };
-        self.put_object(obj, futures_util::stream::empty()).await?;
-        Ok(etag)
-    }
-
-    /// Writes `bytes` as part `n + 1` of upload `upload` into `record`'s bucket.
-    pub(super) async fn write_part(
-        &self,
-        record: &ObjectRecord,
-        upload: &str,
-        n: usize,
-        bytes: bytes::Bytes,
-    ) -> Result<ObjectRecord> {
-        let number = i32::try_from(n + 1)
-            .map_err(|_| Error::BadRequest("the object has too many parts".into()))?;
-        let obj = NewObject {
-            bucket: record.bucket.clone(),
-            key: part_key(upload, number),
-            size: bytes.len() as u64,
-            ..NewObject::default()
-        };
-        let body = futures_util::stream::iter([Ok(bytes)]);
-        Ok(self.put_object(obj, body).await?.record)
     }
 }
 
@@ -224,14 +165,10 @@ impl Cluster {
             }
             Ok::<(), Error>(())
         };
-        let upload = VersionId::generate().to_string();
-        let mut parts: Vec<ObjectRecord> = Vec::new();
+        let mut out = NewParts::new(self, &record.bucket);
         let write = async {
             while let Some(block) = out_rx.recv().await {
-                let part = self
-                    .write_part(record, &upload, parts.len(), bytes::Bytes::from(block))
-                    .await?;
-                parts.push(part);
+                out.push(vec![bytes::Bytes::from(block)]).await?;
             }
             Ok::<(), Error>(())
         };
@@ -239,41 +176,20 @@ impl Cluster {
         let decoded = decoder
             .await
             .map_err(|e| Error::Unavailable(format!("the decoder failed: {e}")))?;
-        let written = async {
+        let written = (|| {
             fed?;
             wrote?;
-            let total = decoded.map_err(|e| bad(&e))?;
-            if parts.is_empty() {
-                let part = self
-                    .write_part(record, &upload, 0, bytes::Bytes::new())
-                    .await?;
-                parts.push(part);
-            }
-            let etag = self
-                .commit_parts(
-                    &record.bucket,
-                    &to.target,
-                    "application/octet-stream",
-                    &parts,
-                )
-                .await?;
-            Ok::<(String, u64), Error>((etag, total))
-        }
-        .await;
-        let (etag, total) = match written {
-            Ok(done) => done,
-            Err(e) => {
-                for p in &parts {
-                    self.delete_record(p).await;
-                }
-                return Err(e);
-            }
-        };
-        let (k, m) = (u64::from(self.map.profile.k), u64::from(self.map.profile.m));
+            decoded.map(|_| ()).map_err(|e| bad(&e))
+        })();
+        let network = n + out.network_bytes();
+        let done = out
+            .finish(written, &to.target, "application/octet-stream")
+            .await?;
+        let (etag, total) = (done.etag, done.bytes);
         let mut cost = Cost {
             object_bytes: n,
             coordinator_bytes: n,
-            network_bytes: n + total * (k + m) / k,
+            network_bytes: network,
             passes: 1,
             ..Cost::default()
         };
@@ -281,7 +197,7 @@ impl Cluster {
         let result = serde_json::json!({
             "target": to.target,
             "etag": etag,
-            "parts": parts.len(),
+            "parts": done.parts,
             "codec": to.codec,
             "input_bytes": n,
             "output_bytes": total,

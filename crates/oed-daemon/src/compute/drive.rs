@@ -205,6 +205,7 @@ impl Job {
             cpu_seconds: 0.0,
             energy_joules: None,
             energy_method: None,
+            wire_bytes: 0,
         };
         let mut failure = None;
         // A CRC32C from the stored CRCs: every chunk that is all data answers with what

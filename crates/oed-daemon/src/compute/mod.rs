@@ -10,5 +10,6 @@
 pub mod compress;
 pub mod coordinator;
 pub mod drive;
+mod parts;
 pub mod sort;
 pub mod vector;

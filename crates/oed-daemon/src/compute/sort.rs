@@ -11,9 +11,10 @@ use std::sync::Arc;
 use oed_ops::op::{Op, Partial};
 
 use super::coordinator::{Cost, Outcome, Window, plan_for};
+use super::parts::NewParts;
 use crate::cluster::Cluster;
 use crate::error::{Error, Result};
-use crate::store::record::{ObjectRecord, VersionId};
+use crate::store::record::ObjectRecord;
 
 /// Largest object `sort` takes, bytes.
 pub const MAX_SORT: u64 = 256 << 20;
@@ -48,55 +49,33 @@ impl Cluster {
         };
         let runs = self.sorted_runs(record, &op, &mut cost).await?;
         let mut merge = oed_ops::sort::Merge::new(sort.format, runs);
-        let upload = VersionId::generate().to_string();
-        let mut parts: Vec<ObjectRecord> = Vec::new();
-        let mut written_bytes = 0u64;
+        let mut out = NewParts::new(self, &record.bucket);
         let written = async {
             loop {
                 let batch = merge.next_batch(PART);
-                if batch.is_empty() && !parts.is_empty() {
+                if batch.is_empty() {
                     break;
                 }
-                written_bytes += batch.len() as u64;
-                let last = batch.is_empty();
-                let part = self
-                    .write_part(record, &upload, parts.len(), bytes::Bytes::from(batch))
-                    .await?;
-                parts.push(part);
-                if last {
-                    break;
-                }
+                out.push(vec![bytes::Bytes::from(batch)]).await?;
             }
-            if written_bytes != n {
+            if out.bytes() != n {
                 return Err(Error::Unavailable(format!(
-                    "the sorted runs hold {written_bytes} of {n} bytes"
+                    "the sorted runs hold {} of {n} bytes",
+                    out.bytes()
                 )));
             }
-            self.commit_parts(
-                &record.bucket,
-                &sort.target,
-                "application/octet-stream",
-                &parts,
-            )
-            .await
+            Ok(())
         }
         .await;
-        let etag = match written {
-            Ok(etag) => etag,
-            Err(e) => {
-                for p in &parts {
-                    self.delete_record(p).await;
-                }
-                return Err(e);
-            }
-        };
-        let (k, m) = (u64::from(self.map.profile.k), u64::from(self.map.profile.m));
-        cost.network_bytes += n * (k + m) / k;
+        cost.network_bytes += out.network_bytes();
+        let done = out
+            .finish(written, &sort.target, "application/octet-stream")
+            .await?;
         window.close(&mut cost);
         let result = serde_json::json!({
             "target": sort.target,
-            "etag": etag,
-            "parts": parts.len(),
+            "etag": done.etag,
+            "parts": done.parts,
             "records": n / sort.format.width() as u64,
             "format": sort.format,
         });

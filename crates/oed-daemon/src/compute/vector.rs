@@ -11,10 +11,11 @@ use futures_util::StreamExt as _;
 use oed_ops::op::Op;
 
 use super::coordinator::{Cost, Outcome, Window, bad};
+use super::parts::NewParts;
 use crate::cluster::Cluster;
 use crate::cluster::read::ObjectBody;
 use crate::error::{Error, Result};
-use crate::store::record::{ObjectRecord, VersionId};
+use crate::store::record::ObjectRecord;
 
 /// Bytes of the sum per part written.
 const PART: usize = 8 << 20;
@@ -61,8 +62,7 @@ impl Cluster {
         let w = add.format.width();
         let mut a = self.read_object(record, 0..n).await?;
         let mut b = self.read_object(&other, 0..n).await?;
-        let upload = VersionId::generate().to_string();
-        let mut parts: Vec<ObjectRecord> = Vec::new();
+        let mut out = NewParts::new(self, &record.bucket);
         let written = async {
             let (mut xa, mut xb) = (Vec::with_capacity(PART), Vec::with_capacity(PART));
             let mut done = 0u64;
@@ -82,49 +82,28 @@ impl Cluster {
                 xa.drain(..take);
                 xb.drain(..take);
                 done += take as u64;
-                let part = self
-                    .write_part(record, &upload, parts.len(), bytes::Bytes::from(sum))
-                    .await?;
-                parts.push(part);
+                out.push(vec![bytes::Bytes::from(sum)]).await?;
             }
-            if parts.is_empty() {
-                let part = self
-                    .write_part(record, &upload, 0, bytes::Bytes::new())
-                    .await?;
-                parts.push(part);
-            }
-            self.commit_parts(
-                &record.bucket,
-                &add.target,
-                "application/octet-stream",
-                &parts,
-            )
-            .await
+            Ok(())
         }
         .await;
-        let etag = match written {
-            Ok(etag) => etag,
-            Err(e) => {
-                for p in &parts {
-                    self.delete_record(p).await;
-                }
-                return Err(e);
-            }
-        };
         // Both operands came here, and the sum went out with its parity.
-        let (k, m) = (u64::from(self.map.profile.k), u64::from(self.map.profile.m));
+        let network = 2 * n + out.network_bytes();
+        let done = out
+            .finish(written, &add.target, "application/octet-stream")
+            .await?;
         let mut cost = Cost {
             object_bytes: 2 * n,
             coordinator_bytes: 2 * n,
-            network_bytes: 2 * n + n * (k + m) / k,
+            network_bytes: network,
             passes: 1,
             ..Cost::default()
         };
         window.close(&mut cost);
         let result = serde_json::json!({
             "target": add.target,
-            "etag": etag,
-            "parts": parts.len(),
+            "etag": done.etag,
+            "parts": done.parts,
             "records": n / w as u64,
             "format": add.format,
         });

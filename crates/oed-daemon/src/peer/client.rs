@@ -447,7 +447,12 @@ impl Drive for PeerClient {
             .body(body)
             .send()
             .await?;
-        check(resp).await?.json().await
+        let bytes = check(resp).await?.bytes().await?;
+        let mut answer: OpAnswer = serde_json::from_slice(&bytes).map_err(|e| {
+            DriveError::unreachable(format!("the drive's answer could not be decoded: {e}"))
+        })?;
+        answer.wire_bytes = bytes.len() as u64;
+        Ok(answer)
     }
 }
 

@@ -219,6 +219,22 @@ pub(crate) fn of_parts(upload: &StoredChecksum, parts: &[PartRef]) -> S3Result<S
     })
 }
 
+/// The checksum the `checksum_*` fields of `$x` (`CompleteMultipartUpload`'s input, or a
+/// completed part) carry for algorithm `$a`.
+macro_rules! sent_checksum {
+    ($a:expr, $x:expr) => {
+        $crate::s3::checksum::sent_value(
+            $a,
+            $x.checksum_crc32.as_ref(),
+            $x.checksum_crc32c.as_ref(),
+            $x.checksum_crc64nvme.as_ref(),
+            $x.checksum_sha1.as_ref(),
+            $x.checksum_sha256.as_ref(),
+        )
+    };
+}
+pub(crate) use sent_checksum;
+
 /// The checksum a request's fields carry for `a` (`CompleteMultipartUpload`'s own, or a
 /// completed part's).
 pub(crate) fn sent_value(

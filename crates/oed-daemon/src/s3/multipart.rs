@@ -301,14 +301,7 @@ fn resolve_parts(
             ));
         }
         if let Some(c) = &rec.checksum {
-            let sent = checksum::sent_value(
-                c.algorithm,
-                p.checksum_crc32.as_ref(),
-                p.checksum_crc32c.as_ref(),
-                p.checksum_crc64nvme.as_ref(),
-                p.checksum_sha1.as_ref(),
-                p.checksum_sha256.as_ref(),
-            );
+            let sent = checksum::sent_checksum!(c.algorithm, p);
             if sent.is_some_and(|s| s != c.value) {
                 return Err(err(
                     S3ErrorCode::InvalidPart,
@@ -343,14 +336,7 @@ pub(crate) async fn complete(
     let object_checksum = match &marker.checksum {
         Some(u) => {
             let c = checksum::of_parts(u, &parts)?;
-            let sent = checksum::sent_value(
-                c.algorithm,
-                input.checksum_crc32.as_ref(),
-                input.checksum_crc32c.as_ref(),
-                input.checksum_crc64nvme.as_ref(),
-                input.checksum_sha1.as_ref(),
-                input.checksum_sha256.as_ref(),
-            );
+            let sent = checksum::sent_checksum!(c.algorithm, input);
             if sent.is_some_and(|s| s != c.value) {
                 return Err(err(
                     S3ErrorCode::BadDigest,
