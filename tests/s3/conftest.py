@@ -176,6 +176,33 @@ class Cluster:
         assert m, f"{name}{labels} not exported by {self.ids[i]}"
         return float(m.group(1))
 
+    def admin(self, *args, timeout=60):
+        """Runs `oedd admin` against this cluster; returns its standard output."""
+        env = dict(os.environ, OED_CLUSTER_SECRET=self.cluster_secret)
+        r = subprocess.run(
+            [self.bin, "admin", "--map", str(self.map), *args],
+            env=env, capture_output=True, text=True, timeout=timeout,
+        )
+        assert r.returncode == 0, r.stderr
+        return r.stdout
+
+    def status(self):
+        """Every drive's repair status (`oedd admin status --json`), in map order; None
+        for a drive that did not answer."""
+        import json
+        return [a["status"] for a in json.loads(self.admin("status", "--json"))]
+
+    def wait_for(self, what, check, timeout=120, every=0.5):
+        """Polls `check()` until it returns something true (returned), at most `timeout` s."""
+        deadline = time.time() + timeout
+        last = None
+        while time.time() < deadline:
+            last = check()
+            if last:
+                return last
+            time.sleep(every)
+        raise AssertionError(f"timed out waiting for {what}; last: {last!r}")
+
     def shard_files(self, i):
         return sorted((self.data_dir(i) / "shards").rglob("*.shard"))
 

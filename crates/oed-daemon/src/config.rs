@@ -118,6 +118,29 @@ pub struct Config {
     /// Root of sysfs for the power sensors; only tests and containers change it.
     /// Default: "/sys".
     pub meter_sysfs_root: PathBuf,
+    /// Whether this drive rebuilds its missing or bad shards from the queue. Off only for
+    /// tests that look at a queue. Default: true.
+    pub heal: bool,
+    /// Bytes of shards this drive rebuilds per second, at most (each byte rebuilt reads
+    /// `k` bytes from other drives). 0: no limit. Default: 16 MiB.
+    pub heal_rate_bytes: u64,
+    /// Share of `heal_rate_bytes` heal keeps while the drive serves requests: heal yields
+    /// the rest to clients. Default: 0.75.
+    pub heal_busy_share: f64,
+    /// Shards rebuilt at once. Default: 2.
+    pub heal_concurrency: usize,
+    /// Seconds before heals that failed (too few shards readable, a drive away) are
+    /// tried again. Default: 30.
+    pub heal_retry_seconds: u64,
+    /// Bytes per second the scrubber reads from this drive's shards. 0 turns the
+    /// scrubber off. Default: 8 MiB.
+    pub scrub_rate_bytes: u64,
+    /// Seconds from the start of one scrub pass to the start of the next (a pass that
+    /// takes longer is followed at once). Default: 604800 (a week).
+    pub scrub_interval_seconds: u64,
+    /// Age, in seconds, before the scrubber removes leftovers: temp files, shard files
+    /// without a record, records of writes that never reached a quorum. Default: 3600.
+    pub sweep_grace_seconds: u64,
 }
 
 /// Where power readings come from; see [`Config::power_source`].
@@ -158,6 +181,14 @@ impl Default for Config {
             power_profile: "oed-gen1".into(),
             meter_period_ms: 1000,
             meter_sysfs_root: PathBuf::from("/sys"),
+            heal: true,
+            heal_rate_bytes: 16 << 20,
+            heal_busy_share: 0.75,
+            heal_concurrency: 2,
+            heal_retry_seconds: 30,
+            scrub_rate_bytes: 8 << 20,
+            scrub_interval_seconds: 7 * 24 * 3600,
+            sweep_grace_seconds: 3600,
         }
     }
 }
@@ -251,6 +282,12 @@ impl Config {
         }
         if self.max_concurrent_requests == 0 {
             return bad("max_concurrent_requests must be at least 1".into());
+        }
+        if !(0.05..=1.0).contains(&self.heal_busy_share) {
+            return bad("heal_busy_share must be between 0.05 and 1".into());
+        }
+        if self.heal_concurrency == 0 {
+            return bad("heal_concurrency must be at least 1".into());
         }
         if self.max_shard_bytes < 64 {
             return bad("max_shard_bytes must be at least 64 (a shard header)".into());

@@ -122,6 +122,14 @@ impl DevCluster {
             toml::to_string(&map).map_err(|e| Error::Config(e.to_string()))?,
         )?;
         let cluster_secret = random_hex(16);
+        // For `oedd admin`; readable by this user only.
+        let secret_path = dir.join("cluster.secret");
+        std::fs::write(&secret_path, &cluster_secret)?;
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt as _;
+            std::fs::set_permissions(&secret_path, std::fs::Permissions::from_mode(0o600))?;
+        }
         let secret_key = std::env::var("OED_S3_SECRET_KEY").unwrap_or_else(|_| random_hex(16));
         let mut cluster = DevCluster {
             drives: Vec::new(),
@@ -182,6 +190,7 @@ impl DevCluster {
              oedd dev: access key {ak}\n\
              oedd dev: secret key {sk}\n\
              oedd dev: metrics {metrics} (one per drive; Prometheus scrape config in {dir}/prometheus.yml)\n\
+             oedd dev: health  oedd admin --map {dir}/cluster.toml --secret-file {dir}/cluster.secret status\n\
              \n\
              Every drive serves S3 (also {others}). Try:\n\
              \n  export AWS_ACCESS_KEY_ID={ak} AWS_SECRET_ACCESS_KEY={sk} AWS_DEFAULT_REGION=us-east-1\n  \

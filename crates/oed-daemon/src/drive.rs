@@ -18,6 +18,7 @@ use futures_util::Stream;
 use serde::{Deserialize, Serialize};
 
 pub use crate::error::{DriveError, ErrorCode};
+pub use crate::store::queue::HealEntry;
 use crate::store::record::{BucketRecord, ObjectRecord, PartRef, VersionId};
 
 /// The body of a shard upload: the shard file (oed-ec format), in pieces as they come,
@@ -85,7 +86,33 @@ pub struct DriveInfo {
     pub auth_failures: u64,
     /// "ok", or "low-space" when free space is within the reserve.
     pub health: String,
+    /// The drive's incarnation: written at its first start on an empty data directory;
+    /// another one under the same id means its disk was replaced.
+    #[serde(default)]
+    pub incarnation: String,
 }
+
+/// An object by name, as the batch operations take it.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct ObjectRef {
+    /// The bucket.
+    pub bucket: String,
+    /// The key.
+    pub key: String,
+}
+
+/// A page of [`Drive::records_for`]: the records found, and where the next page starts
+/// (`None` after the last).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RecordPage {
+    /// Records that name the drive asked about.
+    pub records: Vec<ObjectRecord>,
+    /// The last object looked at: the `after` of the next page.
+    pub next: Option<ObjectRef>,
+}
+
+/// Most objects one [`Drive::versions`] call takes.
+pub const MAX_BATCH: usize = 1000;
 
 /// A near-data operation on the data chunks of one shard a drive holds
 /// ([`Drive::run_op`]): the coordinator plans it once for the whole object and sends the
@@ -246,4 +273,31 @@ pub trait Drive: Send + Sync + std::fmt::Debug {
     /// `NotFound` (no such object or version), `BadRequest` (a parity shard, stripes out
     /// of range, a run the operation refuses, more CPU time than the drive allows).
     async fn run_op(&self, req: &OpRequest) -> Result<OpAnswer, DriveError>;
+
+    /// Adds shards to the drive's persistent heal queue (its own shards, which it then
+    /// rebuilds; or, when another drive's, held until that drive takes them). Returns how
+    /// many were not queued already.
+    ///
+    /// # Errors
+    /// `BadRequest` for more than [`MAX_BATCH`] entries.
+    async fn queue_heals(&self, entries: &[HealEntry]) -> Result<usize, DriveError>;
+
+    /// The version of each of `objects` held there (`None`: no record), in order: how
+    /// holders of an object check each other's shards without reading them.
+    ///
+    /// # Errors
+    /// `BadRequest` for more than [`MAX_BATCH`] objects.
+    async fn versions(&self, objects: &[ObjectRef]) -> Result<Vec<Option<VersionId>>, DriveError>;
+
+    /// A page of the records there that place a shard on drive `drive`, in key order
+    /// after `after` (every bucket): what a replaced drive refills from.
+    ///
+    /// # Errors
+    /// When the drive cannot answer.
+    async fn records_for(
+        &self,
+        drive: &str,
+        after: Option<&ObjectRef>,
+        limit: usize,
+    ) -> Result<RecordPage, DriveError>;
 }

@@ -23,6 +23,7 @@
 //!   listing ([`cluster::list`]), the memory budget, and the tasks requests leave running.
 //! - [`compute`]: near-data operations: the drive side (folding its own chunks off the
 //!   I/O path) and the coordinator side (plan, fan out, rebuild, merge).
+//! - [`repair`]: heal, scrub and refill, in the background on every drive.
 //! - [`s3`]: the S3 API (through `s3s`), with thin handlers that call the cluster.
 //! - [`metrics`]: the drive's Prometheus registry (the meter's collectors from `oed-meter`,
 //!   request and traffic counters, the store's state at scrape time) and `/metrics`.
@@ -30,8 +31,10 @@
 //!   one shutdown path.
 //! - [`dev`]: `oedd dev`, a whole cluster of drives on one machine.
 //! - [`uri`]: percent-encoding as S3, SigV4 and the peer API use it.
+//! - [`admin`]: `oedd admin`, cluster health and repair actions over the peer API.
 //! - [`op_client`]: `oedd op`, a near-data operation signed with SigV4 from a shell.
 
+pub mod admin;
 pub mod cluster;
 pub mod compute;
 pub mod config;
@@ -41,6 +44,7 @@ pub mod error;
 pub mod metrics;
 pub mod op_client;
 pub mod peer;
+pub mod repair;
 pub mod s3;
 pub mod server;
 pub mod store;

@@ -42,6 +42,14 @@ enum Command {
     /// Example: oedd op --endpoint http://127.0.0.1:9400 demo log.f64
     ///          '{"op": "stats", "format": "f64le"}'
     Op(OpArgs),
+    /// Cluster health and repair work (heal, scrub, refill), over the drives' peer API.
+    /// Needs the cluster map and the cluster secret (OED_CLUSTER_SECRET, or
+    /// --secret-file).
+    ///
+    /// Examples: oedd admin --map cluster.toml status
+    ///           oedd admin --map cluster.toml scrub all
+    ///           oedd admin --map cluster.toml refill drive-3
+    Admin(AdminArgs),
     /// Print every setting with its default, as a TOML config file.
     ConfigDefaults,
     /// Print the version, target and the erasure-coding kernel this CPU runs.
@@ -100,6 +108,45 @@ enum MeterAction {
 }
 
 #[derive(Args)]
+struct AdminArgs {
+    /// The cluster map (TOML).
+    #[arg(long, env = "OED_CLUSTER_MAP")]
+    map: PathBuf,
+    /// File holding the cluster secret; by default OED_CLUSTER_SECRET.
+    #[arg(long)]
+    secret_file: Option<PathBuf>,
+    #[command(subcommand)]
+    action: AdminAction,
+}
+
+#[derive(Subcommand)]
+enum AdminAction {
+    /// Every drive's state (up or down, incarnation, shards, heal queue and rate, scrub,
+    /// refill), the shards waiting for heal with an ETA, and objects by redundancy.
+    Status {
+        /// Print each drive's answer as JSON instead.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Start a scrub pass now on DRIVE, or on every drive with "all".
+    Scrub {
+        /// A drive id, or "all".
+        drive: String,
+    },
+    /// Refill DRIVE: it lists what it should hold from the other drives and rebuilds
+    /// it at the heal rate (a replaced disk starts this by itself).
+    Refill {
+        /// A drive id.
+        drive: String,
+    },
+    /// Retry deferred heals now on DRIVE, or on every drive with "all".
+    Retry {
+        /// A drive id, or "all".
+        drive: String,
+    },
+}
+
+#[derive(Args)]
 struct OpArgs {
     /// A drive's S3 endpoint (any drive).
     #[arg(long, env = "AWS_ENDPOINT_URL")]
@@ -147,7 +194,48 @@ fn main() -> anyhow::Result<()> {
         Command::Serve(args) => serve(args)?,
         Command::Dev(args) => dev(args)?,
         Command::Op(args) => op(args)?,
+        Command::Admin(args) => admin(args)?,
         Command::Meter(args) => meter(args)?,
+    }
+    Ok(())
+}
+
+fn admin(args: AdminArgs) -> anyhow::Result<()> {
+    use oed_daemon::admin;
+    let map = oed_daemon::cluster::map::ClusterMap::load(&args.map)?;
+    let config = Config {
+        cluster_secret_file: args.secret_file,
+        ..Config::default()
+    };
+    let secret = config.cluster_secret(std::env::var("OED_CLUSTER_SECRET").ok())?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let all = |d: String| -> Vec<String> {
+        if d == "all" {
+            map.drives.iter().map(|d| d.id.clone()).collect()
+        } else {
+            vec![d]
+        }
+    };
+    match args.action {
+        AdminAction::Status { json } => {
+            let answers = rt.block_on(admin::statuses(&map, &secret));
+            if json {
+                println!("{}", serde_json::to_string_pretty(&answers)?);
+            } else {
+                print!("{}", admin::report(&map, &answers));
+            }
+        }
+        AdminAction::Scrub { drive } => {
+            print!("{}", rt.block_on(admin::act(&map, &secret, "scrub", &all(drive)))?);
+        }
+        AdminAction::Refill { drive } => {
+            print!("{}", rt.block_on(admin::act(&map, &secret, "refill", &[drive]))?);
+        }
+        AdminAction::Retry { drive } => {
+            print!("{}", rt.block_on(admin::act(&map, &secret, "retry", &all(drive)))?);
+        }
     }
     Ok(())
 }

@@ -41,6 +41,8 @@ pub struct DriveServer {
     pub metrics: DriveMetrics,
     meter: oed_meter::Meter,
     meter_period: Duration,
+    /// Heal, scrub and refill.
+    pub repair: Arc<crate::repair::Repair>,
 }
 
 impl DriveServer {
@@ -77,7 +79,18 @@ impl DriveServer {
             slots: Arc::new(Semaphore::new(config.max_concurrent_requests)),
             auth_failures: AtomicU64::new(0),
             traffic: metrics.traffic.clone(),
+            repair: std::sync::OnceLock::new(),
         });
+        let repair = crate::repair::Repair::new(
+            cluster.clone(),
+            crate::repair::RepairConfig::of(config),
+            peer.slots.clone(),
+            config.max_concurrent_requests,
+        );
+        let _ = peer.repair.set(repair.clone());
+        metrics.registry.register(Box::new(oed_meter::process::AtScrape(
+            crate::repair::metrics::RepairCollector::new(repair.clone())?,
+        )))?;
         metrics.watch(
             store.clone(),
             cluster.clone(),
@@ -95,6 +108,7 @@ impl DriveServer {
             metrics,
             meter,
             meter_period: Duration::from_millis(config.meter_period_ms),
+            repair,
         })
     }
 
@@ -139,6 +153,7 @@ impl DriveServer {
                 Err(e) => tracing::warn!(error = %e, "orphan sweep panicked"),
             }
         });
+        self.repair.spawn(&tasks, &shutdown);
         let app = peer::router(self.peer.clone());
         let app = match self.s3.clone() {
             Some(s3) => app.fallback_service(axum::error_handling::HandleError::new(

@@ -131,6 +131,32 @@ impl StripeSource {
         stripes: Range<u64>,
         want: Vec<usize>,
     ) -> Result<Self> {
+        Self::open_with(cluster, bucket, ext, stripes, want, None).await
+    }
+
+    /// Opens a source that yields shard `shard` of `ext` rebuilt from the others, never
+    /// read from its own drive: what heal writes back to that drive.
+    ///
+    /// # Errors
+    /// As [`StripeSource::open`].
+    pub async fn open_rebuild(
+        cluster: Arc<Cluster>,
+        bucket: &str,
+        ext: PartRef,
+        stripes: Range<u64>,
+        shard: usize,
+    ) -> Result<Self> {
+        Self::open_with(cluster, bucket, ext, stripes, vec![shard], Some(shard)).await
+    }
+
+    async fn open_with(
+        cluster: Arc<Cluster>,
+        bucket: &str,
+        ext: PartRef,
+        stripes: Range<u64>,
+        want: Vec<usize>,
+        exclude: Option<usize>,
+    ) -> Result<Self> {
         let layout = oed_ec::Layout::new(ext.k.into(), ext.m.into(), ext.chunk_size)?;
         if let Some(bad) = want.iter().find(|&&i| i >= layout.total()) {
             return Err(Error::BadRequest(format!(
@@ -152,10 +178,18 @@ impl StripeSource {
             end,
             bytes_read: 0,
         };
+        if let Some(x) = exclude {
+            s.sources[x] = Source::Failed;
+        }
         if s.next >= s.end {
             return Ok(s);
         }
-        let first = s.want.clone();
+        let first: Vec<usize> = s
+            .want
+            .iter()
+            .copied()
+            .filter(|&i| Some(i) != exclude)
+            .collect();
         s.open_sources(&first, s.next).await;
         if s.want
             .iter()

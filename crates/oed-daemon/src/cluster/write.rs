@@ -24,6 +24,7 @@ use super::budget::Budget;
 use super::md5::Md5Stream;
 use crate::drive::{DriveError, ErrorCode, Stored};
 use crate::error::{Error, Result};
+use crate::store::queue::{HealCause, HealEntry};
 use crate::store::record::{ObjectRecord, PartRef, RecordTail, StoredChecksum, VersionId, now_ms};
 use oed_meter::traffic::{Class, Direction, EcOp};
 
@@ -388,11 +389,15 @@ impl Cluster {
         up.senders.clear();
         let mut stored = Vec::with_capacity(total);
         let mut replaced = Vec::new();
+        // Every drive has its whole shard now: each answers once its commit is done, or
+        // counts as failed after the timeout (a drive frozen mid-write never answers).
+        let deadline = tokio::time::Instant::now() + self.timeout;
         for (i, t) in up.tasks.drain(..).enumerate() {
-            let r = match t.await {
-                Ok(Some(r)) => r,
-                Ok(None) => Err(DriveError::unreachable("the drive is shutting down")),
-                Err(e) => Err(DriveError::unreachable(e.to_string())),
+            let r = match tokio::time::timeout_at(deadline, t).await {
+                Ok(Ok(Some(r))) => r,
+                Ok(Ok(None)) => Err(DriveError::unreachable("the drive is shutting down")),
+                Ok(Err(e)) => Err(DriveError::unreachable(e.to_string())),
+                Err(_) => Err(DriveError::unreachable("no answer to the shard upload in time")),
             };
             match r {
                 Ok(s) => {
@@ -436,12 +441,25 @@ impl Cluster {
         self.stats
             .shard_failures
             .fetch_add(missing as u64, Ordering::Relaxed);
-        for (i, _) in stored.iter().enumerate().filter(|(_, s)| !**s) {
-            let mut rec = record.clone();
-            rec.shard_index = i as u16;
-            if let Err(e) = self.store.queue_heal(&rec, "write missed this drive") {
-                tracing::warn!(error = %e, "heal queue");
-            }
+        // The drives that missed it are likely down: the entries wait here as hints,
+        // handed to each drive when it answers again.
+        let spare = (stored.len() - missing).saturating_sub(usize::from(record.k));
+        let entries: Vec<HealEntry> = stored
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| !**s)
+            .map(|(i, _)| {
+                HealEntry::of(
+                    record,
+                    i as u16,
+                    HealCause::DegradedWrite,
+                    spare as u16,
+                    self.store.drive_id(),
+                )
+            })
+            .collect();
+        if let Err(e) = self.store.queue_heals(&entries) {
+            tracing::warn!(error = %e, "heal queue");
         }
     }
 

@@ -23,8 +23,8 @@ use hyper_util::rt::{TokioExecutor, TokioTimer};
 use super::PeerOp;
 use super::auth::{self, PeerKey};
 use crate::drive::{
-    Drive, DriveError, DriveInfo, ErrorCode, OpAnswer, OpRequest, ShardRead, ShardStream,
-    ShardUpload, Stored,
+    Drive, DriveError, DriveInfo, ErrorCode, HealEntry, ObjectRef, OpAnswer, OpRequest,
+    RecordPage, ShardRead, ShardStream, ShardUpload, Stored,
 };
 use crate::store::record::{BucketRecord, ObjectRecord, VersionId};
 use crate::uri::encode as q;
@@ -453,6 +453,58 @@ impl Drive for PeerClient {
         })?;
         answer.wire_bytes = bytes.len() as u64;
         Ok(answer)
+    }
+
+    async fn queue_heals(&self, entries: &[HealEntry]) -> Result<usize, DriveError> {
+        self.post_json(PeerOp::QueueHeals, "", entries).await
+    }
+
+    async fn versions(&self, objects: &[ObjectRef]) -> Result<Vec<Option<VersionId>>, DriveError> {
+        self.post_json(PeerOp::Versions, "", objects).await
+    }
+
+    async fn records_for(
+        &self,
+        drive: &str,
+        after: Option<&ObjectRef>,
+        limit: usize,
+    ) -> Result<RecordPage, DriveError> {
+        let mut query = format!("drive={}&limit={limit}", q(drive));
+        if let Some(a) = after {
+            let _ = write!(query, "&bucket={}&key={}", q(&a.bucket), q(&a.key));
+        }
+        self.send(PeerOp::RecordsFor, &query).await?.json().await
+    }
+}
+
+impl PeerClient {
+    /// Sends `op` with `body` as JSON and decodes the JSON answer.
+    ///
+    /// # Errors
+    /// The drive's error, or [`ErrorCode::Unreachable`].
+    pub async fn post_json<B: serde::Serialize + ?Sized, T: serde::de::DeserializeOwned>(
+        &self,
+        op: PeerOp,
+        query: &str,
+        body: &B,
+    ) -> Result<T, DriveError> {
+        let body = serde_json::to_vec(body)
+            .map_err(|e| DriveError::new(ErrorCode::BadRequest, e.to_string()))?;
+        let digest = auth::body_digest(&body);
+        let resp = self.request(op, query, &digest).body(body).send().await?;
+        check(resp).await?.json().await
+    }
+
+    /// Sends `op` with an empty body and decodes the JSON answer.
+    ///
+    /// # Errors
+    /// The drive's error, or [`ErrorCode::Unreachable`].
+    pub async fn get_json<T: serde::de::DeserializeOwned>(
+        &self,
+        op: PeerOp,
+        query: &str,
+    ) -> Result<T, DriveError> {
+        self.send(op, query).await?.json().await
     }
 }
 

@@ -15,6 +15,11 @@
 //! | `GET buckets` | | every bucket record |
 //! | `GET info` | | capacity, free space, counts, version, health |
 //! | `POST op` | | a near-data operation on a shard (body: the request, JSON) |
+//! | `POST heal` | | add entries to the drive's heal queue (body: JSON list) |
+//! | `POST versions` | | the version held of each object (body: JSON list of `{bucket, key}`) |
+//! | `GET records` | `drive[, bucket, key][, limit]` | records placing a shard on `drive`, after `bucket`/`key` |
+//! | `GET admin/status` | | the drive's heal, scrub and refill state |
+//! | `POST admin/action` | `do` (`scrub`, `refill`, `retry`) | start maintenance work |
 
 pub mod auth;
 pub mod client;
@@ -37,7 +42,10 @@ use http_body_util::BodyExt;
 use serde::Deserialize;
 use tokio::sync::Semaphore;
 
-use crate::drive::{Drive, DriveError, DriveInfo, MAX_LIST, OpAnswer, OpRequest, Stored};
+use crate::drive::{
+    Drive, DriveError, DriveInfo, HealEntry, MAX_LIST, ObjectRef, OpAnswer, OpRequest,
+    RecordPage, Stored,
+};
 use crate::error::Error;
 use crate::store::record::{BucketRecord, ObjectRecord, VersionId};
 use auth::PeerKey;
@@ -67,11 +75,21 @@ pub enum PeerOp {
     Info,
     /// `POST op`.
     RunOp,
+    /// `POST heal`.
+    QueueHeals,
+    /// `POST versions`.
+    Versions,
+    /// `GET records`.
+    RecordsFor,
+    /// `GET admin/status`.
+    AdminStatus,
+    /// `POST admin/action`.
+    AdminAction,
 }
 
 impl PeerOp {
     /// Every operation.
-    pub const ALL: [Self; 10] = [
+    pub const ALL: [Self; 15] = [
         Self::PutShard,
         Self::GetShard,
         Self::StatObject,
@@ -82,6 +100,11 @@ impl PeerOp {
         Self::ListBuckets,
         Self::Info,
         Self::RunOp,
+        Self::QueueHeals,
+        Self::Versions,
+        Self::RecordsFor,
+        Self::AdminStatus,
+        Self::AdminAction,
     ];
 
     /// Its name, as the `op` label of the request metrics.
@@ -98,6 +121,11 @@ impl PeerOp {
             Self::ListBuckets => "ListBuckets",
             Self::Info => "Info",
             Self::RunOp => "RunOp",
+            Self::QueueHeals => "QueueHeals",
+            Self::Versions => "Versions",
+            Self::RecordsFor => "RecordsFor",
+            Self::AdminStatus => "AdminStatus",
+            Self::AdminAction => "AdminAction",
         }
     }
 
@@ -115,6 +143,11 @@ impl PeerOp {
             Self::ListBuckets => (Method::GET, "/_oed/peer/v1/buckets"),
             Self::Info => (Method::GET, "/_oed/peer/v1/info"),
             Self::RunOp => (Method::POST, "/_oed/peer/v1/op"),
+            Self::QueueHeals => (Method::POST, "/_oed/peer/v1/heal"),
+            Self::Versions => (Method::POST, "/_oed/peer/v1/versions"),
+            Self::RecordsFor => (Method::GET, "/_oed/peer/v1/records"),
+            Self::AdminStatus => (Method::GET, "/_oed/peer/v1/admin/status"),
+            Self::AdminAction => (Method::POST, "/_oed/peer/v1/admin/action"),
         }
     }
 
@@ -140,6 +173,11 @@ impl PeerOp {
             Self::ListBuckets => get(buckets),
             Self::Info => get(info),
             Self::RunOp => axum::routing::post(run_op),
+            Self::QueueHeals => axum::routing::post(queue_heals),
+            Self::Versions => axum::routing::post(versions),
+            Self::RecordsFor => get(records_for),
+            Self::AdminStatus => get(admin_status),
+            Self::AdminAction => axum::routing::post(admin_action),
         }
     }
 }
@@ -161,6 +199,8 @@ pub struct PeerState {
     pub auth_failures: AtomicU64,
     /// Traffic counters (class `peer`).
     pub traffic: oed_meter::traffic::Traffic,
+    /// The drive's heal, scrub and refill work, once it runs.
+    pub repair: std::sync::OnceLock<Arc<crate::repair::Repair>>,
 }
 
 /// The peer API routes, with authentication and the concurrency limit applied.
@@ -447,4 +487,86 @@ async fn run_op(State(state): State<Arc<PeerState>>, body: Bytes) -> Answer<Json
     let req: OpRequest = serde_json::from_slice(&body)
         .map_err(|e| Error::BadRequest(format!("operation request: {e}")))?;
     Ok(Json(state.drive.run_op(&req).await?))
+}
+
+async fn queue_heals(State(state): State<Arc<PeerState>>, body: Bytes) -> Answer<Json<usize>> {
+    let entries: Vec<HealEntry> = serde_json::from_slice(&body)
+        .map_err(|e| Error::BadRequest(format!("heal entries: {e}")))?;
+    let n = state.drive.queue_heals(&entries).await?;
+    if let Some(r) = state.repair.get() {
+        r.wake();
+    }
+    Ok(Json(n))
+}
+
+async fn versions(
+    State(state): State<Arc<PeerState>>,
+    body: Bytes,
+) -> Answer<Json<Vec<Option<VersionId>>>> {
+    let objects: Vec<ObjectRef> = serde_json::from_slice(&body)
+        .map_err(|e| Error::BadRequest(format!("objects: {e}")))?;
+    Ok(Json(state.drive.versions(&objects).await?))
+}
+
+#[derive(Deserialize)]
+struct RecordsQuery {
+    drive: String,
+    bucket: Option<String>,
+    key: Option<String>,
+    limit: Option<usize>,
+}
+
+async fn records_for(
+    State(state): State<Arc<PeerState>>,
+    Query(q): Query<RecordsQuery>,
+) -> Answer<Json<RecordPage>> {
+    let after = match (q.bucket, q.key) {
+        (Some(bucket), Some(key)) => Some(ObjectRef { bucket, key }),
+        _ => None,
+    };
+    let limit = q.limit.unwrap_or(MAX_LIST);
+    Ok(Json(
+        state
+            .drive
+            .records_for(&q.drive, after.as_ref(), limit)
+            .await?,
+    ))
+}
+
+fn repair(state: &PeerState) -> Answer<&Arc<crate::repair::Repair>> {
+    Ok(state
+        .repair
+        .get()
+        .ok_or(Error::Unavailable("the drive's repair work is not running".into()))?)
+}
+
+async fn admin_status(
+    State(state): State<Arc<PeerState>>,
+) -> Answer<Json<crate::repair::RepairStatus>> {
+    Ok(Json(repair(&state)?.status_now()))
+}
+
+#[derive(Deserialize)]
+struct ActionQuery {
+    #[serde(rename = "do")]
+    action: String,
+}
+
+async fn admin_action(
+    State(state): State<Arc<PeerState>>,
+    Query(q): Query<ActionQuery>,
+) -> Answer<Json<serde_json::Value>> {
+    let r = repair(&state)?;
+    let said = match q.action.as_str() {
+        "scrub" => r.start_scrub(),
+        "refill" => r.start_refill(),
+        "retry" => r.retry_deferred(),
+        other => {
+            return Err(Error::BadRequest(format!(
+                "unknown action {other:?}: scrub, refill or retry"
+            ))
+            .into());
+        }
+    };
+    Ok(Json(serde_json::json!({ "action": q.action, "started": said })))
 }

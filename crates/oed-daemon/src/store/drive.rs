@@ -11,8 +11,8 @@ use futures_util::StreamExt as _;
 use super::Store;
 use super::record::{BucketRecord, ObjectRecord, VersionId};
 use crate::drive::{
-    Drive, DriveError, DriveInfo, MAX_LIST, OpAnswer, OpRequest, ShardRead, ShardStream,
-    ShardUpload, Stored,
+    Drive, DriveError, DriveInfo, HealEntry, MAX_BATCH, MAX_LIST, ObjectRef, OpAnswer,
+    OpRequest, RecordPage, ShardRead, ShardStream, ShardUpload, Stored,
 };
 use crate::error::{Error, Result};
 
@@ -85,6 +85,7 @@ impl Store {
             heal_backlog: self.meta.heal_backlog(),
             auth_failures: 0,
             health: health.to_owned(),
+            incarnation: self.identity.incarnation.clone(),
         })
     }
 }
@@ -151,4 +152,67 @@ impl Drive for Store {
     async fn run_op(&self, req: &OpRequest) -> Result<OpAnswer, DriveError> {
         Ok(Store::run_op(self, req).await?)
     }
+
+    async fn queue_heals(&self, entries: &[HealEntry]) -> Result<usize, DriveError> {
+        check_batch(entries.len())?;
+        for e in entries {
+            e.validate()?;
+        }
+        let (store, entries) = (self.clone(), entries.to_vec());
+        Ok(blocking(move || store.queue_heals(&entries)).await?)
+    }
+
+    async fn versions(&self, objects: &[ObjectRef]) -> Result<Vec<Option<VersionId>>, DriveError> {
+        check_batch(objects.len())?;
+        let (store, objects) = (self.clone(), objects.to_vec());
+        Ok(blocking(move || {
+            objects
+                .iter()
+                .map(|o| Ok(store.meta.object(&o.bucket, &o.key)?.map(|r| r.version_id)))
+                .collect::<Result<Vec<_>>>()
+        })
+        .await?)
+    }
+
+    async fn records_for(
+        &self,
+        drive: &str,
+        after: Option<&ObjectRef>,
+        limit: usize,
+    ) -> Result<RecordPage, DriveError> {
+        let after = after.map_or_else(Vec::new, |o| super::record::object_key(&o.bucket, &o.key));
+        let (store, drive) = (self.clone(), drive.to_owned());
+        let limit = limit.clamp(1, MAX_LIST);
+        Ok(blocking(move || {
+            let (records, last) = store
+                .meta
+                .objects_after(&after, limit, |r| r.drives.contains(&drive))?;
+            let next = last.and_then(|k| {
+                let s = String::from_utf8(k).ok()?;
+                let (bucket, key) = s.split_once('\0')?;
+                Some(ObjectRef {
+                    bucket: bucket.to_owned(),
+                    key: key.to_owned(),
+                })
+            });
+            Ok(RecordPage { records, next })
+        })
+        .await?)
+    }
+}
+
+fn check_batch(n: usize) -> Result<()> {
+    if n > MAX_BATCH {
+        return Err(Error::BadRequest(format!(
+            "{n} objects in one batch; at most {MAX_BATCH}"
+        )));
+    }
+    Ok(())
+}
+
+/// Runs `f` (RocksDB reads and writes) on a blocking thread.
+async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 'static) -> Result<T> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| Error::Io(std::io::Error::other(e.to_string())))?
 }

@@ -3,7 +3,6 @@
 //! is "never"). Memory is bounded by the block cache and two memtables (see `Config`).
 
 use std::path::Path;
-use std::sync::PoisonError;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use rocksdb::{
@@ -13,28 +12,32 @@ use rocksdb::{
 
 use crate::config::{Config, FsyncPolicy};
 use crate::error::{Error, Result};
+use crate::store::queue::{HealCause, HealEntry};
 use crate::store::record::{BucketRecord, ObjectRecord, VersionId, object_key};
 
 const BUCKETS: &str = "buckets";
 const OBJECTS: &str = "objects";
 const INLINE: &str = "inline";
 const MULTIPART: &str = "multipart";
-const HEAL: &str = "heal";
-const FAMILIES: [&str; 5] = [BUCKETS, OBJECTS, INLINE, MULTIPART, HEAL];
+/// The heal queue of the earlier format (one entry per object); moved into [`QUEUE`] at open.
+pub(crate) const HEAL_LEGACY: &str = "heal";
+/// The heal queue ([`super::queue`]).
+pub(crate) const QUEUE: &str = "heal_queue";
+/// The drive's own state: scrub progress, refill progress.
+const STATE: &str = "state";
+const FAMILIES: [&str; 7] = [BUCKETS, OBJECTS, INLINE, MULTIPART, HEAL_LEGACY, QUEUE, STATE];
 
 /// The RocksDB of one drive.
 pub struct MetaStore {
-    db: DB,
+    pub(crate) db: DB,
     sync: bool,
+    /// This drive's id: the heal queue tells its own shards from other drives'.
+    pub(crate) drive_id: String,
     objects: AtomicU64,
     checksum_failures: AtomicU64,
-    /// Entries in the heal queue: counted once at open, then kept as entries come and
-    /// go, so that a scrape does not walk a queue that can grow to millions of entries
-    /// while a drive is away.
-    heal_entries: AtomicU64,
-    /// Held while the heal queue changes, so that checking whether an entry exists and
-    /// changing it are one step for the count.
-    heal_lock: std::sync::Mutex<()>,
+    /// The heal queue's counts; held while the queue changes, so that reading an entry
+    /// and changing it are one step for them.
+    pub(crate) heal_lock: std::sync::Mutex<super::queue::Counts>,
 }
 
 impl std::fmt::Debug for MetaStore {
@@ -75,22 +78,21 @@ impl MetaStore {
         let store = Self {
             db,
             sync: config.fsync == FsyncPolicy::Always,
+            drive_id: config.drive_id.clone(),
             objects: AtomicU64::new(0),
             checksum_failures: AtomicU64::new(0),
-            heal_entries: AtomicU64::new(0),
-            heal_lock: std::sync::Mutex::new(()),
+            heal_lock: std::sync::Mutex::default(),
         };
-        for (family, count) in [(OBJECTS, &store.objects), (HEAL, &store.heal_entries)] {
-            let n = store
-                .db
-                .iterator_cf(store.cf(family), IteratorMode::Start)
-                .count();
-            count.store(n as u64, Ordering::Relaxed);
-        }
+        let n = store
+            .db
+            .iterator_cf(store.cf(OBJECTS), IteratorMode::Start)
+            .count();
+        store.objects.store(n as u64, Ordering::Relaxed);
+        store.open_queue()?;
         Ok(store)
     }
 
-    fn cf(&self, name: &str) -> &rocksdb::ColumnFamily {
+    pub(crate) fn cf(&self, name: &str) -> &rocksdb::ColumnFamily {
         self.db
             .cf_handle(name)
             .expect("every column family is created at open")
@@ -100,7 +102,7 @@ impl MetaStore {
     /// so without holding up the runtime's other requests: on a multi-threaded runtime the
     /// worker first hands its queue to another thread. Concurrent writers then also reach
     /// RocksDB together, which syncs their WAL records at once.
-    fn write(&self, batch: WriteBatch) -> Result<()> {
+    pub(crate) fn write(&self, batch: WriteBatch) -> Result<()> {
         use tokio::runtime::{Handle, RuntimeFlavor};
         let mut opts = WriteOptions::default();
         opts.set_sync(self.sync);
@@ -239,21 +241,8 @@ impl MetaStore {
         let mut batch = WriteBatch::default();
         batch.delete_cf(self.cf(OBJECTS), &k);
         batch.delete_cf(self.cf(INLINE), &k);
-        // Most objects have no heal entry; only those that do take the queue's lock (and
-        // look again under it).
-        let queue = self.db.get_pinned_cf(self.cf(HEAL), &k)?.map(|_| {
-            self.heal_lock
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-        });
-        let queued = queue.is_some() && self.db.get_pinned_cf(self.cf(HEAL), &k)?.is_some();
-        if queued {
-            batch.delete_cf(self.cf(HEAL), &k);
-        }
+        // A heal entry of the object stays: the healer finds it obsolete and drops it.
         self.write(batch)?;
-        if queued {
-            self.heal_entries.fetch_sub(1, Ordering::Relaxed);
-        }
         self.objects.fetch_sub(1, Ordering::Relaxed);
         Ok(())
     }
@@ -295,39 +284,16 @@ impl MetaStore {
         Ok(())
     }
 
-    /// Notes that this drive's shard of `record` needs rebuilding (why: `reason`).
+    /// Queues this drive's shard of `record` for heal (a chunk failed its CRC32C, or the
+    /// file is gone), and counts it.
     ///
     /// # Errors
-    /// [`Error::Meta`] or [`Error::Record`].
-    pub fn queue_heal(&self, record: &ObjectRecord, reason: &str) -> Result<()> {
-        let entry = serde_json::json!({
-            "version_id": record.version_id,
-            "shard_index": record.shard_index,
-            "reason": reason,
-            "queued_ms": crate::store::record::now_ms(),
-        });
-        let key = object_key(&record.bucket, &record.key);
-        let mut batch = WriteBatch::default();
-        batch.put_cf(self.cf(HEAL), &key, serde_json::to_vec(&entry)?);
-        let _queue = self
-            .heal_lock
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        let new = self.db.get_pinned_cf(self.cf(HEAL), &key)?.is_none();
-        self.write(batch)?;
-        if new {
-            self.heal_entries.fetch_add(1, Ordering::Relaxed);
-        }
-        Ok(())
-    }
-
-    /// Queues a shard that failed its CRC32C check for heal, and counts it.
-    ///
-    /// # Errors
-    /// As [`MetaStore::queue_heal`]; it is counted either way.
-    pub fn queue_corrupt(&self, record: &ObjectRecord) -> Result<()> {
+    /// As [`MetaStore::queue_entries`]; it is counted either way.
+    pub fn queue_corrupt(&self, record: &ObjectRecord, cause: HealCause) -> Result<()> {
         self.checksum_failures.fetch_add(1, Ordering::Relaxed);
-        self.queue_heal(record, "crc32c mismatch on read")
+        let redundancy = record.m.saturating_sub(1);
+        let e = HealEntry::of(record, record.shard_index, cause, redundancy, &self.drive_id);
+        self.queue_entries(&[e]).map(|_| ())
     }
 
     /// Shards found failing their CRC32C check since start.
@@ -336,10 +302,60 @@ impl MetaStore {
         self.checksum_failures.load(Ordering::Relaxed)
     }
 
-    /// Entries in the heal queue.
-    #[must_use]
-    pub fn heal_backlog(&self) -> u64 {
-        self.heal_entries.load(Ordering::Relaxed)
+    /// A value of the drive's own state (scrub and refill progress), decoded.
+    ///
+    /// # Errors
+    /// [`Error::Meta`].
+    pub fn state<T: serde::de::DeserializeOwned>(&self, name: &str) -> Result<Option<T>> {
+        Ok(self
+            .db
+            .get_pinned_cf(self.cf(STATE), name)?
+            .and_then(|v| serde_json::from_slice(&v).ok()))
+    }
+
+    /// Stores a value of the drive's own state.
+    ///
+    /// # Errors
+    /// [`Error::Meta`] or [`Error::Record`].
+    pub fn set_state<T: serde::Serialize>(&self, name: &str, value: &T) -> Result<()> {
+        let mut batch = WriteBatch::default();
+        batch.put_cf(self.cf(STATE), name, serde_json::to_vec(value)?);
+        self.write(batch)
+    }
+
+    /// Up to `limit` object records after the metadata key `after` (every bucket, in key
+    /// order), with the key of the last one: the scrubber's and the refill's cursor.
+    ///
+    /// # Errors
+    /// [`Error::Meta`] or [`Error::Record`].
+    pub fn objects_after(
+        &self,
+        after: &[u8],
+        limit: usize,
+        mut keep: impl FnMut(&ObjectRecord) -> bool,
+    ) -> Result<(Vec<ObjectRecord>, Option<Vec<u8>>)> {
+        let mut out = Vec::new();
+        let mut last = None;
+        let mut scanned = 0;
+        for kv in self
+            .db
+            .iterator_cf(self.cf(OBJECTS), IteratorMode::From(after, Direction::Forward))
+        {
+            let (k, v) = kv?;
+            if *k == *after {
+                continue;
+            }
+            scanned += 1;
+            let rec: ObjectRecord = serde_json::from_slice(&v)?;
+            last = Some(k.to_vec());
+            if keep(&rec) {
+                out.push(rec);
+            }
+            if out.len() >= limit || scanned >= 16 * limit.max(64) {
+                break;
+            }
+        }
+        Ok((out, last))
     }
 
     /// Flushes memtables to disk (at shutdown, so the next start replays no WAL).
@@ -364,7 +380,7 @@ mod tests {
     }
 
     #[test]
-    fn the_heal_backlog_counts_queued_objects_once_and_survives_a_reopen() {
+    fn corrupt_shards_are_queued_once_and_the_queue_survives_a_reopen() {
         let dir = tempfile::tempdir().unwrap();
         let config = Config::default();
         {
@@ -373,18 +389,32 @@ mod tests {
                 meta.commit_object(&record(key), None, None).unwrap();
             }
             assert_eq!(meta.heal_backlog(), 0);
-            meta.queue_heal(&record("a"), "test").unwrap();
-            meta.queue_corrupt(&record("a")).unwrap(); // the same object again
-            meta.queue_heal(&record("b"), "test").unwrap();
+            meta.queue_corrupt(&record("a"), HealCause::ReadCorrupt).unwrap();
+            meta.queue_corrupt(&record("a"), HealCause::ScrubCorrupt).unwrap(); // again
+            meta.queue_corrupt(&record("b"), HealCause::ReadCorrupt).unwrap();
             assert_eq!(meta.heal_backlog(), 2);
-            meta.delete_object("bkt", "c").unwrap(); // not queued
-            assert_eq!(meta.heal_backlog(), 2);
-            meta.delete_object("bkt", "a").unwrap();
-            assert_eq!(meta.heal_backlog(), 1);
-            assert_eq!(meta.object_count(), 1);
+            assert_eq!(meta.checksum_failures(), 3);
+            meta.delete_object("bkt", "c").unwrap();
+            assert_eq!(meta.object_count(), 2);
+        }
+        let meta = MetaStore::open(dir.path(), &config).unwrap();
+        assert_eq!(meta.heal_backlog(), 2);
+        assert_eq!(meta.object_count(), 2);
+    }
+
+    #[test]
+    fn entries_of_the_earlier_format_move_into_the_queue() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = Config::default();
+        {
+            let meta = MetaStore::open(dir.path(), &config).unwrap();
+            meta.commit_object(&record("a"), None, None).unwrap();
+            meta.db
+                .put_cf(meta.cf(HEAL_LEGACY), object_key("bkt", "a"), b"{}")
+                .unwrap();
         }
         let meta = MetaStore::open(dir.path(), &config).unwrap();
         assert_eq!(meta.heal_backlog(), 1);
-        assert_eq!(meta.object_count(), 1);
+        assert_eq!(meta.entries_for(&config.drive_id, 10).unwrap()[0].key, "a");
     }
 }

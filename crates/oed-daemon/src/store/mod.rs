@@ -9,6 +9,7 @@
 
 mod drive;
 pub mod meta;
+pub mod queue;
 pub mod record;
 
 use std::io::Read;
@@ -86,6 +87,65 @@ pub struct Shared {
     ops: crate::compute::drive::OpLimits,
     /// The drive's energy meter, once the server has one.
     energy: std::sync::OnceLock<oed_meter::EnergyReader>,
+    /// Who this drive is: its id and the incarnation written at its first start.
+    identity: Identity,
+    /// Whether the identity was written at this start, on an empty data directory: a
+    /// new drive, or one replacing an earlier drive of the same id.
+    new_incarnation: bool,
+}
+
+/// A drive's identity, in `identity.json` of its data directory: written once, at the
+/// first start on an empty data directory. A drive id that comes back with another
+/// incarnation is a replaced disk.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Identity {
+    /// The drive id.
+    pub drive_id: String,
+    /// Random, 16 hex digits, new for every empty data directory.
+    pub incarnation: String,
+    /// When it was written, milliseconds since the epoch.
+    pub created_ms: u64,
+}
+
+impl Identity {
+    /// Reads the identity in `root`, or writes a new one (durably) when there is none;
+    /// says whether it is new.
+    fn load_or_create(root: &Path, drive_id: &str) -> Result<(Self, bool)> {
+        let path = root.join("identity.json");
+        match std::fs::read(&path) {
+            Ok(bytes) => {
+                let id: Identity = serde_json::from_slice(&bytes).map_err(|e| {
+                    Error::Config(format!("{}: {e}", path.display()))
+                })?;
+                if id.drive_id != drive_id {
+                    return Err(Error::Config(format!(
+                        "data directory {} belongs to drive {:?}, not {drive_id:?}",
+                        root.display(),
+                        id.drive_id
+                    )));
+                }
+                Ok((id, false))
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                let id = Identity {
+                    drive_id: drive_id.to_owned(),
+                    incarnation: format!("{:016x}", rand::random::<u64>()),
+                    created_ms: record::now_ms(),
+                };
+                let tmp = root.join("identity.json.tmp");
+                {
+                    use std::io::Write as _;
+                    let mut f = std::fs::File::create(&tmp)?;
+                    f.write_all(&serde_json::to_vec_pretty(&id)?)?;
+                    f.sync_all()?;
+                }
+                std::fs::rename(&tmp, &path)?;
+                std::fs::File::open(root)?.sync_all()?;
+                Ok((id, true))
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
 }
 
 impl std::ops::Deref for Store {
@@ -106,7 +166,9 @@ impl Store {
         let root = config.data_dir.clone();
         let shards = root.join("shards");
         let tmp = root.join("tmp");
+        let had_data = root.join("meta").exists();
         std::fs::create_dir_all(&shards)?;
+        let (identity, created) = Identity::load_or_create(&root, &config.drive_id)?;
         if tmp.exists() {
             std::fs::remove_dir_all(&tmp)?;
         }
@@ -140,7 +202,27 @@ impl Store {
                 std::time::Duration::from_secs(config.op_cpu_seconds),
             ),
             energy: std::sync::OnceLock::new(),
+            identity,
+            new_incarnation: created && !had_data,
         })))
+    }
+
+    /// This drive's identity.
+    #[must_use]
+    pub fn identity(&self) -> &Identity {
+        &self.identity
+    }
+
+    /// Whether this start began a new incarnation on an empty data directory.
+    #[must_use]
+    pub fn is_new_incarnation(&self) -> bool {
+        self.new_incarnation
+    }
+
+    /// The metadata store.
+    #[must_use]
+    pub fn meta(&self) -> &MetaStore {
+        &self.meta
     }
 
     /// How much near-data work the drive takes on.
@@ -215,13 +297,13 @@ impl Store {
         self.meta.checksum_failures()
     }
 
-    /// Notes that shard `record.shard_index` of `record`'s object needs rebuilding (why:
-    /// `reason`), in this drive's persistent heal queue.
+    /// Queues shards for heal in this drive's persistent heal queue (its own, or hints
+    /// for other drives); returns how many were new.
     ///
     /// # Errors
     /// [`Error::Meta`] or [`Error::Record`].
-    pub fn queue_heal(&self, record: &ObjectRecord, reason: &str) -> Result<()> {
-        self.meta.queue_heal(record, reason)
+    pub fn queue_heals(&self, entries: &[queue::HealEntry]) -> Result<usize> {
+        self.meta.queue_entries(entries)
     }
 
     /// Capacity and free space of the data file system.
@@ -507,6 +589,88 @@ impl Store {
         Ok(removed)
     }
 
+    /// Reads every chunk of this drive's shard of `record` and checks its CRC32C, taking
+    /// each chunk's bytes from `limit` first; returns the bytes read. A bad chunk or a
+    /// missing file is logged and queued for heal (cause `scrub_corrupt`). The pages read
+    /// are dropped from the page cache afterwards, so a scrub does not push out what
+    /// clients read. Blocks.
+    ///
+    /// # Errors
+    /// [`Error::CorruptShard`]; [`Error::NotFound`] when the version is no longer stored.
+    pub fn scrub_shard(&self, record: &ObjectRecord, limit: &crate::repair::Limiter) -> Result<u64> {
+        let (rec, bytes) = self.shard(&record.bucket, &record.key, Some(record.version_id))?;
+        let path = match &bytes {
+            ShardBytes::File(p) => Some(p.clone()),
+            ShardBytes::Inline(_) => None,
+        };
+        let stripes = rec.layout()?.stripe_count(rec.size);
+        let mut read = 0u64;
+        let r = for_each_chunk(bytes, 0, stripes, &mut |_, buf| {
+            limit.take_blocking(buf.len() as u64);
+            read += buf.len() as u64;
+            ControlFlow::Continue(())
+        });
+        if let Some(p) = path
+            && let Ok(f) = std::fs::File::open(p)
+        {
+            let _ = rustix::fs::fadvise(&f, 0, None, rustix::fs::Advice::DontNeed);
+        }
+        match r {
+            Err(Error::CorruptShard { stripe }) => {
+                tracing::error!(bucket = %rec.bucket, key = %rec.key, stripe, "scrub: stored shard is corrupt");
+                if let Err(q) = self.meta.queue_corrupt(&rec, queue::HealCause::ScrubCorrupt) {
+                    tracing::warn!(error = %q, "heal queue");
+                }
+                Err(Error::CorruptShard { stripe })
+            }
+            Err(e) => Err(e),
+            Ok(()) => Ok(read),
+        }
+    }
+
+    /// Removes leftovers older than `grace`: files in `tmp/` (uploads that never
+    /// finished), and shard files that no record points to. Returns how many of each.
+    /// Younger ones may belong to writes in progress and stay. Blocks.
+    ///
+    /// # Errors
+    /// [`Error::Io`] or [`Error::Meta`].
+    pub fn sweep_aged(&self, grace: std::time::Duration) -> Result<(u64, u64)> {
+        let old = |p: &Path| {
+            std::fs::metadata(p)
+                .and_then(|m| m.modified())
+                .is_ok_and(|t| t.elapsed().is_ok_and(|age| age > grace))
+        };
+        let mut temp = 0;
+        for f in std::fs::read_dir(&self.tmp)? {
+            let path = f?.path();
+            if old(&path) && std::fs::remove_file(&path).is_ok() {
+                temp += 1;
+            }
+        }
+        // The first 8 bytes of each wanted file's name: a collision keeps an orphan,
+        // never removes a shard.
+        let mut wanted = std::collections::HashSet::new();
+        self.meta.for_each_object(|r| {
+            let p = self.shard_path(&r.bucket, &r.key, r.version_id, r.shard_index);
+            wanted.insert(name_prefix(&p));
+        })?;
+        let mut files = 0;
+        for a in std::fs::read_dir(&self.shards)? {
+            for b in std::fs::read_dir(a?.path())? {
+                for f in std::fs::read_dir(b?.path())? {
+                    let path = f?.path();
+                    if !wanted.contains(&name_prefix(&path))
+                        && old(&path)
+                        && std::fs::remove_file(&path).is_ok()
+                    {
+                        files += 1;
+                    }
+                }
+            }
+        }
+        Ok((temp, files))
+    }
+
     /// Flushes the metadata store (at shutdown).
     ///
     /// # Errors
@@ -514,6 +678,15 @@ impl Store {
     pub fn flush(&self) -> Result<()> {
         self.meta.flush()
     }
+}
+
+/// The first 8 bytes of a shard file's name (hex of a hash).
+fn name_prefix(p: &Path) -> u64 {
+    p.file_name()
+        .and_then(|n| n.to_str())
+        .and_then(|n| n.get(..16))
+        .and_then(|h| u64::from_str_radix(h, 16).ok())
+        .unwrap_or(0)
 }
 
 /// An upload being received: in memory when it will be inlined, else a temp file.
@@ -781,7 +954,7 @@ impl Store {
     fn note_failed_read(&self, record: &ObjectRecord, e: &Error) {
         if let Error::CorruptShard { stripe } = e {
             tracing::error!(bucket = %record.bucket, key = %record.key, stripe, "stored shard is corrupt");
-            if let Err(q) = self.meta.queue_corrupt(record) {
+            if let Err(q) = self.meta.queue_corrupt(record, queue::HealCause::ReadCorrupt) {
                 tracing::warn!(error = %q, "heal queue");
             }
         }

@@ -1,0 +1,349 @@
+//! Keeping the cluster's redundancy: heal, scrub and refill, running in the background
+//! on every drive.
+//!
+//! - [`heal`]: this drive rebuilds its own missing or bad shards from the heal queue
+//!   ([`crate::store::queue`]), `k` good shards read from the other holders through the
+//!   stripe source, written with the one durable write every shard gets; and it hands
+//!   the entries it holds for other drives (hints) to them when they answer.
+//! - [`scrub`]: this drive reads all its shards at a bounded rate and checks every
+//!   chunk's CRC32C, checks with the other holders of each object that they hold their
+//!   shards, and sweeps leftovers after a grace period.
+//! - [`refill`]: a drive that starts on an empty data directory under an id the cluster
+//!   knows (a replaced disk) lists what it held from the other drives and queues all of it.
+//!
+//! Heal and scrub are rate-limited in bytes per second ([`Limiter`]); heal yields part of
+//! its rate while the drive serves requests. Progress and findings are in
+//! [`RepairStatus`] (`oedd admin`) and in the drive's metrics.
+
+// Rates and ETAs are f64; byte counts convert with more than enough precision.
+#![allow(clippy::cast_precision_loss)]
+
+pub mod heal;
+pub mod metrics;
+pub mod refill;
+pub mod scrub;
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+use tokio::sync::{Notify, Semaphore};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::cluster::Cluster;
+use crate::config::Config;
+use crate::store::Store;
+use crate::store::queue::QueueCounts;
+
+/// What the repair work is told, from [`Config`].
+#[derive(Clone, Debug)]
+pub struct RepairConfig {
+    /// Whether heal runs.
+    pub heal: bool,
+    /// Bytes rebuilt per second (0: no limit).
+    pub heal_rate: u64,
+    /// Share of the rate kept while the drive serves requests.
+    pub busy_share: f64,
+    /// Heals at once.
+    pub concurrency: usize,
+    /// Time before failed heals are tried again.
+    pub retry: Duration,
+    /// Bytes scrubbed per second (0: no scrub).
+    pub scrub_rate: u64,
+    /// From the start of one pass to the start of the next.
+    pub scrub_interval: Duration,
+    /// Age of leftovers before they are swept.
+    pub grace: Duration,
+}
+
+impl RepairConfig {
+    /// The settings of `config`.
+    #[must_use]
+    pub fn of(config: &Config) -> Self {
+        Self {
+            heal: config.heal,
+            heal_rate: config.heal_rate_bytes,
+            busy_share: config.heal_busy_share,
+            concurrency: config.heal_concurrency,
+            retry: Duration::from_secs(config.heal_retry_seconds),
+            scrub_rate: config.scrub_rate_bytes,
+            scrub_interval: Duration::from_secs(config.scrub_interval_seconds),
+            grace: Duration::from_secs(config.sweep_grace_seconds),
+        }
+    }
+}
+
+/// A rate limit in bytes per second, shared by the tasks that take from it: each take
+/// reserves its bytes on a timeline advancing at the rate and waits for its turn. Up to
+/// one second of unused rate may be spent at once.
+#[derive(Debug)]
+pub struct Limiter {
+    rate: u64,
+    next: Mutex<Instant>,
+}
+
+impl Limiter {
+    /// A limit of `rate` bytes per second; 0 is no limit.
+    #[must_use]
+    pub fn new(rate: u64) -> Self {
+        Self {
+            rate,
+            next: Mutex::new(Instant::now()),
+        }
+    }
+
+    /// Reserves `n` bytes at `share` of the rate; returns how long to wait before using
+    /// them.
+    fn reserve(&self, n: u64, share: f64) -> Duration {
+        if self.rate == 0 {
+            return Duration::ZERO;
+        }
+        let now = Instant::now();
+        let mut next = self.next.lock().unwrap_or_else(PoisonError::into_inner);
+        let start = (*next).max(now.checked_sub(Duration::from_secs(1)).unwrap_or(now));
+        let cost = Duration::from_secs_f64(n as f64 / (self.rate as f64 * share.max(0.01)));
+        *next = start + cost;
+        start.saturating_duration_since(now)
+    }
+
+    /// Waits until `n` more bytes fit in `share` of the rate.
+    pub async fn take(&self, n: u64, share: f64) {
+        let wait = self.reserve(n, share);
+        if !wait.is_zero() {
+            tokio::time::sleep(wait).await;
+        }
+    }
+
+    /// [`Limiter::take`] for a blocking thread.
+    pub fn take_blocking(&self, n: u64) {
+        let wait = self.reserve(n, 1.0);
+        if !wait.is_zero() {
+            std::thread::sleep(wait);
+        }
+    }
+}
+
+/// Counters of what heal did since start.
+#[derive(Debug, Default)]
+pub struct HealStats {
+    /// Shards rebuilt and stored.
+    pub shards: AtomicU64,
+    /// Their bytes.
+    pub bytes: AtomicU64,
+    /// Heals that failed and were deferred.
+    pub failures: AtomicU64,
+    /// Entries dropped because their version was overwritten, deleted, or is held.
+    pub obsolete: AtomicU64,
+    /// Entries handed to the drives they are for.
+    pub hints_delivered: AtomicU64,
+    /// Recent heals (time, bytes), for the current rate.
+    recent: Mutex<VecDeque<(Instant, u64)>>,
+}
+
+/// The window the current heal rate is measured over.
+const RATE_WINDOW: Duration = Duration::from_secs(30);
+
+impl HealStats {
+    fn healed(&self, bytes: u64) {
+        self.shards.fetch_add(1, Ordering::Relaxed);
+        self.bytes.fetch_add(bytes, Ordering::Relaxed);
+        let mut r = self.recent.lock().unwrap_or_else(PoisonError::into_inner);
+        r.push_back((Instant::now(), bytes));
+        while r.len() > 4096 {
+            r.pop_front();
+        }
+    }
+
+    /// Bytes healed per second over the last 30 s.
+    #[must_use]
+    pub fn rate(&self) -> f64 {
+        let mut r = self.recent.lock().unwrap_or_else(PoisonError::into_inner);
+        let now = Instant::now();
+        while r.front().is_some_and(|(t, _)| now.duration_since(*t) > RATE_WINDOW) {
+            r.pop_front();
+        }
+        r.iter().map(|(_, b)| *b).sum::<u64>() as f64 / RATE_WINDOW.as_secs_f64()
+    }
+}
+
+/// A drive's heal, scrub and refill work; see the module docs.
+#[derive(Debug)]
+pub struct Repair {
+    cluster: Arc<Cluster>,
+    store: Store,
+    config: RepairConfig,
+    /// Requests being served now: what heal yields to.
+    slots: Arc<Semaphore>,
+    max_slots: usize,
+    heal_limit: Limiter,
+    scrub_limit: Arc<Limiter>,
+    /// Wakes the healer: new entries, a retry asked for.
+    wake: Notify,
+    retry_now: AtomicBool,
+    /// Starts a scrub pass now.
+    scrub_now: Notify,
+    /// Starts a refill.
+    refill_now: Notify,
+    /// What heal did.
+    pub heal_stats: HealStats,
+    /// What scrub did.
+    pub scrub_stats: scrub::ScrubStats,
+    /// The refill's state (also kept in the store).
+    refill: Mutex<refill::RefillState>,
+}
+
+/// What `oedd admin` shows of a drive (`GET admin/status`).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct RepairStatus {
+    /// The drive.
+    pub drive_id: String,
+    /// Its incarnation.
+    pub incarnation: String,
+    /// Shards it holds.
+    pub shards: u64,
+    /// Its heal queue.
+    pub queue: QueueCounts,
+    /// Heal.
+    pub heal: HealStatus,
+    /// Scrub.
+    pub scrub: scrub::ScrubStatus,
+    /// Refill.
+    pub refill: refill::RefillState,
+}
+
+/// Heal's part of [`RepairStatus`].
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct HealStatus {
+    /// Whether heal runs.
+    pub enabled: bool,
+    /// The configured rate, bytes per second (0: none).
+    pub rate_limit_bytes: u64,
+    /// Bytes per second rebuilt over the last 30 s.
+    pub rate_bytes: f64,
+    /// Shards rebuilt since start.
+    pub healed_shards: u64,
+    /// Their bytes.
+    pub healed_bytes: u64,
+    /// Heals that failed (and were deferred) since start.
+    pub failures: u64,
+    /// Entries found obsolete since start.
+    pub obsolete: u64,
+    /// Seconds until the queue is empty at the current rate, when it is moving.
+    pub eta_seconds: Option<f64>,
+}
+
+impl Repair {
+    /// The repair work of the drive whose cluster is `cluster`; `slots` are the drive's
+    /// request slots (`max` of them), to tell when it is busy.
+    #[must_use]
+    pub fn new(
+        cluster: Arc<Cluster>,
+        config: RepairConfig,
+        slots: Arc<Semaphore>,
+        max: usize,
+    ) -> Arc<Self> {
+        let store = cluster.local_store().clone();
+        let refill = refill::RefillState::load(&store);
+        Arc::new(Self {
+            heal_limit: Limiter::new(config.heal_rate),
+            scrub_limit: Arc::new(Limiter::new(config.scrub_rate)),
+            cluster,
+            store,
+            config,
+            slots,
+            max_slots: max,
+            wake: Notify::new(),
+            retry_now: AtomicBool::new(false),
+            scrub_now: Notify::new(),
+            refill_now: Notify::new(),
+            heal_stats: HealStats::default(),
+            scrub_stats: scrub::ScrubStats::default(),
+            refill: Mutex::new(refill),
+        })
+    }
+
+    /// Starts the healer, the hint sender, the scrubber and (on a new incarnation of a
+    /// known drive, or one left unfinished) the refill, on `tasks`, until `stop`.
+    pub fn spawn(self: &Arc<Self>, tasks: &TaskTracker, stop: &CancellationToken) {
+        if self.config.heal {
+            tasks.spawn(heal::run(self.clone(), stop.child_token()));
+        }
+        tasks.spawn(heal::send_hints(self.clone(), stop.child_token()));
+        tasks.spawn(scrub::run(self.clone(), stop.child_token()));
+        tasks.spawn(refill::run(self.clone(), stop.child_token()));
+    }
+
+    /// Wakes the healer (entries were queued).
+    pub fn wake(&self) {
+        self.wake.notify_one();
+    }
+
+    /// Asks for a scrub pass now; returns true.
+    pub fn start_scrub(&self) -> bool {
+        self.scrub_now.notify_one();
+        true
+    }
+
+    /// Asks for a refill now (an operator says this drive's disk was replaced).
+    pub fn start_refill(&self) -> bool {
+        self.refill_now.notify_one();
+        true
+    }
+
+    /// Retries deferred heals now.
+    pub fn retry_deferred(&self) -> bool {
+        self.retry_now.store(true, Ordering::Relaxed);
+        self.wake.notify_one();
+        true
+    }
+
+    /// Whether the drive is serving requests.
+    fn busy(&self) -> bool {
+        self.slots.available_permits() < self.max_slots
+    }
+
+    /// The share of the heal rate to use now.
+    fn heal_share(&self) -> f64 {
+        if self.busy() {
+            self.config.busy_share
+        } else {
+            1.0
+        }
+    }
+
+    /// The drive's state, from counters (no I/O).
+    #[must_use]
+    pub fn status_now(&self) -> RepairStatus {
+        let queue = self.store.meta().queue_status();
+        let h = &self.heal_stats;
+        let rate = h.rate();
+        let left: u64 = queue.local_bytes.values().sum();
+        let mut refill = self
+            .refill
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        refill.update(&queue, rate);
+        RepairStatus {
+            drive_id: self.store.drive_id().to_owned(),
+            incarnation: self.store.identity().incarnation.clone(),
+            shards: self.store.object_count(),
+            heal: HealStatus {
+                enabled: self.config.heal,
+                rate_limit_bytes: self.config.heal_rate,
+                rate_bytes: rate,
+                healed_shards: h.shards.load(Ordering::Relaxed),
+                healed_bytes: h.bytes.load(Ordering::Relaxed),
+                failures: h.failures.load(Ordering::Relaxed),
+                obsolete: h.obsolete.load(Ordering::Relaxed),
+                eta_seconds: (rate > 0.0 && left > 0).then(|| left as f64 / rate),
+            },
+            scrub: self.scrub_stats.status(&self.config),
+            refill,
+            queue,
+        }
+    }
+}

@@ -1,0 +1,549 @@
+//! The heal queue: shards that must be rebuilt, kept in the drive's RocksDB so that no
+//! restart forgets one.
+//!
+//! An entry names one shard of one object version and the drive that should hold it. A
+//! drive's own shards (`drive` is this drive) are rebuilt here by the healer; entries for
+//! other drives are hints, queued here because that drive could not be told (it was down
+//! when a write missed it), and handed to it when it answers again. Each drive rebuilds
+//! only its own shards, so no two drives ever rebuild the same one.
+//!
+//! Two kinds of keys share the column family:
+//! - `e` drive NUL bucket NUL key: the entry (JSON). One per shard: queueing the same
+//!   shard again merges into it (the newer version, the lower redundancy).
+//! - `o` drive NUL deferred priority bucket NUL key: the order the healer takes entries
+//!   in: not deferred first, then the fewest shards to spare (`redundancy`) first.
+//!   An entry whose heal failed is deferred until the deferred ones are retried.
+
+use std::collections::BTreeMap;
+use std::sync::PoisonError;
+
+use rocksdb::{Direction, IteratorMode, WriteBatch};
+use serde::{Deserialize, Serialize};
+
+use super::meta::MetaStore;
+use super::record::{ObjectRecord, VersionId, now_ms};
+use crate::error::Result;
+
+/// Why a shard was queued: the `cause` label of the heal metrics.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HealCause {
+    /// A write was acknowledged without this shard (its drive was down or failed).
+    DegradedWrite,
+    /// A read found a chunk failing its CRC32C (or the shard file gone).
+    ReadCorrupt,
+    /// The scrubber found a chunk failing its CRC32C (or the shard file gone).
+    ScrubCorrupt,
+    /// Another holder of the object found this drive without the shard (a drive that
+    /// missed writes, or was wiped).
+    Missing,
+    /// This drive replaced an earlier one and refills what it held.
+    Refill,
+}
+
+impl HealCause {
+    /// Every cause.
+    pub const ALL: [Self; 5] = [
+        Self::DegradedWrite,
+        Self::ReadCorrupt,
+        Self::ScrubCorrupt,
+        Self::Missing,
+        Self::Refill,
+    ];
+
+    /// The metric label.
+    #[must_use]
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::DegradedWrite => "degraded_write",
+            Self::ReadCorrupt => "read_corrupt",
+            Self::ScrubCorrupt => "scrub_corrupt",
+            Self::Missing => "missing",
+            Self::Refill => "refill",
+        }
+    }
+
+    fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// One shard to rebuild.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HealEntry {
+    /// The bucket.
+    pub bucket: String,
+    /// The object (or part) key.
+    pub key: String,
+    /// The version whose shard is missing. The healer rebuilds the version that is
+    /// current when it runs, and only when this drive holds a shard of it: a version
+    /// overwritten or deleted meanwhile is never brought back.
+    pub version_id: VersionId,
+    /// The shard.
+    pub shard_index: u16,
+    /// The drive that should hold it.
+    pub drive: String,
+    /// Why it was queued.
+    pub cause: HealCause,
+    /// Shards of the object known good when it was queued, less `k`: how many more may
+    /// be lost before the object is. Lower goes first.
+    pub redundancy: u16,
+    /// Bytes of the shard to rebuild (chunks, padding included), for progress and ETA.
+    #[serde(default)]
+    pub bytes: u64,
+    /// When it was queued, milliseconds since the epoch.
+    pub queued_ms: u64,
+    /// Heals of it that failed so far.
+    #[serde(default)]
+    pub attempts: u32,
+}
+
+impl HealEntry {
+    /// An entry for shard `shard` of `record`'s object, on the drive the record places it
+    /// on (`local` when the record names none: a drive of its own).
+    #[must_use]
+    pub fn of(
+        record: &ObjectRecord,
+        shard: u16,
+        cause: HealCause,
+        redundancy: u16,
+        local: &str,
+    ) -> Self {
+        let bytes = record.layout().map_or(0, |l| {
+            l.stripe_count(record.size)
+                .saturating_mul(u64::from(record.chunk_size))
+        });
+        Self {
+            bucket: record.bucket.clone(),
+            key: record.key.clone(),
+            version_id: record.version_id,
+            shard_index: shard,
+            drive: record
+                .drives
+                .get(usize::from(shard))
+                .cloned()
+                .unwrap_or_else(|| local.to_owned()),
+            cause,
+            redundancy,
+            bytes,
+            queued_ms: now_ms(),
+            attempts: 0,
+        }
+    }
+
+    /// Checks the names: a peer's entry becomes a key of this drive's store.
+    ///
+    /// # Errors
+    /// [`crate::Error::BadRequest`] saying what is wrong.
+    pub fn validate(&self) -> Result<()> {
+        super::record::check_bucket_name(&self.bucket)?;
+        super::record::check_key(&self.key)?;
+        if self.drive.is_empty() || self.drive.contains('\0') {
+            return Err(crate::Error::BadRequest(format!(
+                "heal entry for drive {:?}",
+                self.drive
+            )));
+        }
+        Ok(())
+    }
+
+    fn entry_key(&self) -> Vec<u8> {
+        entry_key(&self.drive, &self.bucket, &self.key)
+    }
+
+    fn order_key(&self, deferred: bool) -> Vec<u8> {
+        let mut k = Vec::with_capacity(4 + self.drive.len() + self.bucket.len() + self.key.len());
+        k.push(b'o');
+        k.extend_from_slice(self.drive.as_bytes());
+        k.push(0);
+        k.push(u8::from(deferred));
+        k.push(u8::try_from(self.redundancy).unwrap_or(u8::MAX));
+        k.extend_from_slice(self.bucket.as_bytes());
+        k.push(0);
+        k.extend_from_slice(self.key.as_bytes());
+        k
+    }
+}
+
+fn entry_key(drive: &str, bucket: &str, key: &str) -> Vec<u8> {
+    let mut k = Vec::with_capacity(3 + drive.len() + bucket.len() + key.len());
+    k.push(b'e');
+    k.extend_from_slice(drive.as_bytes());
+    k.push(0);
+    k.extend_from_slice(bucket.as_bytes());
+    k.push(0);
+    k.extend_from_slice(key.as_bytes());
+    k
+}
+
+/// The stored form of an entry: the entry and whether it is deferred.
+#[derive(Serialize, Deserialize)]
+struct Stored {
+    #[serde(flatten)]
+    entry: HealEntry,
+    #[serde(default)]
+    deferred: bool,
+}
+
+/// What the queue holds, by cause: this drive's own shards, and hints for other drives.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QueueCounts {
+    /// This drive's shards to rebuild, by cause label.
+    pub local: BTreeMap<String, u64>,
+    /// Their bytes, by cause label.
+    pub local_bytes: BTreeMap<String, u64>,
+    /// Entries held for other drives.
+    pub hints: u64,
+}
+
+/// The queue's counts, kept as entries come and go (counted once at open), so a scrape
+/// never walks a queue that may hold millions of entries while a drive is away.
+#[derive(Debug, Default)]
+pub(crate) struct Counts {
+    local: [u64; HealCause::ALL.len()],
+    local_bytes: [u64; HealCause::ALL.len()],
+    hints: u64,
+    /// Entries ever queued here for this drive, by cause (counters).
+    queued: [u64; HealCause::ALL.len()],
+}
+
+impl Counts {
+    fn add(&mut self, e: &HealEntry, local: &str, sign: i64) {
+        if e.drive == local {
+            let c = &mut self.local[e.cause.index()];
+            *c = c.saturating_add_signed(sign);
+            let b = &mut self.local_bytes[e.cause.index()];
+            *b = b.saturating_add_signed(sign.saturating_mul(e.bytes.cast_signed()));
+        } else {
+            self.hints = self.hints.saturating_add_signed(sign);
+        }
+    }
+}
+
+impl MetaStore {
+    /// Counts the queue (at open) and moves entries of the earlier format (one per object,
+    /// in the `heal` family) into it.
+    pub(crate) fn open_queue(&self) -> Result<()> {
+        let legacy: Vec<Box<[u8]>> = self
+            .db
+            .iterator_cf(self.cf(super::meta::HEAL_LEGACY), IteratorMode::Start)
+            .map(|kv| kv.map(|(k, _)| k))
+            .collect::<std::result::Result<_, _>>()?;
+        for k in &legacy {
+            let Some((bucket, key)) = std::str::from_utf8(k)
+                .ok()
+                .and_then(|s| s.split_once('\0'))
+            else {
+                continue;
+            };
+            if let Some(rec) = self.object(bucket, key)? {
+                let e = HealEntry::of(
+                    &rec,
+                    rec.shard_index,
+                    HealCause::ReadCorrupt,
+                    0,
+                    &self.drive_id,
+                );
+                self.queue_entries(std::slice::from_ref(&e))?;
+            }
+            self.db.delete_cf(self.cf(super::meta::HEAL_LEGACY), k)?;
+        }
+        let mut counts = Counts::default();
+        for kv in self
+            .db
+            .iterator_cf(self.cf(super::meta::QUEUE), IteratorMode::From(b"e", Direction::Forward))
+        {
+            let (k, v) = kv?;
+            if !k.starts_with(b"e") {
+                break;
+            }
+            if let Ok(s) = serde_json::from_slice::<Stored>(&v) {
+                counts.add(&s.entry, &self.drive_id, 1);
+            }
+        }
+        *self.queue_counts() = counts;
+        Ok(())
+    }
+
+    fn queue_counts(&self) -> std::sync::MutexGuard<'_, Counts> {
+        self.heal_lock.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Queues `entries`, each merged into the one already queued for its shard: the newer
+    /// version wins, and the lower redundancy. Returns how many were new.
+    ///
+    /// # Errors
+    /// [`crate::Error::Meta`] or [`crate::Error::Record`].
+    pub fn queue_entries(&self, entries: &[HealEntry]) -> Result<usize> {
+        let mut counts = self.queue_counts();
+        let mut batch = WriteBatch::default();
+        let mut changes = Vec::new();
+        let mut new = 0;
+        for e in entries {
+            let key = e.entry_key();
+            let old: Option<Stored> = self
+                .db
+                .get_pinned_cf(self.cf(super::meta::QUEUE), &key)?
+                .and_then(|v| serde_json::from_slice(&v).ok());
+            let mut merged = e.clone();
+            if let Some(old) = &old {
+                if old.entry.version_id > e.version_id {
+                    merged = old.entry.clone();
+                }
+                merged.redundancy = old.entry.redundancy.min(e.redundancy);
+                merged.attempts = 0;
+                batch.delete_cf(self.cf(super::meta::QUEUE), old.entry.order_key(old.deferred));
+                changes.push((old.entry.clone(), -1));
+            } else {
+                new += 1;
+            }
+            batch.put_cf(self.cf(super::meta::QUEUE), &key, serde_json::to_vec(&Stored {
+                entry: merged.clone(),
+                deferred: false,
+            })?);
+            batch.put_cf(self.cf(super::meta::QUEUE), merged.order_key(false), b"");
+            changes.push((merged, 1));
+        }
+        self.write(batch)?;
+        for (e, sign) in &changes {
+            counts.add(e, &self.drive_id, *sign);
+        }
+        for e in entries.iter().filter(|e| e.drive == self.drive_id) {
+            counts.queued[e.cause.index()] += 1;
+        }
+        Ok(new)
+    }
+
+    /// Up to `limit` entries for `drive` in the healer's order: not deferred before
+    /// deferred (only when `deferred` is true are those taken), fewest to spare first.
+    ///
+    /// # Errors
+    /// [`crate::Error::Meta`].
+    pub fn next_heals(&self, drive: &str, limit: usize, deferred: bool) -> Result<Vec<HealEntry>> {
+        let mut prefix = vec![b'o'];
+        prefix.extend_from_slice(drive.as_bytes());
+        prefix.push(0);
+        let mut out = Vec::new();
+        for kv in self.db.iterator_cf(
+            self.cf(super::meta::QUEUE),
+            IteratorMode::From(&prefix, Direction::Forward),
+        ) {
+            let (k, _) = kv?;
+            if !k.starts_with(&prefix) || out.len() >= limit {
+                break;
+            }
+            let rest = &k[prefix.len()..];
+            if rest.first() == Some(&1) && !deferred {
+                break;
+            }
+            let Some(obj) = rest.get(2..) else { continue };
+            let Some(sep) = obj.iter().position(|&b| b == 0) else {
+                continue;
+            };
+            let (bucket, key) = (&obj[..sep], &obj[sep + 1..]);
+            let (Ok(bucket), Ok(key)) = (std::str::from_utf8(bucket), std::str::from_utf8(key))
+            else {
+                continue;
+            };
+            if let Some(s) = self.stored_entry(drive, bucket, key)? {
+                out.push(s.entry);
+            }
+        }
+        Ok(out)
+    }
+
+    fn stored_entry(&self, drive: &str, bucket: &str, key: &str) -> Result<Option<Stored>> {
+        Ok(self
+            .db
+            .get_pinned_cf(self.cf(super::meta::QUEUE), entry_key(drive, bucket, key))?
+            .and_then(|v| serde_json::from_slice(&v).ok()))
+    }
+
+    /// The entry queued for `drive`'s shard of `bucket`/`key`, if any.
+    ///
+    /// # Errors
+    /// [`crate::Error::Meta`].
+    pub fn heal_entry(&self, drive: &str, bucket: &str, key: &str) -> Result<Option<HealEntry>> {
+        Ok(self.stored_entry(drive, bucket, key)?.map(|s| s.entry))
+    }
+
+    /// The version already queued for each entry's shard (`None`: not queued).
+    ///
+    /// # Errors
+    /// [`crate::Error::Meta`].
+    pub fn heal_entry_versions(&self, entries: &[HealEntry]) -> Result<Vec<Option<VersionId>>> {
+        entries
+            .iter()
+            .map(|e| {
+                Ok(self
+                    .stored_entry(&e.drive, &e.bucket, &e.key)?
+                    .map(|s| s.entry.version_id))
+            })
+            .collect()
+    }
+
+    /// Removes `entry` from the queue, unless it was queued again for a newer version
+    /// meanwhile. Returns whether it was removed.
+    ///
+    /// # Errors
+    /// [`crate::Error::Meta`].
+    pub fn finish_heal(&self, entry: &HealEntry) -> Result<bool> {
+        let mut counts = self.queue_counts();
+        let Some(s) = self.stored_entry(&entry.drive, &entry.bucket, &entry.key)? else {
+            return Ok(false);
+        };
+        if s.entry.version_id > entry.version_id {
+            return Ok(false);
+        }
+        let mut batch = WriteBatch::default();
+        batch.delete_cf(self.cf(super::meta::QUEUE), s.entry.entry_key());
+        batch.delete_cf(self.cf(super::meta::QUEUE), s.entry.order_key(s.deferred));
+        self.write(batch)?;
+        counts.add(&s.entry, &self.drive_id, -1);
+        Ok(true)
+    }
+
+    /// Puts `entry` after the others until deferred entries are retried, one more
+    /// attempt counted.
+    ///
+    /// # Errors
+    /// [`crate::Error::Meta`] or [`crate::Error::Record`].
+    pub fn defer_heal(&self, entry: &HealEntry) -> Result<()> {
+        let _counts = self.queue_counts();
+        let Some(mut s) = self.stored_entry(&entry.drive, &entry.bucket, &entry.key)? else {
+            return Ok(());
+        };
+        let mut batch = WriteBatch::default();
+        batch.delete_cf(self.cf(super::meta::QUEUE), s.entry.order_key(s.deferred));
+        s.entry.attempts += 1;
+        s.deferred = true;
+        batch.put_cf(self.cf(super::meta::QUEUE), s.entry.order_key(true), b"");
+        batch.put_cf(
+            self.cf(super::meta::QUEUE),
+            s.entry.entry_key(),
+            serde_json::to_vec(&s)?,
+        );
+        self.write(batch)
+    }
+
+    /// Entries held for `drive` (hints when it is not this drive), up to `limit`.
+    ///
+    /// # Errors
+    /// [`crate::Error::Meta`].
+    pub fn entries_for(&self, drive: &str, limit: usize) -> Result<Vec<HealEntry>> {
+        let mut prefix = vec![b'e'];
+        prefix.extend_from_slice(drive.as_bytes());
+        prefix.push(0);
+        let mut out = Vec::new();
+        for kv in self.db.iterator_cf(
+            self.cf(super::meta::QUEUE),
+            IteratorMode::From(&prefix, Direction::Forward),
+        ) {
+            let (k, v) = kv?;
+            if !k.starts_with(&prefix) || out.len() >= limit {
+                break;
+            }
+            if let Ok(s) = serde_json::from_slice::<Stored>(&v) {
+                out.push(s.entry);
+            }
+        }
+        Ok(out)
+    }
+
+    /// What the queue holds.
+    #[must_use]
+    pub fn queue_status(&self) -> QueueCounts {
+        let c = self.queue_counts();
+        QueueCounts {
+            local: HealCause::ALL
+                .iter()
+                .map(|cause| (cause.label().to_owned(), c.local[cause.index()]))
+                .collect(),
+            local_bytes: HealCause::ALL
+                .iter()
+                .map(|cause| (cause.label().to_owned(), c.local_bytes[cause.index()]))
+                .collect(),
+            hints: c.hints,
+        }
+    }
+
+    /// Entries ever queued for this drive's own shards, by cause (since start).
+    #[must_use]
+    pub fn heals_queued(&self) -> Vec<(HealCause, u64)> {
+        let c = self.queue_counts();
+        HealCause::ALL
+            .iter()
+            .map(|cause| (*cause, c.queued[cause.index()]))
+            .collect()
+    }
+
+    /// Entries in the queue: this drive's own shards and hints for others.
+    #[must_use]
+    pub fn heal_backlog(&self) -> u64 {
+        let c = self.queue_counts();
+        c.local.iter().sum::<u64>() + c.hints
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+    use crate::store::record::test_record;
+
+    fn entry(key: &str, version: u128, redundancy: u16, drive: &str) -> HealEntry {
+        let mut rec = test_record(key, version, 10_000);
+        rec.drives = vec!["a".into(), "b".into(), drive.into()];
+        HealEntry::of(&rec, 2, HealCause::DegradedWrite, redundancy, "self")
+    }
+
+    #[test]
+    fn entries_merge_per_shard_come_fewest_spare_first_and_survive_a_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = Config {
+            drive_id: "self".into(),
+            ..Config::default()
+        };
+        {
+            let meta = MetaStore::open(dir.path(), &config).unwrap();
+            let n = meta
+                .queue_entries(&[
+                    entry("x", 1, 1, "self"),
+                    entry("y", 1, 0, "self"),
+                    entry("z", 1, 1, "other"),
+                ])
+                .unwrap();
+            assert_eq!(n, 3);
+            // The same shard again, newer and with less to spare: one entry, merged.
+            assert_eq!(meta.queue_entries(&[entry("x", 2, 0, "self")]).unwrap(), 0);
+            assert_eq!(meta.heal_backlog(), 3);
+            let next = meta.next_heals("self", 10, false).unwrap();
+            assert_eq!(next.len(), 2);
+            assert!(next.iter().all(|e| e.redundancy == 0));
+            assert_eq!(next.iter().find(|e| e.key == "x").unwrap().version_id.0, 2);
+            // An older heal does not remove the newer entry.
+            assert!(!meta.finish_heal(&entry("x", 1, 0, "self")).unwrap());
+            meta.defer_heal(&entry("y", 1, 0, "self")).unwrap();
+            let keys: Vec<_> = meta
+                .next_heals("self", 10, false)
+                .unwrap()
+                .into_iter()
+                .map(|e| e.key)
+                .collect();
+            assert_eq!(keys, ["x"]);
+            let keys: Vec<_> = meta
+                .next_heals("self", 10, true)
+                .unwrap()
+                .into_iter()
+                .map(|e| (e.key, e.attempts))
+                .collect();
+            assert_eq!(keys, [("x".to_owned(), 0), ("y".to_owned(), 1)]);
+            assert_eq!(meta.entries_for("other", 10).unwrap().len(), 1);
+            assert_eq!(meta.queue_status().hints, 1);
+            assert!(meta.finish_heal(&entry("x", 2, 0, "self")).unwrap());
+        }
+        let meta = MetaStore::open(dir.path(), &config).unwrap();
+        assert_eq!(meta.heal_backlog(), 2);
+        assert_eq!(meta.queue_status().local["degraded_write"], 1);
+    }
+}
