@@ -8,8 +8,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use oed_daemon::config::Config;
-use oed_daemon::drive::{Drive, DriveError, ErrorCode};
+use oed_daemon::drive::{Drive, DriveError, ErrorCode, HealEntry, ObjectRef};
 use oed_daemon::store::Store;
+use oed_daemon::store::queue::HealCause;
 use oed_daemon::store::record::{ObjectRecord, VersionId};
 use oed_tests::{
     Daemon, bytes, chunk_bytes, files_under, read_shard, record, shard_file, try_read_shard, upload,
@@ -258,6 +259,74 @@ fn the_newest_version_wins_whatever_the_order() {
                 s,
             );
             assert!(d.stat("b-1", "k").await.unwrap().is_some());
+        })
+    });
+}
+
+/// The operations repair work uses: heal entries queued (and merged), versions asked
+/// for in a batch, and the records that place a shard on a drive, paged.
+#[test]
+fn repair_operations_answer_alike() {
+    both(|s| {
+        Box::pin(async move {
+            let d = &*s.drive;
+            d.create_bucket("rep").await.unwrap();
+            for (i, key) in ["a", "b", "c"].iter().enumerate() {
+                let data = bytes(2 * 4096, i as u64);
+                let mut rec = record("rep", key, 10 + i as u128, data.len() as u64, 1, 1, 0);
+                rec.drives = if *key == "b" {
+                    vec!["x".into(), "y".into()]
+                } else {
+                    vec!["test-drive".into(), "other".into()]
+                };
+                let file = shard_file(&rec, &data);
+                d.put_shard(&rec, upload(&file, 3000), false).await.unwrap();
+            }
+            let refs: Vec<ObjectRef> = ["a", "zz", "c"]
+                .iter()
+                .map(|k| ObjectRef {
+                    bucket: "rep".into(),
+                    key: (*k).into(),
+                })
+                .collect();
+            let v = d.versions(&refs).await.unwrap();
+            assert_eq!(
+                v,
+                [Some(VersionId(10)), None, Some(VersionId(12))],
+                "{}",
+                s.name
+            );
+            let too_many = vec![refs[0].clone(); 1001];
+            expect_code(d.versions(&too_many).await, ErrorCode::BadRequest, s);
+
+            // Records placing a shard on "other", one at a time.
+            let mut after = None;
+            let mut found = Vec::new();
+            for _ in 0..10 {
+                let page = d.records_for("other", after.as_ref(), 1).await.unwrap();
+                found.extend(page.records.into_iter().map(|r| r.key));
+                after = page.next;
+                if after.is_none() {
+                    break;
+                }
+            }
+            assert_eq!(found, ["a", "c"], "{}", s.name);
+
+            let rec = d.stat("rep", "a").await.unwrap().unwrap();
+            let e = HealEntry::of(&rec, 1, HealCause::Missing, 0, "test-drive");
+            assert_eq!(e.drive, "other");
+            assert_eq!(
+                d.queue_heals(std::slice::from_ref(&e)).await.unwrap(),
+                1,
+                "{}",
+                s.name
+            );
+            assert_eq!(d.queue_heals(&[e]).await.unwrap(), 0, "merged: {}", s.name);
+            let mut bad = HealEntry::of(&rec, 1, HealCause::Missing, 0, "test-drive");
+            bad.bucket = "No Such Name".into();
+            expect_code(d.queue_heals(&[bad]).await, ErrorCode::BadRequest, s);
+            assert_eq!(d.info().await.unwrap().heal_backlog, 1, "{}", s.name);
+            assert_eq!(d.info().await.unwrap().incarnation.len(), 16, "{}", s.name);
         })
     });
 }

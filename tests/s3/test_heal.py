@@ -301,3 +301,30 @@ def test_a_coordinator_killed_mid_put_leaves_nothing_visible_and_no_leftovers(fr
         assert not any((fresh.data_dir(d) / "tmp").iterdir()), f"temp files left on drive {d}"
     assert s3.get_object(Bucket="half", Key="k")["Body"].read() == b"old"
     full_redundancy(fresh, "half", {"k": hashlib.sha256(b"old").hexdigest()})
+
+
+def test_a_version_overwritten_or_deleted_while_queued_is_not_brought_back(fresh):
+    s3 = fresh.client(0)
+    s3.create_bucket(Bucket="old")
+    v1 = body(70_000, 1)
+    s3.put_object(Bucket="old", Key="a", Body=v1)
+    s3.put_object(Bucket="old", Key="b", Body=body(5000, 2))
+    fresh.kill9(4)
+    # Queued for drive 5 while it is away, then overwritten or deleted.
+    s3.put_object(Bucket="old", Key="c", Body=body(9000, 3))
+    v2 = body(80_000, 4)
+    s3.put_object(Bucket="old", Key="a", Body=v2)
+    s3.delete_object(Bucket="old", Key="b")
+    s3.delete_object(Bucket="old", Key="c")
+    fresh.start(4)
+    # Drive 5 still holds b, deleted while it was away: its scrub finds that no quorum
+    # holds it, and removes it once older than the grace period.
+    time.sleep(2.5)
+    scrubbed(fresh, int(time.time() * 1000))
+    acked = {"a": hashlib.sha256(v2).hexdigest()}
+    full_redundancy(fresh, "old", acked, objects=1)
+    for key in ("b", "c"):
+        with pytest.raises(ClientError) as e:
+            s3.head_object(Bucket="old", Key=key)
+        assert e.value.response["ResponseMetadata"]["HTTPStatusCode"] == 404
+    assert [o["Key"] for o in s3.list_objects_v2(Bucket="old")["Contents"]] == ["a"]

@@ -75,7 +75,12 @@ pub async fn statuses(map: &ClusterMap, secret: &[u8]) -> Vec<DriveAnswer> {
 ///
 /// # Errors
 /// [`Error::Config`] for a drive the map does not list.
-pub async fn act(map: &ClusterMap, secret: &[u8], action: &str, drives: &[String]) -> Result<String> {
+pub async fn act(
+    map: &ClusterMap,
+    secret: &[u8],
+    action: &str,
+    drives: &[String],
+) -> Result<String> {
     let mut out = String::new();
     for id in drives {
         let c = client(map, secret, id)?;
@@ -150,7 +155,15 @@ pub fn report(map: &ClusterMap, answers: &[DriveAnswer]) -> String {
     let _ = writeln!(
         out,
         "{:<12} {:<5} {:<17} {:>8} {:>8} {:>6} {:>11} {:>9}  {:<28} refill",
-        "drive", "state", "incarnation", "shards", "to-heal", "hints", "heal-rate", "healed", "scrub"
+        "drive",
+        "state",
+        "incarnation",
+        "shards",
+        "to-heal",
+        "hints",
+        "heal-rate",
+        "healed",
+        "scrub"
     );
     let mut queued = 0u64;
     let mut queued_bytes = 0u64;

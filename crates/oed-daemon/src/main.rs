@@ -228,13 +228,22 @@ fn admin(args: AdminArgs) -> anyhow::Result<()> {
             }
         }
         AdminAction::Scrub { drive } => {
-            print!("{}", rt.block_on(admin::act(&map, &secret, "scrub", &all(drive)))?);
+            print!(
+                "{}",
+                rt.block_on(admin::act(&map, &secret, "scrub", &all(drive)))?
+            );
         }
         AdminAction::Refill { drive } => {
-            print!("{}", rt.block_on(admin::act(&map, &secret, "refill", &[drive]))?);
+            print!(
+                "{}",
+                rt.block_on(admin::act(&map, &secret, "refill", &[drive]))?
+            );
         }
         AdminAction::Retry { drive } => {
-            print!("{}", rt.block_on(admin::act(&map, &secret, "retry", &all(drive)))?);
+            print!(
+                "{}",
+                rt.block_on(admin::act(&map, &secret, "retry", &all(drive)))?
+            );
         }
     }
     Ok(())

@@ -88,9 +88,11 @@ impl DriveServer {
             config.max_concurrent_requests,
         );
         let _ = peer.repair.set(repair.clone());
-        metrics.registry.register(Box::new(oed_meter::process::AtScrape(
-            crate::repair::metrics::RepairCollector::new(repair.clone())?,
-        )))?;
+        metrics
+            .registry
+            .register(Box::new(oed_meter::process::AtScrape(
+                crate::repair::metrics::RepairCollector::new(repair.clone())?,
+            )))?;
         metrics.watch(
             store.clone(),
             cluster.clone(),

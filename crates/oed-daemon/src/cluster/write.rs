@@ -397,7 +397,9 @@ impl Cluster {
                 Ok(Ok(Some(r))) => r,
                 Ok(Ok(None)) => Err(DriveError::unreachable("the drive is shutting down")),
                 Ok(Err(e)) => Err(DriveError::unreachable(e.to_string())),
-                Err(_) => Err(DriveError::unreachable("no answer to the shard upload in time")),
+                Err(_) => Err(DriveError::unreachable(
+                    "no answer to the shard upload in time",
+                )),
             };
             match r {
                 Ok(s) => {

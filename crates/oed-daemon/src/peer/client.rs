@@ -23,8 +23,8 @@ use hyper_util::rt::{TokioExecutor, TokioTimer};
 use super::PeerOp;
 use super::auth::{self, PeerKey};
 use crate::drive::{
-    Drive, DriveError, DriveInfo, ErrorCode, HealEntry, ObjectRef, OpAnswer, OpRequest,
-    RecordPage, ShardRead, ShardStream, ShardUpload, Stored,
+    Drive, DriveError, DriveInfo, ErrorCode, HealEntry, ObjectRef, OpAnswer, OpRequest, RecordPage,
+    ShardRead, ShardStream, ShardUpload, Stored,
 };
 use crate::store::record::{BucketRecord, ObjectRecord, VersionId};
 use crate::uri::encode as q;

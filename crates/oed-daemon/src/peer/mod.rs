@@ -43,8 +43,8 @@ use serde::Deserialize;
 use tokio::sync::Semaphore;
 
 use crate::drive::{
-    Drive, DriveError, DriveInfo, HealEntry, MAX_LIST, ObjectRef, OpAnswer, OpRequest,
-    RecordPage, Stored,
+    Drive, DriveError, DriveInfo, HealEntry, MAX_LIST, ObjectRef, OpAnswer, OpRequest, RecordPage,
+    Stored,
 };
 use crate::error::Error;
 use crate::store::record::{BucketRecord, ObjectRecord, VersionId};
@@ -503,8 +503,8 @@ async fn versions(
     State(state): State<Arc<PeerState>>,
     body: Bytes,
 ) -> Answer<Json<Vec<Option<VersionId>>>> {
-    let objects: Vec<ObjectRef> = serde_json::from_slice(&body)
-        .map_err(|e| Error::BadRequest(format!("objects: {e}")))?;
+    let objects: Vec<ObjectRef> =
+        serde_json::from_slice(&body).map_err(|e| Error::BadRequest(format!("objects: {e}")))?;
     Ok(Json(state.drive.versions(&objects).await?))
 }
 
@@ -534,10 +534,9 @@ async fn records_for(
 }
 
 fn repair(state: &PeerState) -> Answer<&Arc<crate::repair::Repair>> {
-    Ok(state
-        .repair
-        .get()
-        .ok_or(Error::Unavailable("the drive's repair work is not running".into()))?)
+    Ok(state.repair.get().ok_or(Error::Unavailable(
+        "the drive's repair work is not running".into(),
+    ))?)
 }
 
 async fn admin_status(
@@ -568,5 +567,7 @@ async fn admin_action(
             .into());
         }
     };
-    Ok(Json(serde_json::json!({ "action": q.action, "started": said })))
+    Ok(Json(
+        serde_json::json!({ "action": q.action, "started": said }),
+    ))
 }

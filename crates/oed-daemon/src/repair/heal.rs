@@ -55,8 +55,8 @@ pub async fn run(r: Arc<Repair>, stop: CancellationToken) {
         if stop.is_cancelled() {
             return;
         }
-        let retry = r.retry_now.swap(false, Ordering::Relaxed)
-            || last_retry.elapsed() >= r.config.retry;
+        let retry =
+            r.retry_now.swap(false, Ordering::Relaxed) || last_retry.elapsed() >= r.config.retry;
         if retry {
             last_retry = Instant::now();
         }
@@ -96,11 +96,18 @@ pub async fn run(r: Arc<Repair>, stop: CancellationToken) {
 /// Heals one entry and settles it in the queue: removed when done or obsolete, deferred
 /// when the heal failed.
 async fn settle(r: &Arc<Repair>, e: HealEntry) {
+    let started = Instant::now();
     let outcome = heal_one(r, &e).await;
     let meta = r.store.meta();
     let settled = match outcome {
         Ok(Outcome::Healed(bytes)) => {
             r.heal_stats.healed(bytes);
+            r.cluster.traffic.body(
+                oed_meter::traffic::Class::Heal,
+                oed_meter::traffic::Direction::In,
+                bytes,
+                started.elapsed().as_secs_f64(),
+            );
             tracing::info!(bucket = %e.bucket, key = %e.key, shard = e.shard_index, cause = e.cause.label(), bytes, "shard healed");
             meta.finish_heal(&e).map(|_| ())
         }
@@ -209,9 +216,7 @@ async fn heal_one(r: &Arc<Repair>, e: &HealEntry) -> Result<Outcome> {
     };
     // The version may have been deleted or overwritten while it was rebuilt.
     let (after, failed) = holders(cluster, &e.bucket, &e.key, &current.drives).await;
-    if failed == 0
-        && newest_readable(&after).is_none_or(|n| n.version_id != current.version_id)
-    {
+    if failed == 0 && newest_readable(&after).is_none_or(|n| n.version_id != current.version_id) {
         match store
             .delete_object(&current.bucket, &current.key, Some(current.version_id))
             .await
@@ -219,7 +224,9 @@ async fn heal_one(r: &Arc<Repair>, e: &HealEntry) -> Result<Outcome> {
             Ok(()) | Err(Error::NotFound(_) | Error::Superseded) => {}
             Err(err) => return Err(err),
         }
-        return Ok(Outcome::Obsolete("overwritten or deleted while it was rebuilt"));
+        return Ok(Outcome::Obsolete(
+            "overwritten or deleted while it was rebuilt",
+        ));
     }
     Ok(Outcome::Healed(bytes))
 }
@@ -240,7 +247,8 @@ async fn rebuild(r: &Arc<Repair>, current: &ObjectRecord, shard: usize) -> Resul
     let stripes = layout.stripe_count(current.size);
     let mut record = current.clone();
     record.shard_index = shard as u16;
-    let header = oed_ec::ShardHeader::new(record.version_id.0, record.shard_index, layout, record.size)?;
+    let header =
+        oed_ec::ShardHeader::new(record.version_id.0, record.shard_index, layout, record.size)?;
     let (tx, rx) = mpsc::channel::<std::io::Result<Bytes>>(8);
     let produce = async {
         let sent = produce(r, current, shard, stripes, header, &tx).await;

@@ -70,7 +70,10 @@ impl RepairCollector {
                 ),
                 &["cause"],
             )?,
-            healed: c("oed_healed_shards_total", "Shards this drive rebuilt and stored.")?,
+            healed: c(
+                "oed_healed_shards_total",
+                "Shards this drive rebuilt and stored.",
+            )?,
             healed_bytes: c(
                 "oed_healed_bytes_total",
                 "Bytes of shards this drive rebuilt and stored.",
@@ -176,15 +179,24 @@ impl ScrapeTime for RepairCollector {
         let h = &self.repair.heal_stats;
         advance(&self.healed, h.shards.load(Ordering::Relaxed) as f64);
         advance(&self.healed_bytes, h.bytes.load(Ordering::Relaxed) as f64);
-        advance(&self.heal_failures, h.failures.load(Ordering::Relaxed) as f64);
-        advance(&self.heal_obsolete, h.obsolete.load(Ordering::Relaxed) as f64);
+        advance(
+            &self.heal_failures,
+            h.failures.load(Ordering::Relaxed) as f64,
+        );
+        advance(
+            &self.heal_obsolete,
+            h.obsolete.load(Ordering::Relaxed) as f64,
+        );
         self.heal_rate.set(s.heal.rate_bytes);
         advance(&self.scrub_bytes, s.scrub.bytes_total as f64);
         advance(&self.scrub_corrupt, s.scrub.corrupt_found as f64);
         advance(&self.scrub_missing, s.scrub.missing_found as f64);
         self.scrub_running.set(f64::from(u8::from(s.scrub.running)));
-        self.scrub_last
-            .set(s.scrub.last_complete_ms.map_or(0.0, |ms| ms as f64 / 1000.0));
+        self.scrub_last.set(
+            s.scrub
+                .last_complete_ms
+                .map_or(0.0, |ms| ms as f64 / 1000.0),
+        );
         self.scrub_pass_objects.set(s.scrub.pass_objects as f64);
         for (what, n) in &s.scrub.swept {
             advance(&self.swept.with_label_values(&[what]), *n as f64);

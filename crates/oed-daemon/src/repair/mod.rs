@@ -162,7 +162,10 @@ impl HealStats {
     pub fn rate(&self) -> f64 {
         let mut r = self.recent.lock().unwrap_or_else(PoisonError::into_inner);
         let now = Instant::now();
-        while r.front().is_some_and(|(t, _)| now.duration_since(*t) > RATE_WINDOW) {
+        while r
+            .front()
+            .is_some_and(|(t, _)| now.duration_since(*t) > RATE_WINDOW)
+        {
             r.pop_front();
         }
         r.iter().map(|(_, b)| *b).sum::<u64>() as f64 / RATE_WINDOW.as_secs_f64()

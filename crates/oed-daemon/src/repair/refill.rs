@@ -62,7 +62,12 @@ impl RefillState {
     /// The state kept in `store`, or none.
     #[must_use]
     pub fn load(store: &Store) -> Self {
-        let mut s: Self = store.meta().state("refill").ok().flatten().unwrap_or_default();
+        let mut s: Self = store
+            .meta()
+            .state("refill")
+            .ok()
+            .flatten()
+            .unwrap_or_default();
         if s.state.is_empty() {
             s.state = "none".into();
         }
@@ -84,8 +89,8 @@ impl RefillState {
         } else {
             1.0 - self.remaining_bytes.min(self.listed_bytes) as f64 / self.listed_bytes as f64
         };
-        self.eta_seconds = (rate > 0.0 && self.remaining_bytes > 0)
-            .then(|| self.remaining_bytes as f64 / rate);
+        self.eta_seconds =
+            (rate > 0.0 && self.remaining_bytes > 0).then(|| self.remaining_bytes as f64 / rate);
     }
 }
 
@@ -104,7 +109,12 @@ fn save(r: &Repair, f: impl FnOnce(&mut RefillState)) -> RefillState {
 /// Starts a refill when this drive is a new incarnation of a known one, resumes one a
 /// restart interrupted, and runs one whenever asked, until `stop`.
 pub async fn run(r: Arc<Repair>, stop: CancellationToken) {
-    let state = r.refill.lock().unwrap_or_else(PoisonError::into_inner).state.clone();
+    let state = r
+        .refill
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .state
+        .clone();
     let mut go = matches!(state.as_str(), "listing" | "healing");
     if !go && r.store.is_new_incarnation() {
         go = tokio::select! {
@@ -147,7 +157,9 @@ async fn known_elsewhere(r: &Repair) -> bool {
     for _ in 0..12 {
         let mut answered = 0;
         for d in r.cluster.map.drives.iter().filter(|d| d.id != me) {
-            let Some(peer) = r.cluster.drive(&d.id) else { continue };
+            let Some(peer) = r.cluster.drive(&d.id) else {
+                continue;
+            };
             let page = tokio::time::timeout(r.cluster.timeout, peer.records_for(&me, None, 1))
                 .await
                 .unwrap_or_else(|_| Err(DriveError::unreachable("timed out")));
@@ -178,7 +190,8 @@ async fn has_records_after(
     mut next: Option<ObjectRef>,
 ) -> bool {
     while let Some(after) = next {
-        match tokio::time::timeout(r.cluster.timeout, peer.records_for(me, Some(&after), PAGE)).await
+        match tokio::time::timeout(r.cluster.timeout, peer.records_for(me, Some(&after), PAGE))
+            .await
         {
             Ok(Ok(p)) if !p.records.is_empty() => return true,
             Ok(Ok(p)) => next = p.next,
@@ -210,7 +223,11 @@ async fn refill(r: &Arc<Repair>, stop: &CancellationToken) {
             }
         }
         s = save(r, |s| s.state = "healing".into());
-        tracing::info!(shards = s.listed_shards, bytes = s.listed_bytes, "refill: listed; rebuilding");
+        tracing::info!(
+            shards = s.listed_shards,
+            bytes = s.listed_bytes,
+            "refill: listed; rebuilding"
+        );
     }
     loop {
         let left = r
@@ -270,7 +287,13 @@ async fn list_from(r: &Arc<Repair>, drive: &str) -> Result<()> {
                 .is_some_and(|l| l.version_id >= rec.version_id);
             if !held {
                 let spare = rec.m.saturating_sub(1);
-                entries.push(HealEntry::of(rec, shard as u16, HealCause::Refill, spare, &me));
+                entries.push(HealEntry::of(
+                    rec,
+                    shard as u16,
+                    HealCause::Refill,
+                    spare,
+                    &me,
+                ));
             }
         }
         let mut new_shards = 0;

@@ -108,7 +108,11 @@ impl ScrubStats {
     /// The status, with `config`'s rate.
     #[must_use]
     pub fn status(&self, config: &RepairConfig) -> ScrubStatus {
-        let saved = self.saved.lock().unwrap_or_else(PoisonError::into_inner).clone();
+        let saved = self
+            .saved
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
         let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
         ScrubStatus {
             rate_limit_bytes: config.scrub_rate,
@@ -141,14 +145,27 @@ impl ScrubStats {
 /// The scrubber: a pass every `scrub_interval` (the first one an interval after the
 /// drive first started), or when asked; a pass a restart interrupted resumes at once.
 pub async fn run(r: Arc<Repair>, stop: CancellationToken) {
-    let saved: Saved = r.store.meta().state("scrub").ok().flatten().unwrap_or_else(|| Saved {
-        pass_started_ms: r.store.identity().created_ms,
-        ..Saved::default()
-    });
-    *r.scrub_stats.saved.lock().unwrap_or_else(PoisonError::into_inner) = saved;
+    let saved: Saved = r
+        .store
+        .meta()
+        .state("scrub")
+        .ok()
+        .flatten()
+        .unwrap_or_else(|| Saved {
+            pass_started_ms: r.store.identity().created_ms,
+            ..Saved::default()
+        });
+    *r.scrub_stats
+        .saved
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner) = saved;
     loop {
         let (resume, started) = {
-            let s = r.scrub_stats.saved.lock().unwrap_or_else(PoisonError::into_inner);
+            let s = r
+                .scrub_stats
+                .saved
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
             (s.cursor.is_some(), s.pass_started_ms)
         };
         if !resume {
@@ -191,7 +208,11 @@ async fn sleep_long(d: Duration) {
 
 fn save(r: &Repair, f: impl FnOnce(&mut Saved)) {
     let saved = {
-        let mut s = r.scrub_stats.saved.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut s = r
+            .scrub_stats
+            .saved
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
         f(&mut s);
         s.clone()
     };
@@ -247,7 +268,10 @@ async fn pass(r: &Arc<Repair>) -> Result<()> {
     stats.swept_temp.fetch_add(temp, Ordering::Relaxed);
     stats.swept_files.fetch_add(files, Ordering::Relaxed);
     stats.passes.fetch_add(1, Ordering::Relaxed);
-    *stats.redundancy.lock().unwrap_or_else(PoisonError::into_inner) = levels;
+    *stats
+        .redundancy
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner) = levels;
     let secs = started.elapsed().as_secs_f64();
     save(r, |s| {
         s.cursor = None;
@@ -265,12 +289,19 @@ async fn pass(r: &Arc<Repair>) -> Result<()> {
 
 /// Reads and checks this drive's shard of `rec`, at the scrub rate.
 async fn check_shard(r: &Arc<Repair>, rec: &ObjectRecord) -> Result<()> {
+    let started = Instant::now();
     let (store, rec2, limit) = (r.store.clone(), rec.clone(), r.scrub_limit.clone());
     let checked = tokio::task::spawn_blocking(move || store.scrub_shard(&rec2, &limit))
         .await
         .map_err(|e| Error::Io(std::io::Error::other(e.to_string())))?;
     match checked {
         Ok(bytes) => {
+            r.cluster.traffic.body(
+                oed_meter::traffic::Class::Scrub,
+                oed_meter::traffic::Direction::Out,
+                bytes,
+                started.elapsed().as_secs_f64(),
+            );
             r.scrub_stats.bytes.fetch_add(bytes, Ordering::Relaxed);
             r.scrub_stats.pass_bytes.fetch_add(bytes, Ordering::Relaxed);
         }
@@ -288,7 +319,10 @@ async fn check_shard(r: &Arc<Repair>, rec: &ObjectRecord) -> Result<()> {
 /// Asks the other holders of `records`' objects which versions they hold, and acts on
 /// the answers (see the module docs); tallies the redundancy of the objects this drive
 /// counts.
-#[allow(clippy::too_many_lines, reason = "one decision per object, read in one place")]
+#[allow(
+    clippy::too_many_lines,
+    reason = "one decision per object, read in one place"
+)]
 async fn cross_check(r: &Arc<Repair>, records: &[ObjectRecord], levels: &mut BTreeMap<u16, u64>) {
     let me = r.store.drive_id().to_owned();
     // Each other holder, with the objects to ask it about.
@@ -335,11 +369,7 @@ async fn cross_check(r: &Arc<Repair>, records: &[ObjectRecord], levels: &mut BTr
                 None => unanswered += 1,
             }
         }
-        let current = count
-            .iter()
-            .rev()
-            .find(|(_, n)| **n >= k)
-            .map(|(v, _)| *v);
+        let current = count.iter().rev().find(|(_, n)| **n >= k).map(|(v, _)| *v);
         match current {
             Some(v) if v == rec.version_id => {
                 let holding = count[&v];
@@ -414,7 +444,13 @@ async fn sweep_record(r: &Arc<Repair>, rec: &ObjectRecord, current: Option<Versi
         }
     }
     if let Some(v) = current {
-        let mut e = HealEntry::of(rec, rec.shard_index, HealCause::Missing, 0, r.store.drive_id());
+        let mut e = HealEntry::of(
+            rec,
+            rec.shard_index,
+            HealCause::Missing,
+            0,
+            r.store.drive_id(),
+        );
         e.version_id = v;
         if r.store.queue_heals(&[e]).is_ok() {
             r.wake();
@@ -424,15 +460,18 @@ async fn sweep_record(r: &Arc<Repair>, rec: &ObjectRecord, current: Option<Versi
 
 /// The versions `drive` holds of `refs`, asked in batches that fit a peer request;
 /// `None` when it did not answer them all.
-async fn versions_of(r: &Repair, drive: &str, refs: &[ObjectRef]) -> Option<Vec<Option<VersionId>>> {
+async fn versions_of(
+    r: &Repair,
+    drive: &str,
+    refs: &[ObjectRef],
+) -> Option<Vec<Option<VersionId>>> {
     let peer = r.cluster.drive(drive)?;
     let mut out = Vec::with_capacity(refs.len());
     let mut start = 0;
     while start < refs.len() {
         let mut size = 0;
         let mut end = start;
-        while end < refs.len() && (end == start || size + refs[end].key.len() + 80 < BODY_BUDGET)
-        {
+        while end < refs.len() && (end == start || size + refs[end].key.len() + 80 < BODY_BUDGET) {
             size += refs[end].key.len() + refs[end].bucket.len() + 32;
             end += 1;
         }

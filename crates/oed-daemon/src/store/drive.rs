@@ -11,8 +11,8 @@ use futures_util::StreamExt as _;
 use super::Store;
 use super::record::{BucketRecord, ObjectRecord, VersionId};
 use crate::drive::{
-    Drive, DriveError, DriveInfo, HealEntry, MAX_BATCH, MAX_LIST, ObjectRef, OpAnswer,
-    OpRequest, RecordPage, ShardRead, ShardStream, ShardUpload, Stored,
+    Drive, DriveError, DriveInfo, HealEntry, MAX_BATCH, MAX_LIST, ObjectRef, OpAnswer, OpRequest,
+    RecordPage, ShardRead, ShardStream, ShardUpload, Stored,
 };
 use crate::error::{Error, Result};
 

@@ -25,7 +25,15 @@ pub(crate) const HEAL_LEGACY: &str = "heal";
 pub(crate) const QUEUE: &str = "heal_queue";
 /// The drive's own state: scrub progress, refill progress.
 const STATE: &str = "state";
-const FAMILIES: [&str; 7] = [BUCKETS, OBJECTS, INLINE, MULTIPART, HEAL_LEGACY, QUEUE, STATE];
+const FAMILIES: [&str; 7] = [
+    BUCKETS,
+    OBJECTS,
+    INLINE,
+    MULTIPART,
+    HEAL_LEGACY,
+    QUEUE,
+    STATE,
+];
 
 /// The RocksDB of one drive.
 pub struct MetaStore {
@@ -292,7 +300,13 @@ impl MetaStore {
     pub fn queue_corrupt(&self, record: &ObjectRecord, cause: HealCause) -> Result<()> {
         self.checksum_failures.fetch_add(1, Ordering::Relaxed);
         let redundancy = record.m.saturating_sub(1);
-        let e = HealEntry::of(record, record.shard_index, cause, redundancy, &self.drive_id);
+        let e = HealEntry::of(
+            record,
+            record.shard_index,
+            cause,
+            redundancy,
+            &self.drive_id,
+        );
         self.queue_entries(&[e]).map(|_| ())
     }
 
@@ -337,10 +351,10 @@ impl MetaStore {
         let mut out = Vec::new();
         let mut last = None;
         let mut scanned = 0;
-        for kv in self
-            .db
-            .iterator_cf(self.cf(OBJECTS), IteratorMode::From(after, Direction::Forward))
-        {
+        for kv in self.db.iterator_cf(
+            self.cf(OBJECTS),
+            IteratorMode::From(after, Direction::Forward),
+        ) {
             let (k, v) = kv?;
             if *k == *after {
                 continue;
@@ -389,9 +403,12 @@ mod tests {
                 meta.commit_object(&record(key), None, None).unwrap();
             }
             assert_eq!(meta.heal_backlog(), 0);
-            meta.queue_corrupt(&record("a"), HealCause::ReadCorrupt).unwrap();
-            meta.queue_corrupt(&record("a"), HealCause::ScrubCorrupt).unwrap(); // again
-            meta.queue_corrupt(&record("b"), HealCause::ReadCorrupt).unwrap();
+            meta.queue_corrupt(&record("a"), HealCause::ReadCorrupt)
+                .unwrap();
+            meta.queue_corrupt(&record("a"), HealCause::ScrubCorrupt)
+                .unwrap(); // again
+            meta.queue_corrupt(&record("b"), HealCause::ReadCorrupt)
+                .unwrap();
             assert_eq!(meta.heal_backlog(), 2);
             assert_eq!(meta.checksum_failures(), 3);
             meta.delete_object("bkt", "c").unwrap();

@@ -114,9 +114,8 @@ impl Identity {
         let path = root.join("identity.json");
         match std::fs::read(&path) {
             Ok(bytes) => {
-                let id: Identity = serde_json::from_slice(&bytes).map_err(|e| {
-                    Error::Config(format!("{}: {e}", path.display()))
-                })?;
+                let id: Identity = serde_json::from_slice(&bytes)
+                    .map_err(|e| Error::Config(format!("{}: {e}", path.display())))?;
                 if id.drive_id != drive_id {
                     return Err(Error::Config(format!(
                         "data directory {} belongs to drive {:?}, not {drive_id:?}",
@@ -597,7 +596,11 @@ impl Store {
     ///
     /// # Errors
     /// [`Error::CorruptShard`]; [`Error::NotFound`] when the version is no longer stored.
-    pub fn scrub_shard(&self, record: &ObjectRecord, limit: &crate::repair::Limiter) -> Result<u64> {
+    pub fn scrub_shard(
+        &self,
+        record: &ObjectRecord,
+        limit: &crate::repair::Limiter,
+    ) -> Result<u64> {
         let (rec, bytes) = self.shard(&record.bucket, &record.key, Some(record.version_id))?;
         let path = match &bytes {
             ShardBytes::File(p) => Some(p.clone()),
@@ -618,7 +621,10 @@ impl Store {
         match r {
             Err(Error::CorruptShard { stripe }) => {
                 tracing::error!(bucket = %rec.bucket, key = %rec.key, stripe, "scrub: stored shard is corrupt");
-                if let Err(q) = self.meta.queue_corrupt(&rec, queue::HealCause::ScrubCorrupt) {
+                if let Err(q) = self
+                    .meta
+                    .queue_corrupt(&rec, queue::HealCause::ScrubCorrupt)
+                {
                     tracing::warn!(error = %q, "heal queue");
                 }
                 Err(Error::CorruptShard { stripe })
@@ -954,7 +960,10 @@ impl Store {
     fn note_failed_read(&self, record: &ObjectRecord, e: &Error) {
         if let Error::CorruptShard { stripe } = e {
             tracing::error!(bucket = %record.bucket, key = %record.key, stripe, "stored shard is corrupt");
-            if let Err(q) = self.meta.queue_corrupt(record, queue::HealCause::ReadCorrupt) {
+            if let Err(q) = self
+                .meta
+                .queue_corrupt(record, queue::HealCause::ReadCorrupt)
+            {
                 tracing::warn!(error = %q, "heal queue");
             }
         }

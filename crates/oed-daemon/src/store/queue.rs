@@ -230,9 +230,7 @@ impl MetaStore {
             .map(|kv| kv.map(|(k, _)| k))
             .collect::<std::result::Result<_, _>>()?;
         for k in &legacy {
-            let Some((bucket, key)) = std::str::from_utf8(k)
-                .ok()
-                .and_then(|s| s.split_once('\0'))
+            let Some((bucket, key)) = std::str::from_utf8(k).ok().and_then(|s| s.split_once('\0'))
             else {
                 continue;
             };
@@ -249,10 +247,10 @@ impl MetaStore {
             self.db.delete_cf(self.cf(super::meta::HEAL_LEGACY), k)?;
         }
         let mut counts = Counts::default();
-        for kv in self
-            .db
-            .iterator_cf(self.cf(super::meta::QUEUE), IteratorMode::From(b"e", Direction::Forward))
-        {
+        for kv in self.db.iterator_cf(
+            self.cf(super::meta::QUEUE),
+            IteratorMode::From(b"e", Direction::Forward),
+        ) {
             let (k, v) = kv?;
             if !k.starts_with(b"e") {
                 break;
@@ -266,7 +264,9 @@ impl MetaStore {
     }
 
     fn queue_counts(&self) -> std::sync::MutexGuard<'_, Counts> {
-        self.heal_lock.lock().unwrap_or_else(PoisonError::into_inner)
+        self.heal_lock
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Queues `entries`, each merged into the one already queued for its shard: the newer
@@ -292,15 +292,22 @@ impl MetaStore {
                 }
                 merged.redundancy = old.entry.redundancy.min(e.redundancy);
                 merged.attempts = 0;
-                batch.delete_cf(self.cf(super::meta::QUEUE), old.entry.order_key(old.deferred));
+                batch.delete_cf(
+                    self.cf(super::meta::QUEUE),
+                    old.entry.order_key(old.deferred),
+                );
                 changes.push((old.entry.clone(), -1));
             } else {
                 new += 1;
             }
-            batch.put_cf(self.cf(super::meta::QUEUE), &key, serde_json::to_vec(&Stored {
-                entry: merged.clone(),
-                deferred: false,
-            })?);
+            batch.put_cf(
+                self.cf(super::meta::QUEUE),
+                &key,
+                serde_json::to_vec(&Stored {
+                    entry: merged.clone(),
+                    deferred: false,
+                })?,
+            );
             batch.put_cf(self.cf(super::meta::QUEUE), merged.order_key(false), b"");
             changes.push((merged, 1));
         }
