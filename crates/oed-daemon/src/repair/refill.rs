@@ -150,29 +150,22 @@ pub async fn run(r: Arc<Repair>, stop: CancellationToken) {
     }
 }
 
-/// Whether any other drive holds a record placing a shard here (asked for a minute at
-/// most, while the cluster comes up).
+/// Whether any other drive holds a record placing a shard here that was written before
+/// this drive's identity (asked for a minute at most, while the cluster comes up): the
+/// records of a cluster whose drives all start new are written after them.
 async fn known_elsewhere(r: &Repair) -> bool {
     let me = r.store.drive_id().to_owned();
+    let born = r.store.identity().created_ms;
     for _ in 0..12 {
         let mut answered = 0;
         for d in r.cluster.map.drives.iter().filter(|d| d.id != me) {
             let Some(peer) = r.cluster.drive(&d.id) else {
                 continue;
             };
-            let page = tokio::time::timeout(r.cluster.timeout, peer.records_for(&me, None, 1))
-                .await
-                .unwrap_or_else(|_| Err(DriveError::unreachable("timed out")));
-            match page {
-                Ok(p) if !p.records.is_empty() => return true,
-                Ok(p) => {
-                    // A page that looked at objects of others only: look further.
-                    if has_records_after(r, peer.as_ref(), &me, p.next).await {
-                        return true;
-                    }
-                    answered += 1;
-                }
-                Err(_) => {}
+            match has_records_after(r, peer.as_ref(), &me, born).await {
+                Some(true) => return true,
+                Some(false) => answered += 1,
+                None => {}
             }
         }
         if answered + 1 >= r.cluster.map.drives.len() {
@@ -183,22 +176,31 @@ async fn known_elsewhere(r: &Repair) -> bool {
     false
 }
 
+/// Whether `peer` holds a record placing a shard on `me` written before `born`; `None`
+/// when it does not answer.
 async fn has_records_after(
     r: &Repair,
     peer: &dyn crate::drive::Drive,
     me: &str,
-    mut next: Option<ObjectRef>,
-) -> bool {
-    while let Some(after) = next {
-        match tokio::time::timeout(r.cluster.timeout, peer.records_for(me, Some(&after), PAGE))
-            .await
-        {
-            Ok(Ok(p)) if !p.records.is_empty() => return true,
-            Ok(Ok(p)) => next = p.next,
-            _ => return false,
+    born: u64,
+) -> Option<bool> {
+    let mut after: Option<ObjectRef> = None;
+    loop {
+        let page = tokio::time::timeout(
+            r.cluster.timeout,
+            peer.records_for(me, after.as_ref(), PAGE),
+        )
+        .await
+        .ok()?
+        .ok()?;
+        if page.records.iter().any(|rec| rec.last_modified_ms < born) {
+            return Some(true);
+        }
+        match page.next {
+            Some(n) => after = Some(n),
+            None => return Some(false),
         }
     }
-    false
 }
 
 /// Lists what this drive should hold from every other drive and queues what it lacks;
