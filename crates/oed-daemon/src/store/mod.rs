@@ -1063,7 +1063,15 @@ fn for_each_chunk(
         to: u64,
         f: &mut dyn FnMut(u64, Vec<u8>) -> ControlFlow<()>,
     ) -> Result<()> {
-        let mut reader = oed_ec::ShardReader::new(r)?;
+        // A header that does not decode (its checksum, magic or fields, a file cut
+        // inside it) is a corrupt shard like a bad chunk: it is healed, not just refused.
+        let bad_header = |e: oed_ec::Error| match e {
+            oed_ec::Error::Io(io) if io.kind() != std::io::ErrorKind::UnexpectedEof => {
+                Error::Io(io)
+            }
+            _ => Error::CorruptShard { stripe: from },
+        };
+        let mut reader = oed_ec::ShardReader::new(r).map_err(bad_header)?;
         if from < to {
             reader.seek_to_stripe(from)?;
         }
