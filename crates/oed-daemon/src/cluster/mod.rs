@@ -221,8 +221,34 @@ impl Cluster {
     /// [`Error::Unavailable`] when too many drives fail to answer to be sure.
     pub async fn head(&self, bucket: &str, key: &str) -> Result<Option<ObjectRecord>> {
         let p = self.map.profile;
-        let placed = self.map.place(bucket, key, usize::from(p.k + p.m));
-        let answers = join_all(placed.iter().map(|&i| {
+        let (records, failed) = self.holders(bucket, key, &[]).await;
+        let current = newest_readable(&records);
+        if current.is_none() && failed > usize::from(p.m) {
+            return Err(Error::Unavailable(format!(
+                "{failed} of the {} drives holding {key:?} did not answer",
+                p.k + p.m
+            )));
+        }
+        Ok(current)
+    }
+
+    /// The records of `bucket`/`key` that the drives the map places it on, and the drives
+    /// `also` names, hold; with how many of them did not answer in time.
+    pub async fn holders(
+        &self,
+        bucket: &str,
+        key: &str,
+        also: &[String],
+    ) -> (Vec<ObjectRecord>, usize) {
+        let p = self.map.profile;
+        let mut asked = self.map.place(bucket, key, usize::from(p.k + p.m));
+        for id in also {
+            match self.map.index_of(id) {
+                Some(i) if !asked.contains(&i) => asked.push(i),
+                _ => {}
+            }
+        }
+        let answers = join_all(asked.iter().map(|&i| {
             let d = &self.drives[i];
             async move { tokio::time::timeout(self.timeout, d.stat(bucket, key)).await }
         }))
@@ -236,14 +262,7 @@ impl Cluster {
                 Ok(Err(_)) | Err(_) => failed += 1,
             }
         }
-        let current = newest_readable(&records);
-        if current.is_none() && failed > usize::from(p.m) {
-            return Err(Error::Unavailable(format!(
-                "{failed} of the {} drives holding {key:?} did not answer",
-                placed.len()
-            )));
-        }
-        Ok(current)
+        (records, failed)
     }
 
     /// Runs `op` on every drive at once, each bounded by the timeout.

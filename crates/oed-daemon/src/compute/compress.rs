@@ -12,7 +12,7 @@ use std::sync::Arc;
 use oed_ops::compress::Sizes;
 use oed_ops::op::{Op, Partial};
 
-use super::coordinator::{Cost, Outcome, Window, bad, plan_for};
+use super::coordinator::{Cost, Outcome, Window, bad, extent_stripes, plan_for, windows};
 use super::parts::NewParts;
 use crate::cluster::Cluster;
 use crate::error::{Error, Result};
@@ -54,15 +54,10 @@ impl Cluster {
         let mut out = NewParts::new(self, &record.bucket);
         let mut sizes = Sizes::default();
         let written = async {
-            let mut base = 0;
-            for ext in &exts {
-                let stripe_bytes = u64::from(ext.k) * u64::from(ext.chunk_size);
-                let stripes = plan.stripes(base, ext.size, stripe_bytes);
-                let mut s = stripes.start;
-                while s < stripes.end {
-                    let e = (s + WINDOW).min(stripes.end);
+            for (ext, base, stripes) in extent_stripes(&plan, &exts) {
+                for window in windows(stripes, WINDOW) {
                     let mut got = self
-                        .gather(&record.bucket, ext, base, &plan, s..e, &mut cost)
+                        .gather(&record.bucket, ext, base, &plan, window, &mut cost)
                         .await?;
                     got.sort_by_key(|(stripe, shard, _)| (*stripe, *shard));
                     // The frames in object order, each as it came: the part is their
@@ -80,9 +75,7 @@ impl Cluster {
                         frames.push(bytes::Bytes::from(f.bytes));
                     }
                     out.push(frames).await?;
-                    s = e;
                 }
-                base += ext.size;
             }
             if out.bytes() == 0 {
                 // An empty object: one frame of nothing, a valid empty stream.

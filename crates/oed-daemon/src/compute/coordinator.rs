@@ -221,6 +221,28 @@ pub(super) fn plan_for(
     Ok((plan, exts))
 }
 
+/// Each extent of `exts` with its object offset and the stripes of it that `plan`
+/// covers (possibly none), in object order.
+pub(super) fn extent_stripes<'a>(
+    plan: &'a Plan,
+    exts: &'a [PartRef],
+) -> impl Iterator<Item = (&'a PartRef, u64, Range<u64>)> + 'a {
+    exts.iter().scan(0, move |base: &mut u64, ext| {
+        let at = *base;
+        *base += ext.size;
+        let stripe_bytes = u64::from(ext.k) * u64::from(ext.chunk_size);
+        Some((ext, at, plan.stripes(at, ext.size, stripe_bytes)))
+    })
+}
+
+/// `stripes` in windows of at most `n` stripes.
+pub(super) fn windows(stripes: Range<u64>, n: u64) -> impl Iterator<Item = Range<u64>> {
+    let end = stripes.end;
+    stripes
+        .step_by(usize::try_from(n).unwrap_or(usize::MAX))
+        .map(move |s| s..(s + n).min(end))
+}
+
 /// The coordinator's time and energy over one request: opened before the work, closed
 /// into its cost.
 pub(super) struct Window {
@@ -493,10 +515,7 @@ impl Cluster {
         cost: &mut Cost,
     ) -> Result<Partial> {
         let mut placed: Vec<Placed> = Vec::new();
-        let mut base = 0;
-        for (x, ext) in exts.iter().enumerate() {
-            let stripe_bytes = u64::from(ext.k) * u64::from(ext.chunk_size);
-            let stripes = plan.stripes(base, ext.size, stripe_bytes);
+        for (x, (ext, base, stripes)) in extent_stripes(plan, exts).enumerate() {
             if !stripes.is_empty() {
                 let part = self.gather(bucket, ext, base, plan, stripes, cost).await?;
                 placed.extend(part.into_iter().map(|(stripe, shard, partial)| Placed {
@@ -506,7 +525,6 @@ impl Cluster {
                     partial,
                 }));
             }
-            base += ext.size;
         }
         placed.sort_by_key(|p| (p.extent, p.stripe, p.shard));
         let mut acc = plan.empty().map_err(|e| bad(&e))?;
@@ -689,14 +707,11 @@ impl Cluster {
         let mut fold = plan
             .in_order()
             .ok_or_else(|| Error::BadRequest("the operation splits".into()))?;
-        let mut base = 0;
-        for ext in exts {
-            let stripe_bytes = u64::from(ext.k) * u64::from(ext.chunk_size);
-            let stripes = plan.stripes(base, ext.size, stripe_bytes);
+        for (ext, base, stripes) in extent_stripes(plan, exts) {
             if stripes.is_empty() {
-                base += ext.size;
                 continue;
             }
+            let stripe_bytes = u64::from(ext.k) * u64::from(ext.chunk_size);
             let _share = self
                 .budget
                 .take(Budget::read_share(ext.size, stripe_bytes))
@@ -718,7 +733,6 @@ impl Cluster {
             }
             cost.coordinator_bytes += source.bytes_read();
             cost.network_bytes += source.bytes_read();
-            base += ext.size;
         }
         fold.finish().map_err(|e| match e {
             oed_ops::Error::BadArgument(m) => Error::BadRequest(m),

@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use oed_ops::op::{Op, Partial};
 
-use super::coordinator::{Cost, Outcome, Window, plan_for};
+use super::coordinator::{Cost, Outcome, Window, extent_stripes, plan_for, windows};
 use super::parts::NewParts;
 use crate::cluster::Cluster;
 use crate::error::{Error, Result};
@@ -95,15 +95,10 @@ impl Cluster {
         let (plan, exts) = plan_for(record, op.clone(), None)?;
         let mut runs: Vec<Vec<u8>> = Vec::new();
         let mut cut: Vec<(u64, Vec<u8>)> = Vec::new();
-        let mut base = 0;
-        for ext in &exts {
-            let stripe_bytes = u64::from(ext.k) * u64::from(ext.chunk_size);
-            let stripes = plan.stripes(base, ext.size, stripe_bytes);
-            let mut s = stripes.start;
-            while s < stripes.end {
-                let e = (s + WINDOW).min(stripes.end);
+        for (ext, base, stripes) in extent_stripes(&plan, &exts) {
+            for window in windows(stripes, WINDOW) {
                 for (_, _, p) in self
-                    .gather(&record.bucket, ext, base, &plan, s..e, cost)
+                    .gather(&record.bucket, ext, base, &plan, window, cost)
                     .await?
                 {
                     let Partial::Run(r) = p else {
@@ -115,9 +110,7 @@ impl Cluster {
                         cut.push((r.offset, r.bytes));
                     }
                 }
-                s = e;
             }
-            base += ext.size;
         }
         // Cut runs meet one another: joined in object order, they are whole records.
         cut.sort_by_key(|(o, _)| *o);

@@ -22,13 +22,12 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use futures_util::StreamExt as _;
-use futures_util::future::join_all;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use super::Repair;
+use super::{Repair, batches, entry_size};
+use crate::cluster::newest_readable;
 use crate::cluster::stripes::StripeSource;
-use crate::cluster::{Cluster, newest_readable};
 use crate::drive::{DriveError, ErrorCode};
 use crate::error::{Error, Result};
 use crate::store::queue::{HealCause, HealEntry};
@@ -127,47 +126,6 @@ async fn settle(r: &Arc<Repair>, e: HealEntry) {
     }
 }
 
-/// The records the drives that may hold `bucket`/`key` have: those the map places it on
-/// and `also`. Returns them with the number of drives that did not answer.
-pub(crate) async fn holders(
-    cluster: &Cluster,
-    bucket: &str,
-    key: &str,
-    also: &[String],
-) -> (Vec<ObjectRecord>, usize) {
-    let p = cluster.map.profile;
-    let mut ids: Vec<&str> = cluster
-        .map
-        .place(bucket, key, usize::from(p.k + p.m))
-        .into_iter()
-        .map(|i| cluster.map.drives[i].id.as_str())
-        .collect();
-    for a in also {
-        if !ids.contains(&a.as_str()) {
-            ids.push(a);
-        }
-    }
-    let answers = join_all(ids.iter().map(|id| async move {
-        let Some(d) = cluster.drive(id) else {
-            return Err(DriveError::unreachable("not in the cluster map"));
-        };
-        tokio::time::timeout(cluster.timeout, d.stat(bucket, key))
-            .await
-            .unwrap_or_else(|_| Err(DriveError::unreachable("timed out")))
-    }))
-    .await;
-    let mut records = Vec::new();
-    let mut failed = 0;
-    for a in answers {
-        match a {
-            Ok(Some(r)) => records.push(r),
-            Ok(None) => {}
-            Err(_) => failed += 1,
-        }
-    }
-    (records, failed)
-}
-
 /// The current version from `records`, or `None` when none is readable; an error when
 /// the drives that did not answer could hold one.
 fn current_of(records: &[ObjectRecord], failed: usize) -> Result<Option<ObjectRecord>> {
@@ -188,7 +146,7 @@ async fn heal_one(r: &Arc<Repair>, e: &HealEntry) -> Result<Outcome> {
     let cluster = &r.cluster;
     let local = store.meta().object(&e.bucket, &e.key)?;
     let also = local.as_ref().map(|l| l.drives.clone()).unwrap_or_default();
-    let (records, failed) = holders(cluster, &e.bucket, &e.key, &also).await;
+    let (records, failed) = cluster.holders(&e.bucket, &e.key, &also).await;
     let Some(current) = current_of(&records, failed)? else {
         return Ok(Outcome::Obsolete("no version of the object is readable"));
     };
@@ -215,7 +173,7 @@ async fn heal_one(r: &Arc<Repair>, e: &HealEntry) -> Result<Outcome> {
         Err(err) => return Err(err),
     };
     // The version may have been deleted or overwritten while it was rebuilt.
-    let (after, failed) = holders(cluster, &e.bucket, &e.key, &current.drives).await;
+    let (after, failed) = cluster.holders(&e.bucket, &e.key, &current.drives).await;
     if failed == 0 && newest_readable(&after).is_none_or(|n| n.version_id != current.version_id) {
         match store
             .delete_object(&current.bucket, &current.key, Some(current.version_id))
@@ -348,9 +306,6 @@ pub async fn send_hints(r: Arc<Repair>, stop: CancellationToken) {
     }
 }
 
-/// Request bodies of the repair work stay within this (the peer API takes 64 KiB).
-pub(crate) const BODY_BUDGET: usize = 48 * 1024;
-
 async fn deliver(r: &Arc<Repair>, drive: &str) -> std::result::Result<(), DriveError> {
     let Some(peer) = r.cluster.drive(drive) else {
         return Ok(());
@@ -365,23 +320,17 @@ async fn deliver(r: &Arc<Repair>, drive: &str) -> std::result::Result<(), DriveE
         if entries.is_empty() {
             return Ok(());
         }
-        let mut size = 0;
-        let batch: Vec<HealEntry> = entries
-            .into_iter()
-            .take_while(|e| {
-                size += 256 + e.bucket.len() + e.key.len();
-                size < BODY_BUDGET
-            })
-            .collect();
-        tokio::time::timeout(r.cluster.timeout, peer.queue_heals(&batch))
-            .await
-            .map_err(|_| DriveError::unreachable("timed out"))??;
-        for e in &batch {
-            r.store.meta().finish_heal(e)?;
+        for batch in batches(&entries, entry_size) {
+            tokio::time::timeout(r.cluster.timeout, peer.queue_heals(batch))
+                .await
+                .map_err(|_| DriveError::unreachable("timed out"))??;
+            for e in batch {
+                r.store.meta().finish_heal(e)?;
+            }
+            r.heal_stats
+                .hints_delivered
+                .fetch_add(batch.len() as u64, Ordering::Relaxed);
         }
-        r.heal_stats
-            .hints_delivered
-            .fetch_add(batch.len() as u64, Ordering::Relaxed);
     }
     Ok(())
 }

@@ -36,7 +36,7 @@ use tokio_util::task::TaskTracker;
 use crate::cluster::Cluster;
 use crate::config::Config;
 use crate::store::Store;
-use crate::store::queue::QueueCounts;
+use crate::store::queue::{HealEntry, QueueCounts};
 
 /// What the repair work is told, from [`Config`].
 #[derive(Clone, Debug)]
@@ -95,13 +95,12 @@ impl Limiter {
         }
     }
 
-    /// Reserves `n` bytes at `share` of the rate; returns how long to wait before using
-    /// them.
-    fn reserve(&self, n: u64, share: f64) -> Duration {
+    /// Reserves `n` bytes at `share` of the rate at time `now`; returns how long to wait
+    /// before using them.
+    fn reserve(&self, n: u64, share: f64, now: Instant) -> Duration {
         if self.rate == 0 {
             return Duration::ZERO;
         }
-        let now = Instant::now();
         let mut next = self.next.lock().unwrap_or_else(PoisonError::into_inner);
         let start = (*next).max(now.checked_sub(Duration::from_secs(1)).unwrap_or(now));
         let cost = Duration::from_secs_f64(n as f64 / (self.rate as f64 * share.max(0.01)));
@@ -111,7 +110,7 @@ impl Limiter {
 
     /// Waits until `n` more bytes fit in `share` of the rate.
     pub async fn take(&self, n: u64, share: f64) {
-        let wait = self.reserve(n, share);
+        let wait = self.reserve(n, share, Instant::now());
         if !wait.is_zero() {
             tokio::time::sleep(wait).await;
         }
@@ -119,11 +118,39 @@ impl Limiter {
 
     /// [`Limiter::take`] for a blocking thread.
     pub fn take_blocking(&self, n: u64) {
-        let wait = self.reserve(n, 1.0);
+        let wait = self.reserve(n, 1.0, Instant::now());
         if !wait.is_zero() {
             std::thread::sleep(wait);
         }
     }
+}
+
+/// Request bodies of the repair work stay within this (the peer API takes 64 KiB by
+/// default, `max_request_body_bytes`).
+const BODY_BUDGET: usize = 48 * 1024;
+
+/// `items` cut into runs whose estimated JSON sizes (`size` of each) fit a peer request
+/// body; an item larger than that is a run of its own.
+fn batches<T>(items: &[T], size: impl Fn(&T) -> usize) -> Vec<&[T]> {
+    let mut out = Vec::new();
+    let (mut start, mut used) = (0, 0);
+    for (i, item) in items.iter().enumerate() {
+        let s = size(item);
+        if i > start && used + s > BODY_BUDGET {
+            out.push(&items[start..i]);
+            (start, used) = (i, 0);
+        }
+        used += s;
+    }
+    if start < items.len() {
+        out.push(&items[start..]);
+    }
+    out
+}
+
+/// A heal entry's size in a request body, at most.
+fn entry_size(e: &HealEntry) -> usize {
+    256 + e.bucket.len() + e.key.len()
 }
 
 /// Counters of what heal did since start.
@@ -348,5 +375,41 @@ impl Repair {
             refill,
             queue,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Takes reserve consecutive stretches of the timeline at the rate (slower at a share
+    /// of it), after at most a second of rate left unused; no rate is no wait.
+    #[test]
+    fn the_limiter_spaces_takes_at_its_rate() {
+        let l = Limiter::new(1 << 20);
+        let t = *l.next.lock().unwrap();
+        let secs = |d: Duration| (d.as_millis() + 1) / 1000;
+        assert_eq!(secs(l.reserve(1 << 20, 1.0, t)), 0);
+        assert_eq!(secs(l.reserve(1 << 20, 1.0, t)), 1);
+        // At half the rate the next MiB takes two seconds of the timeline.
+        assert_eq!(secs(l.reserve(1 << 20, 0.5, t)), 2);
+        assert_eq!(secs(l.reserve(1, 1.0, t)), 4);
+        // Long idle: at most one second of unused rate is spent at once.
+        let later = t + Duration::from_secs(100);
+        assert_eq!(secs(l.reserve(1 << 20, 1.0, later)), 0);
+        assert_eq!(secs(l.reserve(1 << 20, 1.0, later)), 0);
+        assert_eq!(secs(l.reserve(1 << 20, 1.0, later)), 1);
+        assert_eq!(
+            Limiter::new(0).reserve(u64::MAX, 1.0, later),
+            Duration::ZERO
+        );
+    }
+
+    #[test]
+    fn batches_fit_a_request_body_and_keep_every_item_once() {
+        let items: Vec<usize> = vec![10_000, 20_000, 30_000, 60_000, 1, 2];
+        let b = batches(&items, |s| *s);
+        assert_eq!(b, [&items[0..2], &items[2..3], &items[3..4], &items[4..6]]);
+        assert!(batches(&[] as &[usize], |s| *s).is_empty());
     }
 }

@@ -20,7 +20,6 @@ use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
 use super::Repair;
-use super::heal::BODY_BUDGET;
 use crate::drive::{DriveError, ObjectRef};
 use crate::error::Result;
 use crate::store::Store;
@@ -298,17 +297,11 @@ async fn list_from(r: &Arc<Repair>, drive: &str) -> Result<()> {
                 ));
             }
         }
-        let mut new_shards = 0;
-        let mut new_bytes = 0;
-        for chunk in entries.chunks(BODY_BUDGET / 256) {
-            let before = r.store.meta().heal_entry_versions(chunk)?;
-            r.store.queue_heals(chunk)?;
-            for (e, old) in chunk.iter().zip(before) {
-                if old.is_none() {
-                    new_shards += 1;
-                    new_bytes += e.bytes;
-                }
-            }
+        let new = r.store.meta().queue_entries(&entries)?;
+        let (mut new_shards, mut new_bytes) = (0, 0);
+        for (e, _) in entries.iter().zip(new).filter(|(_, n)| *n) {
+            new_shards += 1;
+            new_bytes += e.bytes;
         }
         r.wake();
         let next = page.next.clone();

@@ -23,8 +23,7 @@ use futures_util::future::join_all;
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
-use super::heal::BODY_BUDGET;
-use super::{Repair, RepairConfig};
+use super::{Repair, RepairConfig, batches, entry_size};
 use crate::drive::{DriveError, ObjectRef};
 use crate::error::{Error, Result};
 use crate::store::queue::{HealCause, HealEntry};
@@ -467,22 +466,14 @@ async fn versions_of(
 ) -> Option<Vec<Option<VersionId>>> {
     let peer = r.cluster.drive(drive)?;
     let mut out = Vec::with_capacity(refs.len());
-    let mut start = 0;
-    while start < refs.len() {
-        let mut size = 0;
-        let mut end = start;
-        while end < refs.len() && (end == start || size + refs[end].key.len() + 80 < BODY_BUDGET) {
-            size += refs[end].key.len() + refs[end].bucket.len() + 32;
-            end += 1;
-        }
-        let got = tokio::time::timeout(r.cluster.timeout, peer.versions(&refs[start..end]))
+    for batch in batches(refs, |o| o.bucket.len() + o.key.len() + 32) {
+        let got = tokio::time::timeout(r.cluster.timeout, peer.versions(batch))
             .await
             .unwrap_or_else(|_| Err(DriveError::unreachable("timed out")));
         match got {
-            Ok(v) if v.len() == end - start => out.extend(v),
+            Ok(v) if v.len() == batch.len() => out.extend(v),
             _ => return None,
         }
-        start = end;
     }
     Some(out)
 }
@@ -490,19 +481,7 @@ async fn versions_of(
 /// Sends heal entries to the drive they are for; what it does not take is kept here as
 /// hints.
 pub(crate) async fn send_entries(r: &Repair, drive: &str, entries: Vec<HealEntry>) {
-    let mut rest = entries.as_slice();
-    while !rest.is_empty() {
-        let mut size = 0;
-        let n = rest
-            .iter()
-            .take_while(|e| {
-                size += 256 + e.bucket.len() + e.key.len();
-                size < BODY_BUDGET
-            })
-            .count()
-            .max(1);
-        let (batch, after) = rest.split_at(n);
-        rest = after;
+    for batch in batches(&entries, entry_size) {
         let sent = match r.cluster.drive(drive) {
             Some(peer) => tokio::time::timeout(r.cluster.timeout, peer.queue_heals(batch))
                 .await

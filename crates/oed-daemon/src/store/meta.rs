@@ -307,7 +307,7 @@ impl MetaStore {
             redundancy,
             &self.drive_id,
         );
-        self.queue_entries(&[e]).map(|_| ())
+        self.queue_entries(&[e]).map(drop)
     }
 
     /// Shards found failing their CRC32C check since start.

@@ -302,7 +302,12 @@ impl Store {
     /// # Errors
     /// [`Error::Meta`] or [`Error::Record`].
     pub fn queue_heals(&self, entries: &[queue::HealEntry]) -> Result<usize> {
-        self.meta.queue_entries(entries)
+        Ok(self
+            .meta
+            .queue_entries(entries)?
+            .into_iter()
+            .filter(|n| *n)
+            .count())
     }
 
     /// Capacity and free space of the data file system.

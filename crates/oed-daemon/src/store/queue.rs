@@ -15,6 +15,7 @@
 //!   An entry whose heal failed is deferred until the deferred ones are retried.
 
 use std::collections::BTreeMap;
+use std::ops::ControlFlow;
 use std::sync::PoisonError;
 
 use rocksdb::{Direction, IteratorMode, WriteBatch};
@@ -270,15 +271,15 @@ impl MetaStore {
     }
 
     /// Queues `entries`, each merged into the one already queued for its shard: the newer
-    /// version wins, and the lower redundancy. Returns how many were new.
+    /// version wins, and the lower redundancy. Returns, for each, whether it was new.
     ///
     /// # Errors
     /// [`crate::Error::Meta`] or [`crate::Error::Record`].
-    pub fn queue_entries(&self, entries: &[HealEntry]) -> Result<usize> {
+    pub fn queue_entries(&self, entries: &[HealEntry]) -> Result<Vec<bool>> {
         let mut counts = self.queue_counts();
         let mut batch = WriteBatch::default();
         let mut changes = Vec::new();
-        let mut new = 0;
+        let mut new = Vec::with_capacity(entries.len());
         for e in entries {
             let key = e.entry_key();
             let old: Option<Stored> = self
@@ -297,9 +298,8 @@ impl MetaStore {
                     old.entry.order_key(old.deferred),
                 );
                 changes.push((old.entry.clone(), -1));
-            } else {
-                new += 1;
             }
+            new.push(old.is_none());
             batch.put_cf(
                 self.cf(super::meta::QUEUE),
                 &key,
@@ -327,36 +327,53 @@ impl MetaStore {
     /// # Errors
     /// [`crate::Error::Meta`].
     pub fn next_heals(&self, drive: &str, limit: usize, deferred: bool) -> Result<Vec<HealEntry>> {
-        let mut prefix = vec![b'o'];
-        prefix.extend_from_slice(drive.as_bytes());
-        prefix.push(0);
-        let mut out = Vec::new();
-        for kv in self.db.iterator_cf(
-            self.cf(super::meta::QUEUE),
-            IteratorMode::From(&prefix, Direction::Forward),
-        ) {
-            let (k, _) = kv?;
-            if !k.starts_with(&prefix) || out.len() >= limit {
-                break;
+        let mut objects = Vec::new();
+        self.scan(b'o', drive, |rest, _| {
+            // deferred, priority, bucket NUL key
+            if objects.len() >= limit || (rest.first() == Some(&1) && !deferred) {
+                return ControlFlow::Break(());
             }
-            let rest = &k[prefix.len()..];
-            if rest.first() == Some(&1) && !deferred {
-                break;
+            let obj = rest.get(2..).unwrap_or_default();
+            if let Some(sep) = obj.iter().position(|&b| b == 0)
+                && let (Ok(bucket), Ok(key)) = (
+                    std::str::from_utf8(&obj[..sep]),
+                    std::str::from_utf8(&obj[sep + 1..]),
+                )
+            {
+                objects.push((bucket.to_owned(), key.to_owned()));
             }
-            let Some(obj) = rest.get(2..) else { continue };
-            let Some(sep) = obj.iter().position(|&b| b == 0) else {
-                continue;
-            };
-            let (bucket, key) = (&obj[..sep], &obj[sep + 1..]);
-            let (Ok(bucket), Ok(key)) = (std::str::from_utf8(bucket), std::str::from_utf8(key))
-            else {
-                continue;
-            };
-            if let Some(s) = self.stored_entry(drive, bucket, key)? {
+            ControlFlow::Continue(())
+        })?;
+        let mut out = Vec::with_capacity(objects.len());
+        for (bucket, key) in objects {
+            if let Some(s) = self.stored_entry(drive, &bucket, &key)? {
                 out.push(s.entry);
             }
         }
         Ok(out)
+    }
+
+    /// Calls `f` with the rest of the key (after `kind`, `drive` and NUL) and the value of
+    /// each queue key of that kind for `drive`, in key order, until it breaks.
+    fn scan(
+        &self,
+        kind: u8,
+        drive: &str,
+        mut f: impl FnMut(&[u8], &[u8]) -> ControlFlow<()>,
+    ) -> Result<()> {
+        let mut prefix = vec![kind];
+        prefix.extend_from_slice(drive.as_bytes());
+        prefix.push(0);
+        for kv in self.db.iterator_cf(
+            self.cf(super::meta::QUEUE),
+            IteratorMode::From(&prefix, Direction::Forward),
+        ) {
+            let (k, v) = kv?;
+            if !k.starts_with(&prefix) || f(&k[prefix.len()..], &v).is_break() {
+                break;
+            }
+        }
+        Ok(())
     }
 
     fn stored_entry(&self, drive: &str, bucket: &str, key: &str) -> Result<Option<Stored>> {
@@ -372,21 +389,6 @@ impl MetaStore {
     /// [`crate::Error::Meta`].
     pub fn heal_entry(&self, drive: &str, bucket: &str, key: &str) -> Result<Option<HealEntry>> {
         Ok(self.stored_entry(drive, bucket, key)?.map(|s| s.entry))
-    }
-
-    /// The version already queued for each entry's shard (`None`: not queued).
-    ///
-    /// # Errors
-    /// [`crate::Error::Meta`].
-    pub fn heal_entry_versions(&self, entries: &[HealEntry]) -> Result<Vec<Option<VersionId>>> {
-        entries
-            .iter()
-            .map(|e| {
-                Ok(self
-                    .stored_entry(&e.drive, &e.bucket, &e.key)?
-                    .map(|s| s.entry.version_id))
-            })
-            .collect()
     }
 
     /// Removes `entry` from the queue, unless it was queued again for a newer version
@@ -438,22 +440,16 @@ impl MetaStore {
     /// # Errors
     /// [`crate::Error::Meta`].
     pub fn entries_for(&self, drive: &str, limit: usize) -> Result<Vec<HealEntry>> {
-        let mut prefix = vec![b'e'];
-        prefix.extend_from_slice(drive.as_bytes());
-        prefix.push(0);
         let mut out = Vec::new();
-        for kv in self.db.iterator_cf(
-            self.cf(super::meta::QUEUE),
-            IteratorMode::From(&prefix, Direction::Forward),
-        ) {
-            let (k, v) = kv?;
-            if !k.starts_with(&prefix) || out.len() >= limit {
-                break;
+        self.scan(b'e', drive, |_, v| {
+            if out.len() >= limit {
+                return ControlFlow::Break(());
             }
-            if let Ok(s) = serde_json::from_slice::<Stored>(&v) {
+            if let Ok(s) = serde_json::from_slice::<Stored>(v) {
                 out.push(s.entry);
             }
-        }
+            ControlFlow::Continue(())
+        })?;
         Ok(out)
     }
 
@@ -513,16 +509,19 @@ mod tests {
         };
         {
             let meta = MetaStore::open(dir.path(), &config).unwrap();
-            let n = meta
+            let new = meta
                 .queue_entries(&[
                     entry("x", 1, 1, "self"),
                     entry("y", 1, 0, "self"),
                     entry("z", 1, 1, "other"),
                 ])
                 .unwrap();
-            assert_eq!(n, 3);
+            assert_eq!(new, [true, true, true]);
             // The same shard again, newer and with less to spare: one entry, merged.
-            assert_eq!(meta.queue_entries(&[entry("x", 2, 0, "self")]).unwrap(), 0);
+            assert_eq!(
+                meta.queue_entries(&[entry("x", 2, 0, "self")]).unwrap(),
+                [false]
+            );
             assert_eq!(meta.heal_backlog(), 3);
             let next = meta.next_heals("self", 10, false).unwrap();
             assert_eq!(next.len(), 2);
