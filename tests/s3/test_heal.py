@@ -329,3 +329,18 @@ def test_a_version_overwritten_or_deleted_while_queued_is_not_brought_back(fresh
             s3.head_object(Bucket="old", Key=key)
         assert e.value.response["ResponseMetadata"]["HTTPStatusCode"] == 404
     assert [o["Key"] for o in s3.list_objects_v2(Bucket="old")["Contents"]] == ["a"]
+
+
+def test_heal_sees_a_streamed_answer_as_the_drive_being_busy(fresh):
+    # Heal yields part of its rate while a drive serves requests; a GET whose body is
+    # still streaming counts until its body is done, not only until its head.
+    s3 = fresh.client(0)
+    s3.create_bucket(Bucket="busy")
+    s3.put_object(Bucket="busy", Key="big", Body=body(16 * STRIPE, 8))
+    assert fresh.metric(0, "oed_requests_in_flight") == 0
+    stream = s3.get_object(Bucket="busy", Key="big")["Body"]
+    stream.read(1000)
+    assert fresh.metric(0, "oed_requests_in_flight") == 1
+    stream.read()
+    stream.close()
+    fresh.wait_for("the count to drop", lambda: fresh.metric(0, "oed_requests_in_flight") == 0, timeout=10)

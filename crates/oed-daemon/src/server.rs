@@ -7,7 +7,7 @@
 
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -81,12 +81,8 @@ impl DriveServer {
             traffic: metrics.traffic.clone(),
             repair: std::sync::OnceLock::new(),
         });
-        let repair = crate::repair::Repair::new(
-            cluster.clone(),
-            crate::repair::RepairConfig::of(config),
-            peer.slots.clone(),
-            config.max_concurrent_requests,
-        );
+        let repair =
+            crate::repair::Repair::new(cluster.clone(), crate::repair::RepairConfig::of(config));
         let _ = peer.repair.set(repair.clone());
         metrics
             .registry
@@ -170,6 +166,10 @@ impl DriveServer {
                 crate::metrics::metered,
             ))
             .layer(axum::middleware::from_fn(trace_request))
+            .layer(axum::middleware::from_fn_with_state(
+                self.repair.requests(),
+                count_request,
+            ))
             .layer(axum::middleware::from_fn(close_if_continue_unread));
         let requests = self.cluster.tasks.clone();
         let served = async {
@@ -330,6 +330,64 @@ async fn close_if_continue_unread(
             .insert(http::header::CONNECTION, HeaderValue::from_static("close"));
     }
     resp
+}
+
+/// Counts a request in `n` from its head until its answer's body is dropped (sent, or
+/// the client gone): a streamed GET counts for as long as it streams.
+async fn count_request(
+    axum::extract::State(n): axum::extract::State<Arc<AtomicUsize>>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    let guard = Counted::new(n);
+    next.run(req).await.map(|inner| {
+        axum::body::Body::new(CountedBody {
+            inner,
+            _guard: guard,
+        })
+    })
+}
+
+/// One request in a count, taken off when dropped.
+struct Counted(Arc<AtomicUsize>);
+
+impl Counted {
+    fn new(n: Arc<AtomicUsize>) -> Self {
+        n.fetch_add(1, Ordering::Relaxed);
+        Self(n)
+    }
+}
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// An answer's body that keeps its request counted.
+struct CountedBody {
+    inner: axum::body::Body,
+    _guard: Counted,
+}
+
+impl HttpBody for CountedBody {
+    type Data = bytes::Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<std::result::Result<Frame<Self::Data>, Self::Error>>> {
+        Pin::new(&mut self.inner).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
 }
 
 /// A request body that records when it has been read to its end.

@@ -25,6 +25,7 @@ pub struct RepairCollector {
     heal_failures: Counter,
     heal_obsolete: Counter,
     heal_rate: Gauge,
+    in_flight: Gauge,
     scrub_bytes: Counter,
     scrub_corrupt: Counter,
     scrub_missing: Counter,
@@ -90,6 +91,10 @@ impl RepairCollector {
                 "oed_heal_rate_bytes",
                 "Bytes per second this drive rebuilt over the last 30 seconds.",
             )?,
+            in_flight: g(
+                "oed_requests_in_flight",
+                "Requests (S3 and peer) this drive is serving now, each from its head to the end of its answer's body; heal keeps heal_busy_share of its rate while it is above 0.",
+            )?,
             scrub_bytes: c(
                 "oed_scrub_bytes_total",
                 "Shard bytes the scrubber read and checked.",
@@ -149,6 +154,7 @@ impl ScrapeTime for RepairCollector {
             &self.heal_failures,
             &self.heal_obsolete,
             &self.heal_rate,
+            &self.in_flight,
             &self.scrub_bytes,
             &self.scrub_corrupt,
             &self.scrub_missing,
@@ -188,6 +194,8 @@ impl ScrapeTime for RepairCollector {
             h.obsolete.load(Ordering::Relaxed) as f64,
         );
         self.heal_rate.set(s.heal.rate_bytes);
+        self.in_flight
+            .set(self.repair.requests.load(Ordering::Relaxed) as f64);
         advance(&self.scrub_bytes, s.scrub.bytes_total as f64);
         advance(&self.scrub_corrupt, s.scrub.corrupt_found as f64);
         advance(&self.scrub_missing, s.scrub.missing_found as f64);

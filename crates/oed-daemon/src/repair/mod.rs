@@ -24,12 +24,12 @@ pub mod refill;
 pub mod scrub;
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
-use tokio::sync::{Notify, Semaphore};
+use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -205,9 +205,9 @@ pub struct Repair {
     cluster: Arc<Cluster>,
     store: Store,
     config: RepairConfig,
-    /// Requests being served now: what heal yields to.
-    slots: Arc<Semaphore>,
-    max_slots: usize,
+    /// Requests the drive is serving now, bodies included (counted by the server's
+    /// outermost layer): what heal yields to.
+    requests: Arc<AtomicUsize>,
     heal_limit: Limiter,
     scrub_limit: Arc<Limiter>,
     /// Wakes the healer: new entries, a retry asked for.
@@ -266,15 +266,9 @@ pub struct HealStatus {
 }
 
 impl Repair {
-    /// The repair work of the drive whose cluster is `cluster`; `slots` are the drive's
-    /// request slots (`max` of them), to tell when it is busy.
+    /// The repair work of the drive whose cluster is `cluster`.
     #[must_use]
-    pub fn new(
-        cluster: Arc<Cluster>,
-        config: RepairConfig,
-        slots: Arc<Semaphore>,
-        max: usize,
-    ) -> Arc<Self> {
+    pub fn new(cluster: Arc<Cluster>, config: RepairConfig) -> Arc<Self> {
         let store = cluster.local_store().clone();
         let refill = refill::RefillState::load(&store);
         Arc::new(Self {
@@ -283,8 +277,7 @@ impl Repair {
             cluster,
             store,
             config,
-            slots,
-            max_slots: max,
+            requests: Arc::default(),
             wake: Notify::new(),
             retry_now: AtomicBool::new(false),
             scrub_now: Notify::new(),
@@ -330,9 +323,16 @@ impl Repair {
         true
     }
 
+    /// The count of requests the drive is serving, for the server to keep
+    /// ([`crate::server`] counts each from its head to the end of its answer's body).
+    #[must_use]
+    pub fn requests(&self) -> Arc<AtomicUsize> {
+        self.requests.clone()
+    }
+
     /// Whether the drive is serving requests.
     fn busy(&self) -> bool {
-        self.slots.available_permits() < self.max_slots
+        self.requests.load(Ordering::Relaxed) > 0
     }
 
     /// The share of the heal rate to use now.

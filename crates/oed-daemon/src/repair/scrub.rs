@@ -310,7 +310,11 @@ async fn check_shard(r: &Arc<Repair>, rec: &ObjectRecord) -> Result<()> {
         }
         // Deleted or overwritten since the page was read.
         Err(Error::NotFound(_)) => {}
-        Err(e) => return Err(e),
+        // Anything else is this shard's trouble, not the pass's: logged, and the pass
+        // goes on (a pass stopped at one shard would never finish).
+        Err(e) => {
+            tracing::warn!(bucket = %rec.bucket, key = %rec.key, error = %e, "scrub: shard not checked");
+        }
     }
     Ok(())
 }

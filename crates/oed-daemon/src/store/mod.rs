@@ -1090,6 +1090,13 @@ fn for_each_chunk(
                 ) => {
                     return Err(Error::CorruptShard { stripe });
                 }
+                // The disk could not read the sector: the chunk is lost like a rotten one,
+                // and rewriting the shard (heal) moves it to good sectors.
+                Err(oed_ec::Error::Io(e))
+                    if e.raw_os_error() == Some(rustix::io::Errno::IO.raw_os_error()) =>
+                {
+                    return Err(Error::CorruptShard { stripe });
+                }
                 Err(e) => return Err(e.into()),
             }
             if f(stripe, buf).is_break() {
