@@ -16,6 +16,7 @@ import os
 import random
 import shutil
 import signal
+import subprocess
 import threading
 import time
 
@@ -296,8 +297,19 @@ def test_a_coordinator_killed_mid_put_leaves_nothing_visible_and_no_leftovers(fr
     sock.close()
     assert s3.get_object(Bucket="half", Key="k")["Body"].read() == b"old"
     fresh.start(0)
+    # Leftovers of other crashes on drive 2, older than the grace period: a temp file and
+    # a shard file no record points to.
+    stale = time.time() - 3600
+    leftovers = [fresh.data_dir(1) / "tmp" / "upload-0001", fresh.data_dir(1) / "shards" / "ab" / "cd" / ("ab" * 32 + ".shard")]
+    for f in leftovers:
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_bytes(b"left over")
+        os.utime(f, (stale, stale))
     time.sleep(2.5)
     scrubbed(fresh, int(time.time() * 1000))
+    assert not any(f.exists() for f in leftovers)
+    assert fresh.metric(1, "oed_sweep_removed_total", '{what="shard_files"}') == 1
+    assert fresh.metric(1, "oed_sweep_removed_total", '{what="temp_files"}') == 1
     for d in range(6):
         assert not any((fresh.data_dir(d) / "tmp").iterdir()), f"temp files left on drive {d}"
     assert s3.get_object(Bucket="half", Key="k")["Body"].read() == b"old"
@@ -344,3 +356,76 @@ def test_heal_sees_a_streamed_answer_as_the_drive_being_busy(fresh):
     stream.read()
     stream.close()
     fresh.wait_for("the count to drop", lambda: fresh.metric(0, "oed_requests_in_flight") == 0, timeout=10)
+
+
+def test_a_healer_killed_mid_refill_resumes_and_places_nothing_half():
+    # Drive 3 rebuilds at 512 KiB/s, so the refill is still running when it is killed.
+    slow = Cluster(extra=lambda i: HEAL + (["heal_rate_bytes=524288"] if i == 2 else []))
+    try:
+        s3 = slow.client(0)
+        s3.create_bucket(Bucket="mid")
+        load = Load(slow, "mid", keys=8)
+        for i in range(8):
+            load.put(f"k{i}", body(3 * STRIPE + 1000 * i, i))
+        slow.kill9(2)
+        shutil.rmtree(slow.data_dir(2))
+        slow.start(2)
+        slow.wait_for(
+            "part of the refill",
+            lambda: (s := slow.status()[2]) and s["refill"]["state"] == "healing"
+            and s["heal"]["healed_shards"] >= 2,
+        )
+        slow.kill9(2)
+        slow.start(2)
+        st = slow.wait_for(
+            "the refill to resume and finish",
+            lambda: (s := slow.status())[2] and s[2]["refill"]["state"] == "done" and s,
+        )
+        assert st[2]["refill"]["listed_shards"] == 8
+        assert not any((slow.data_dir(2) / "tmp").iterdir())
+        full_redundancy(slow, "mid", load.acked)
+    finally:
+        slow.stop()
+
+
+def test_a_drive_whose_file_system_fills_up():
+    """Drive 3's data directory is a 40 MiB tmpfs with 8 MiB kept in reserve: once it is
+    full, writes land degraded on the other drives (hints for drive 3), nothing stored is
+    damaged, and once deletes free space, drive 3 heals what it missed."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small file system needs root")
+    small = Cluster(extra=lambda i: HEAL + (
+        ["reserve_bytes=8388608", "rocksdb_write_buffer_bytes=1048576"] if i == 2 else []))
+    mounted = False
+    try:
+        small.kill9(2)
+        shutil.rmtree(small.data_dir(2))
+        small.data_dir(2).mkdir()
+        r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=40m", "tmpfs", str(small.data_dir(2))],
+                           capture_output=True, text=True)
+        if r.returncode != 0:
+            pytest.skip(f"mount failed: {r.stderr.strip()}")
+        mounted = True
+        small.start(2)
+        s3 = small.client(0)
+        s3.create_bucket(Bucket="fill")
+        load = Load(small, "fill", keys=1000)
+        degraded = 0
+        for i in range(48):
+            data = body(4 * STRIPE * 4, i)  # 4 MiB: 1 MiB of shard on each drive
+            put = s3.put_object(Bucket="fill", Key=f"k{i:02}", Body=data)
+            load.acked[f"k{i:02}"] = hashlib.sha256(data).hexdigest()
+            degraded += put["ResponseMetadata"]["HTTPHeaders"].get("x-oed-degraded") == "1"
+        assert degraded > 0, "the small file system never filled up"
+        assert small.metric(2, "oed_filesystem_bytes", '{what="free"}') < 10 << 20
+        verify(small, "fill", load.acked)
+        # Free space on drive 3: the first objects are on it.
+        for i in range(28):
+            s3.delete_object(Bucket="fill", Key=f"k{i:02}")
+            del load.acked[f"k{i:02}"]
+        full_redundancy(small, "fill", load.acked)
+    finally:
+        small.stop()
+        if mounted:
+            subprocess.run(["umount", "-l", str(small.data_dir(2))], check=False)
+            shutil.rmtree(small.dir, ignore_errors=True)
