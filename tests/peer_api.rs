@@ -246,3 +246,36 @@ fn malformed_queries_get_bad_request() {
         f.expect_unchanged(&c).await;
     });
 }
+
+/// A shard placed by a cluster map of another epoch is refused (409 `StaleMap`) and not
+/// stored; other requests from such a drive are served; a request naming no epoch (a
+/// tool, a test) is not checked.
+#[test]
+fn shard_writes_from_another_map_epoch_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = Daemon::start(dir.path(), &[]);
+    let c = d.client();
+    rt().block_on(async {
+        c.create_bucket("epochs").await.unwrap();
+        let data = bytes(3 * 4096, 2);
+        let rec = record("epochs", "k", 1, data.len() as u64, 1, 1, 0);
+        let file = shard_file(&rec, &data);
+        let newer = c.clone().with_epoch(2);
+        let e = newer
+            .put_shard(&rec, upload(&file, 5000), false)
+            .await
+            .unwrap_err();
+        assert_eq!(e.code, ErrorCode::StaleMap, "{e}");
+        assert!(
+            e.message.contains("epoch 1") && e.message.contains("epoch 2"),
+            "{e}"
+        );
+        assert!(newer.stat("epochs", "k").await.unwrap().is_none());
+        c.clone()
+            .with_epoch(1)
+            .put_shard(&rec, upload(&file, 5000), false)
+            .await
+            .unwrap();
+        assert!(newer.stat("epochs", "k").await.unwrap().is_some());
+    });
+}

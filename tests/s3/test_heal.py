@@ -239,6 +239,7 @@ def test_a_wiped_drive_is_refilled_completely(fresh):
     )
     r = st[2]["refill"]
     assert st[2]["incarnation"] != old
+    assert [s["epoch"] for s in st] == [1] * 6
     assert r["listed_shards"] == 20 and r["progress"] == 1.0
     full_redundancy(fresh, "wipe", load.acked)
     out = fresh.admin("status")

@@ -154,9 +154,10 @@ pub fn report(map: &ClusterMap, answers: &[DriveAnswer]) -> String {
     );
     let _ = writeln!(
         out,
-        "{:<12} {:<5} {:<17} {:>8} {:>8} {:>6} {:>11} {:>9}  {:<28} refill",
+        "{:<12} {:<5} {:>5} {:<17} {:>8} {:>8} {:>6} {:>11} {:>9}  {:<28} refill",
         "drive",
         "state",
+        "epoch",
         "incarnation",
         "shards",
         "to-heal",
@@ -207,9 +208,10 @@ pub fn report(map: &ClusterMap, answers: &[DriveAnswer]) -> String {
         };
         let _ = writeln!(
             out,
-            "{:<12} {:<5} {:<17} {:>8} {:>8} {:>6} {:>9}/s {:>9}  {:<28} {}",
+            "{:<12} {:<5} {:>5} {:<17} {:>8} {:>8} {:>6} {:>9}/s {:>9}  {:<28} {}",
             a.drive,
             "up",
+            s.epoch,
             s.incarnation,
             s.shards,
             own,
@@ -221,6 +223,7 @@ pub fn report(map: &ClusterMap, answers: &[DriveAnswer]) -> String {
         );
     }
     totals(&mut out, queued, queued_bytes, rate, &levels);
+    epochs(&mut out, map, answers);
     if up < answers.len() {
         let _ = writeln!(
             out,
@@ -230,6 +233,21 @@ pub fn report(map: &ClusterMap, answers: &[DriveAnswer]) -> String {
         );
     }
     out
+}
+
+/// A warning when the drives run different map epochs.
+fn epochs(out: &mut String, map: &ClusterMap, answers: &[DriveAnswer]) {
+    let epochs: std::collections::BTreeSet<u64> = answers
+        .iter()
+        .filter_map(|a| a.status.as_ref().map(|s| s.epoch))
+        .collect();
+    if epochs.len() > 1 {
+        let _ = writeln!(
+            out,
+            "cluster map epochs differ ({epochs:?}; this map is epoch {}): shard writes between drives of different epochs are refused until every drive runs the same map",
+            map.epoch
+        );
+    }
 }
 
 /// The cluster's totals under the drives' lines.

@@ -98,29 +98,8 @@ impl DevCluster {
         std::fs::create_dir_all(&dir)?;
         let all_ports = free_ports(2 * opts.drives)?;
         let (ports, metric_ports) = all_ports.split_at(opts.drives);
-        let map = ClusterMap {
-            cluster_id: "dev".into(),
-            profile: Profile {
-                k: opts.k,
-                m: opts.m,
-                chunk_size: oed_ec::layout::DEFAULT_CHUNK_SIZE,
-            },
-            drives: ports
-                .iter()
-                .enumerate()
-                .map(|(i, p)| DriveEntry {
-                    id: format!("drive-{}", i + 1),
-                    address: format!("127.0.0.1:{p}"),
-                    domain: None,
-                })
-                .collect(),
-        };
-        map.validate().map_err(Error::Config)?;
         let map_path = dir.join("cluster.toml");
-        std::fs::write(
-            &map_path,
-            toml::to_string(&map).map_err(|e| Error::Config(e.to_string()))?,
-        )?;
+        let map = write_map(opts, ports, &map_path)?;
         let cluster_secret = random_hex(16);
         // For `oedd admin`; readable by this user only.
         let secret_path = dir.join("cluster.secret");
@@ -263,6 +242,35 @@ impl Drop for DevCluster {
             self.stop(Duration::from_secs(10));
         }
     }
+}
+
+/// Writes the map of drives on `ports` to `path`. A directory used before holds drives
+/// that ran its earlier map: the new one (new ports) follows it with a higher epoch.
+fn write_map(opts: &DevOptions, ports: &[u16], path: &Path) -> Result<ClusterMap> {
+    let map = ClusterMap {
+        cluster_id: "dev".into(),
+        epoch: ClusterMap::load(path).map_or(1, |old| old.epoch + 1),
+        profile: Profile {
+            k: opts.k,
+            m: opts.m,
+            chunk_size: oed_ec::layout::DEFAULT_CHUNK_SIZE,
+        },
+        drives: ports
+            .iter()
+            .enumerate()
+            .map(|(i, p)| DriveEntry {
+                id: format!("drive-{}", i + 1),
+                address: format!("127.0.0.1:{p}"),
+                domain: None,
+            })
+            .collect(),
+    };
+    map.validate().map_err(Error::Config)?;
+    std::fs::write(
+        path,
+        toml::to_string(&map).map_err(|e| Error::Config(e.to_string()))?,
+    )?;
+    Ok(map)
 }
 
 /// Starts one drive's `oedd serve`; the receiver gets its address once it listens.

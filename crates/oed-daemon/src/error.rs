@@ -34,6 +34,16 @@ pub enum Error {
     /// The bucket still holds objects.
     #[error("bucket is not empty")]
     BucketNotEmpty,
+    /// A shard was placed by a cluster map of another epoch than this drive's.
+    #[error(
+        "cluster maps differ: this drive runs map epoch {mine}, the shard was placed by epoch {theirs}; give every drive the same map"
+    )]
+    StaleMap {
+        /// This drive's epoch.
+        mine: u64,
+        /// The sender's.
+        theirs: u64,
+    },
     /// The upload is larger than allowed.
     #[error("body too large: at most {0} bytes")]
     TooLarge(u64),
@@ -125,6 +135,8 @@ pub enum ErrorCode {
     Superseded,
     /// The bucket still has objects there (409).
     BucketNotEmpty,
+    /// A shard placed by a cluster map of another epoch than the drive's (409).
+    StaleMap,
     /// Larger than the drive takes (413).
     EntityTooLarge,
     /// The body ended or broke off early (400).
@@ -163,7 +175,7 @@ impl ErrorCode {
             C::Unauthenticated => StatusCode::UNAUTHORIZED,
             C::RequestTimeTooSkewed | C::SignatureDoesNotMatch => StatusCode::FORBIDDEN,
             C::NotFound => StatusCode::NOT_FOUND,
-            C::Superseded | C::BucketNotEmpty => StatusCode::CONFLICT,
+            C::Superseded | C::BucketNotEmpty | C::StaleMap => StatusCode::CONFLICT,
             C::EntityTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             C::InsufficientStorage => StatusCode::INSUFFICIENT_STORAGE,
             C::ServiceUnavailable | C::SlowDown => StatusCode::SERVICE_UNAVAILABLE,
@@ -200,6 +212,7 @@ impl Error {
             Error::SlowDown(_) => C::SlowDown,
             Error::Superseded => C::Superseded,
             Error::BucketNotEmpty => C::BucketNotEmpty,
+            Error::StaleMap { .. } => C::StaleMap,
             Error::TooLarge(_) => C::EntityTooLarge,
             Error::InsufficientStorage { .. } => C::InsufficientStorage,
             Error::CorruptShard { .. } => C::CorruptShard,
@@ -367,6 +380,7 @@ mod tests {
             (ErrorCode::Superseded, "Superseded"),
             (ErrorCode::InsufficientStorage, "InsufficientStorage"),
             (ErrorCode::CorruptShard, "CorruptShard"),
+            (ErrorCode::StaleMap, "StaleMap"),
             (ErrorCode::RequestTimeTooSkewed, "RequestTimeTooSkewed"),
         ] {
             assert_eq!(serde_json::to_value(code).unwrap(), name);

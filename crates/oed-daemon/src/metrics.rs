@@ -174,10 +174,11 @@ struct StateCollector {
     objects: Gauge,
     heal_backlog: Gauge,
     drives: Gauge,
+    epoch: Gauge,
     buffer: GaugeVec,
     info: GaugeVec,
     /// Counters kept as atomics on the hot path, copied here on scrape.
-    counters: [Counter; 7],
+    counters: [Counter; 8],
 }
 
 impl StateCollector {
@@ -217,6 +218,10 @@ impl StateCollector {
                 "oed_cluster_drives",
                 "Drives in this drive's cluster map.",
             ))?,
+            epoch: Gauge::with_opts(Opts::new(
+                "oed_cluster_map_epoch",
+                "The epoch of the cluster map this drive runs; drives of one cluster should all show the same.",
+            ))?,
             buffer: GaugeVec::new(
                 Opts::new(
                     "oed_coordinator_buffer_bytes",
@@ -254,6 +259,10 @@ impl StateCollector {
                     "oed_ops_cancelled_total",
                     "Near-data operations this drive stopped because their caller went away.",
                 )?,
+                counter(
+                    "oed_map_epoch_mismatch_total",
+                    "Peer requests to this drive from drives that run another cluster map epoch (their shard writes are refused).",
+                )?,
             ],
             store,
             cluster,
@@ -267,6 +276,7 @@ impl StateCollector {
             &self.objects,
             &self.heal_backlog,
             &self.drives,
+            &self.epoch,
             &self.buffer,
             &self.info,
         ];
@@ -290,6 +300,7 @@ impl StateCollector {
         self.objects.set(self.store.object_count() as f64);
         self.heal_backlog.set(self.store.heal_backlog() as f64);
         self.drives.set(self.cluster.map.drives.len() as f64);
+        self.epoch.set(self.cluster.map.epoch as f64);
         let budget = &self.cluster.budget;
         for (what, v) in [
             ("limit", budget.limit_bytes()),
@@ -306,6 +317,7 @@ impl StateCollector {
             self.store.checksum_failures(),
             budget.refused.load(Ordering::Relaxed),
             self.store.ops_cancelled(),
+            self.peer.epoch_mismatches.load(Ordering::Relaxed),
         ];
         for (c, n) in self.counters.iter().zip(now) {
             advance(c, n as f64);

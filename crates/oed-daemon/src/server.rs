@@ -63,6 +63,9 @@ impl DriveServer {
         }
         let metrics = DriveMetrics::new()?;
         let store = Store::open(config, metrics.traffic.clone())?;
+        if config.cluster_map.is_some() {
+            check_epoch_grows(&store, &map)?;
+        }
         let cluster = Arc::new(Cluster::new(
             map,
             config,
@@ -80,6 +83,8 @@ impl DriveServer {
             auth_failures: AtomicU64::new(0),
             traffic: metrics.traffic.clone(),
             repair: std::sync::OnceLock::new(),
+            epoch: cluster.map.epoch,
+            epoch_mismatches: AtomicU64::new(0),
         });
         let repair =
             crate::repair::Repair::new(cluster.clone(), crate::repair::RepairConfig::of(config));
@@ -197,6 +202,40 @@ impl DriveServer {
         tracing::info!("store flushed; stopped");
         Ok(())
     }
+}
+
+/// The epoch and digest of the cluster map a drive last ran, kept in its store.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct RanMap {
+    epoch: u64,
+    digest: String,
+}
+
+/// Refuses a cluster map whose epoch is lower than the one this drive ran before, or a
+/// changed map under the same epoch; then records this one.
+fn check_epoch_grows(store: &Store, map: &ClusterMap) -> Result<()> {
+    let digest = map.digest();
+    if let Some(ran) = store.meta().state::<RanMap>("cluster_map")? {
+        if map.epoch < ran.epoch {
+            return Err(Error::Config(format!(
+                "cluster map epoch {} is lower than epoch {} this drive ran before: a map's epoch must grow",
+                map.epoch, ran.epoch
+            )));
+        }
+        if map.epoch == ran.epoch && digest != ran.digest {
+            return Err(Error::Config(format!(
+                "the cluster map changed but its epoch is still {}: raise the epoch with every change",
+                map.epoch
+            )));
+        }
+    }
+    store.meta().set_state(
+        "cluster_map",
+        &RanMap {
+            epoch: map.epoch,
+            digest,
+        },
+    )
 }
 
 /// Serves HTTP/1.1 on `listener` until `shutdown` is cancelled; then stops accepting,
@@ -417,5 +456,38 @@ impl HttpBody for Finished {
 
     fn size_hint(&self) -> SizeHint {
         self.inner.size_hint()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A drive takes a map of the epoch it ran, unchanged, or of a higher one; it refuses
+    /// a lower epoch, and a changed map under the same epoch.
+    #[test]
+    fn a_cluster_map_epoch_must_grow() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = Config {
+            data_dir: dir.path().to_owned(),
+            ..Config::default()
+        };
+        let traffic = oed_meter::traffic::Traffic::new(&prometheus::Registry::new()).unwrap();
+        let store = Store::open(&config, traffic).unwrap();
+        let mut map = ClusterMap::single("drive-1", "127.0.0.1:9400");
+        map.epoch = 2;
+        check_epoch_grows(&store, &map).unwrap();
+        check_epoch_grows(&store, &map).unwrap();
+        let mut changed = map.clone();
+        changed.drives[0].address = "127.0.0.1:9401".into();
+        let e = check_epoch_grows(&store, &changed).unwrap_err();
+        assert!(e.to_string().contains("raise the epoch"), "{e}");
+        let mut lower = map.clone();
+        lower.epoch = 1;
+        let e = check_epoch_grows(&store, &lower).unwrap_err();
+        assert!(e.to_string().contains("must grow"), "{e}");
+        changed.epoch = 3;
+        check_epoch_grows(&store, &changed).unwrap();
+        assert!(check_epoch_grows(&store, &map).is_err(), "back to epoch 2");
     }
 }

@@ -23,6 +23,10 @@ pub struct Profile {
     pub chunk_size: u32,
 }
 
+fn first_epoch() -> u64 {
+    1
+}
+
 fn default_chunk() -> u32 {
     oed_ec::layout::DEFAULT_CHUNK_SIZE
 }
@@ -61,6 +65,11 @@ impl DriveEntry {
 pub struct ClusterMap {
     /// Name of the cluster (shown by `oedd dev` and in logs).
     pub cluster_id: String,
+    /// The map's version: raise it with every change. A drive refuses to start with a
+    /// lower epoch than it ran before, or with a changed map under the same epoch, and
+    /// drives refuse shard writes placed by a map of another epoch. Default: 1.
+    #[serde(default = "first_epoch")]
+    pub epoch: u64,
     /// Profile of new objects.
     pub profile: Profile,
     /// Every drive, at least `k + m` of them.
@@ -89,6 +98,7 @@ impl ClusterMap {
     pub fn single(drive_id: &str, address: &str) -> Self {
         Self {
             cluster_id: "single".into(),
+            epoch: first_epoch(),
             profile: Profile {
                 k: 1,
                 m: 0,
@@ -107,6 +117,9 @@ impl ClusterMap {
     /// # Errors
     /// A message naming the problem.
     pub fn validate(&self) -> std::result::Result<(), String> {
+        if self.epoch == 0 {
+            return Err("epoch: start at 1 and raise it with every change".into());
+        }
         let p = self.profile;
         oed_ec::Layout::new(p.k.into(), p.m.into(), p.chunk_size)
             .map_err(|e| format!("profile: {e}"))?;
@@ -160,6 +173,13 @@ impl ClusterMap {
             }
         }
         Ok(())
+    }
+
+    /// A digest of the whole map, to tell two maps of one epoch apart.
+    #[must_use]
+    pub fn digest(&self) -> String {
+        let text = toml::to_string(self).unwrap_or_default();
+        hex::encode(Sha256::digest(text.as_bytes()))
     }
 
     /// The index of drive `id` in [`ClusterMap::drives`].
@@ -228,6 +248,7 @@ mod tests {
 
     fn map(drives: &[(&str, &str)], k: u16, m: u16) -> ClusterMap {
         ClusterMap {
+            epoch: 1,
             cluster_id: "t".into(),
             profile: Profile {
                 k,

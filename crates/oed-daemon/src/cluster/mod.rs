@@ -155,7 +155,10 @@ impl Cluster {
                 if i == local {
                     Arc::new(store.clone())
                 } else {
-                    Arc::new(PeerClient::with_http(&d.url(), key.clone(), http.clone()))
+                    Arc::new(
+                        PeerClient::with_http(&d.url(), key.clone(), http.clone())
+                            .with_epoch(map.epoch),
+                    )
                 }
             })
             .collect();

@@ -31,6 +31,9 @@ use crate::uri::encode as q;
 
 /// The response header of `GET shard` that names the version read.
 pub const VERSION_HEADER: &str = "x-oed-version-id";
+/// The request header naming the epoch of the cluster map its sender runs.
+pub const EPOCH_HEADER: &str = "x-oed-map-epoch";
+
 /// The response header of `GET shard` that names the stripes sent, `from-to`.
 pub const STRIPES_HEADER: &str = "x-oed-stripes";
 
@@ -149,6 +152,8 @@ pub struct PeerClient {
     base: Result<Base, String>,
     key: PeerKey,
     http: PeerHttp,
+    /// The epoch of the cluster map this side runs, sent with every request.
+    epoch: Option<u64>,
 }
 
 /// A signed request to a peer, ready to send; [`PeerClient::request`] makes one.
@@ -276,7 +281,15 @@ impl PeerClient {
             base: Base::parse(base).ok_or_else(|| base.to_owned()),
             key,
             http,
+            epoch: None,
         }
+    }
+
+    /// The same client, naming `epoch` as its cluster map's in every request.
+    #[must_use]
+    pub fn with_epoch(mut self, epoch: u64) -> Self {
+        self.epoch = Some(epoch);
+        self
     }
 
     /// A signed request of operation `op` with an empty body; `query` must already be
@@ -301,8 +314,11 @@ impl PeerClient {
             Ok(base) => base
                 .uri(path, query)
                 .and_then(|uri| {
-                    Request::builder()
-                        .method(method)
+                    let mut b = Request::builder();
+                    if let Some(e) = self.epoch {
+                        b = b.header(EPOCH_HEADER, e);
+                    }
+                    b.method(method)
                         .uri(uri)
                         .header(auth::DATE_HEADER, date)
                         .header(auth::DIGEST_HEADER, digest)

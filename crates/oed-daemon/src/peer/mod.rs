@@ -201,6 +201,10 @@ pub struct PeerState {
     pub traffic: oed_meter::traffic::Traffic,
     /// The drive's heal, scrub and refill work, once it runs.
     pub repair: std::sync::OnceLock<Arc<crate::repair::Repair>>,
+    /// The epoch of the cluster map this drive runs.
+    pub epoch: u64,
+    /// Requests from drives that named another epoch since start.
+    pub epoch_mismatches: AtomicU64,
 }
 
 /// The peer API routes, with authentication and the concurrency limit applied.
@@ -229,15 +233,55 @@ async fn limit(State(state): State<Arc<PeerState>>, req: Request, next: Next) ->
 /// Checks the signature, the timestamp and (for small bodies) the body digest; counts
 /// and refuses failures before any handler runs.
 async fn authenticate(State(state): State<Arc<PeerState>>, req: Request, next: Next) -> Response {
-    match check_auth(&state, req).await {
+    let upload = PeerOp::of(req.method(), req.uri().path()) == Some(PeerOp::PutShard);
+    match check_auth(&state, req)
+        .await
+        .and_then(|req| check_epoch(&state, req))
+    {
         Ok(req) => next.run(req).await,
         Err(e) => {
             if matches!(e, Error::Unauthenticated(_) | Error::Expired(_)) {
                 state.auth_failures.fetch_add(1, Ordering::Relaxed);
                 tracing::warn!(error = %e, "peer request refused");
             }
-            e.into_response()
+            let mut resp = e.into_response();
+            if upload {
+                // The upload's body is left unread: the connection cannot carry another
+                // request, so it closes, and the client opens a new one for the next.
+                resp.headers_mut()
+                    .insert(header::CONNECTION, HeaderValue::from_static("close"));
+            }
+            resp
         }
+    }
+}
+
+/// Counts a request whose sender named another cluster map epoch, and refuses it when it
+/// stores a shard: a shard placed by another map must not mix with this drive's.
+fn check_epoch(state: &PeerState, req: Request) -> Result<Request, Error> {
+    let theirs = req
+        .headers()
+        .get(client::EPOCH_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    match theirs {
+        Some(theirs) if theirs != state.epoch => {
+            state.epoch_mismatches.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(
+                mine = state.epoch,
+                theirs,
+                path = req.uri().path(),
+                "a peer runs another cluster map epoch"
+            );
+            if PeerOp::of(req.method(), req.uri().path()) == Some(PeerOp::PutShard) {
+                return Err(Error::StaleMap {
+                    mine: state.epoch,
+                    theirs,
+                });
+            }
+            Ok(req)
+        }
+        _ => Ok(req),
     }
 }
 

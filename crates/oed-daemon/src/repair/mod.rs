@@ -232,6 +232,8 @@ pub struct RepairStatus {
     pub drive_id: String,
     /// Its incarnation.
     pub incarnation: String,
+    /// The epoch of the cluster map it runs.
+    pub epoch: u64,
     /// Shards it holds.
     pub shards: u64,
     /// Its heal queue.
@@ -360,6 +362,7 @@ impl Repair {
         RepairStatus {
             drive_id: self.store.drive_id().to_owned(),
             incarnation: self.store.identity().incarnation.clone(),
+            epoch: self.cluster.map.epoch,
             shards: self.store.object_count(),
             heal: HealStatus {
                 enabled: self.config.heal,
