@@ -346,16 +346,37 @@ def test_a_version_overwritten_or_deleted_while_queued_is_not_brought_back(fresh
 
 def test_heal_sees_a_streamed_answer_as_the_drive_being_busy(fresh):
     # Heal yields part of its rate while a drive serves requests; a GET whose body is
-    # still streaming counts until its body is done, not only until its head.
+    # still streaming counts until its body is done, not only until its head. The
+    # client's receive buffer is pinned small so that the kernel cannot take the whole
+    # body off the drive's hands (its send buffer grows to at most 4 MiB here).
+    import socket
+    from urllib.parse import urlsplit
+
     s3 = fresh.client(0)
     s3.create_bucket(Bucket="busy")
-    s3.put_object(Bucket="busy", Key="big", Body=body(16 * STRIPE, 8))
+    size = 64 * STRIPE
+    s3.put_object(Bucket="busy", Key="big", Body=body(size, 8))
     assert fresh.metric(0, "oed_requests_in_flight") == 0
-    stream = s3.get_object(Bucket="busy", Key="big")["Body"]
-    stream.read(1000)
-    assert fresh.metric(0, "oed_requests_in_flight") == 1
-    stream.read()
-    stream.close()
+    url = urlsplit(s3.generate_presigned_url("get_object", Params={"Bucket": "busy", "Key": "big"}))
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16384)
+    sock.settimeout(30)
+    sock.connect((url.hostname, url.port))
+    try:
+        sock.sendall(f"GET {url.path}?{url.query} HTTP/1.1\r\nHost: {url.netloc}\r\n\r\n".encode())
+        first = sock.recv(1000)
+        assert first.startswith(b"HTTP/1.1 200") and b"\r\n\r\n" in first
+        assert fresh.metric(0, "oed_requests_in_flight") == 1
+        got = len(first) - first.index(b"\r\n\r\n") - 4
+        deadline = time.monotonic() + 60
+        while got < size and time.monotonic() < deadline:
+            chunk = sock.recv(1 << 20)
+            if not chunk:
+                break
+            got += len(chunk)
+        assert got >= size
+    finally:
+        sock.close()
     fresh.wait_for("the count to drop", lambda: fresh.metric(0, "oed_requests_in_flight") == 0, timeout=10)
 
 
