@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use oed_daemon::config::Config;
-use oed_daemon::drive::{Drive, DriveError, ErrorCode, HealEntry, ObjectRef};
+use oed_daemon::drive::{Drive, DriveError, ErrorCode, HealEntry, ObjectRef, Relocation};
 use oed_daemon::store::Store;
 use oed_daemon::store::queue::HealCause;
 use oed_daemon::store::record::{ObjectRecord, VersionId};
@@ -327,6 +327,66 @@ fn repair_operations_answer_alike() {
             expect_code(d.queue_heals(&[bad]).await, ErrorCode::BadRequest, s);
             assert_eq!(d.info().await.unwrap().heal_backlog, 1, "{}", s.name);
             assert_eq!(d.info().await.unwrap().incarnation.len(), 16, "{}", s.name);
+        })
+    });
+}
+
+/// A moved shard's old drive is replaced in the records that name it (the object's own,
+/// at that version only, and its entry in the parts of the object a part belongs to);
+/// a second time changes nothing, a record of another version is left alone.
+#[test]
+fn relocations_update_the_records_that_name_the_old_drive() {
+    both(|s| {
+        Box::pin(async move {
+            let d = &*s.drive;
+            d.create_bucket("moves").await.unwrap();
+            let data = bytes(4096, 1);
+            let mut part = record("moves", "\u{1}p/up/00001", 7, data.len() as u64, 1, 1, 0);
+            part.drives = vec!["test-drive".into(), "old".into()];
+            part.parent = Some("whole".into());
+            d.put_shard(&part, upload(&shard_file(&part, &data), 4096), false)
+                .await
+                .unwrap();
+            let mut whole = record("moves", "whole", 8, 0, 1, 1, 0);
+            whole.drives = vec!["test-drive".into(), "old".into()];
+            whole.parts = vec![oed_daemon::store::record::PartRef::of(1, &part)];
+            d.put_shard(&whole, upload(&shard_file(&whole, &[]), 4096), false)
+                .await
+                .unwrap();
+            let mv = |key: &str, version: u128, parent: Option<&str>| Relocation {
+                bucket: "moves".into(),
+                key: key.into(),
+                version_id: VersionId(version),
+                shard_index: 1,
+                from: "old".into(),
+                to: "new".into(),
+                parent: parent.map(str::to_owned),
+            };
+            let moves = [
+                mv("\u{1}p/up/00001", 7, Some("whole")),
+                mv("whole", 9, None),
+                mv("absent", 1, None),
+            ];
+            assert_eq!(
+                d.relocate(&moves).await.unwrap(),
+                [true, false, false],
+                "{}",
+                s.name
+            );
+            let got = d.stat("moves", "\u{1}p/up/00001").await.unwrap().unwrap();
+            assert_eq!(got.drives, ["test-drive", "new"], "{}", s.name);
+            let got = d.stat("moves", "whole").await.unwrap().unwrap();
+            assert_eq!(
+                got.drives,
+                ["test-drive", "old"],
+                "another version: {}",
+                s.name
+            );
+            assert_eq!(got.parts[0].drives, ["test-drive", "new"], "{}", s.name);
+            // Again: nothing changes, and it still says the records name the new drive.
+            assert_eq!(d.relocate(&moves[..1]).await.unwrap(), [true], "{}", s.name);
+            let too_many = vec![moves[2].clone(); 1001];
+            expect_code(d.relocate(&too_many).await, ErrorCode::BadRequest, s);
         })
     });
 }

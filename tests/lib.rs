@@ -232,6 +232,7 @@ pub fn record(
     shard: u16,
 ) -> ObjectRecord {
     ObjectRecord {
+        parent: None,
         bucket: bucket.into(),
         key: key.into(),
         version_id: VersionId(version),
@@ -428,6 +429,7 @@ pub async fn put_object(
     data: &[u8],
 ) -> ObjectRecord {
     let obj = oed_daemon::cluster::write::NewObject {
+        parent: None,
         bucket: bucket.into(),
         key: key.into(),
         size: data.len() as u64,

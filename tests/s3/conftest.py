@@ -176,13 +176,16 @@ class Cluster:
         assert m, f"{name}{labels} not exported by {self.ids[i]}"
         return float(m.group(1))
 
-    def admin(self, *args, timeout=60):
-        """Runs `oedd admin` against this cluster; returns its standard output."""
+    def admin(self, *args, timeout=60, check=True):
+        """Runs `oedd admin` against this cluster; returns its standard output (with
+        `check=False`, the finished process)."""
         env = dict(os.environ, OED_CLUSTER_SECRET=self.cluster_secret)
         r = subprocess.run(
             [self.bin, "admin", "--map", str(self.map), *args],
             env=env, capture_output=True, text=True, timeout=timeout,
         )
+        if not check:
+            return r
         assert r.returncode == 0, r.stderr
         return r.stdout
 

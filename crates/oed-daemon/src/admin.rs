@@ -7,6 +7,12 @@
 //! refill) and the cluster's totals: shards waiting for heal and their ETA, objects by
 //! remaining redundancy from the drives' last scrub passes. `--json` prints the answers
 //! as they came. `scrub`, `refill` and `retry` start that work on one drive or all.
+//!
+//! `out`, `in` and `remove` change the cluster map: the file is rewritten with the next
+//! epoch and pushed to every drive (`POST admin/map`), which writes it to its own map
+//! file and puts it in force at once; `push` sends the file as it is (to a drive that
+//! was down). `drain` marks a drive out and has it move its shards away; `remove` takes
+//! only a drive whose drain is done.
 
 // Byte counts are shown to one decimal; f64 holds them well enough.
 #![allow(clippy::cast_precision_loss)]
@@ -97,6 +103,108 @@ pub async fn act(
         }
     }
     Ok(out)
+}
+
+/// Pushes `map` to every drive it lists; returns a line per drive.
+pub async fn push(map: &ClusterMap, secret: &[u8]) -> String {
+    let text = toml::to_string(map).unwrap_or_default();
+    let answers = join_all(map.drives.iter().map(|d| {
+        let text = text.clone();
+        async move {
+            let c = PeerClient::new(&d.url(), PeerKey::derive(secret));
+            let got = tokio::time::timeout(
+                Duration::from_secs(10),
+                c.post_text::<serde_json::Value>(PeerOp::PutMap, text),
+            )
+            .await
+            .unwrap_or_else(|_| Err(DriveError::unreachable("timed out")));
+            match got {
+                Ok(_) => format!("{}: epoch {} in force", d.id, map.epoch),
+                Err(e) => format!(
+                    "{}: map not taken: {e} (run `oedd admin push` once it is up)",
+                    d.id
+                ),
+            }
+        }
+    }))
+    .await;
+    let mut out = String::new();
+    for line in answers {
+        let _ = writeln!(out, "{line}");
+    }
+    out
+}
+
+/// Reads the map at `path`, lets `change` edit it, raises its epoch, checks it, writes it
+/// back (atomically) and returns it.
+///
+/// # Errors
+/// What `change` refuses; [`Error::Config`] for a map that does not validate; I/O.
+pub fn change_map(
+    path: &std::path::Path,
+    change: impl FnOnce(&mut ClusterMap) -> Result<()>,
+) -> Result<ClusterMap> {
+    let mut map = ClusterMap::load(path)?;
+    change(&mut map)?;
+    map.epoch += 1;
+    map.validate()
+        .map_err(|e| Error::Config(format!("the changed map: {e}")))?;
+    let text = toml::to_string(&map).map_err(|e| Error::Config(e.to_string()))?;
+    let tmp = path.with_extension("admin.tmp");
+    std::fs::write(&tmp, text)?;
+    std::fs::rename(&tmp, path)?;
+    Ok(map)
+}
+
+/// Sets drive `id`'s state in `map`.
+///
+/// # Errors
+/// [`Error::Config`] for a drive the map does not list.
+pub fn set_state(
+    map: &mut ClusterMap,
+    id: &str,
+    state: crate::cluster::map::DriveState,
+) -> Result<()> {
+    let d = map
+        .drives
+        .iter_mut()
+        .find(|d| d.id == id)
+        .ok_or_else(|| Error::Config(format!("drive {id:?} is not in the cluster map")))?;
+    d.state = state;
+    Ok(())
+}
+
+/// Whether drive `id` may leave the map: it answers, it is out, its drain is done and it
+/// holds nothing. An error says why not.
+///
+/// # Errors
+/// [`Error::Config`] saying what is missing.
+pub async fn check_drained(map: &ClusterMap, secret: &[u8], id: &str) -> Result<()> {
+    let c = client(map, secret, id)?;
+    let s: RepairStatus = tokio::time::timeout(
+        Duration::from_secs(10),
+        c.get_json(PeerOp::AdminStatus, ""),
+    )
+    .await
+    .unwrap_or_else(|_| Err(DriveError::unreachable("timed out")))
+    .map_err(|e| {
+        Error::Config(format!(
+            "{id} does not answer ({e}): it cannot be removed before it says its drain is done"
+        ))
+    })?;
+    if s.map_state != "out" || s.drain.state != "done" || s.shards > 0 {
+        return Err(Error::Config(format!(
+            "{id} is {}, its drain is {} and it holds {} shards: drain it first (oedd admin drain {id}) and wait for \"done\"",
+            if s.map_state.is_empty() {
+                "in"
+            } else {
+                &s.map_state
+            },
+            s.drain.state,
+            s.shards
+        )));
+    }
+    Ok(())
 }
 
 fn bytes(n: f64) -> String {
@@ -210,7 +318,7 @@ pub fn report(map: &ClusterMap, answers: &[DriveAnswer]) -> String {
             out,
             "{:<12} {:<5} {:>5} {:<17} {:>8} {:>8} {:>6} {:>9}/s {:>9}  {:<28} {}",
             a.drive,
-            "up",
+            if s.map_state == "out" { "out" } else { "up" },
             s.epoch,
             s.incarnation,
             s.shards,
@@ -221,6 +329,7 @@ pub fn report(map: &ClusterMap, answers: &[DriveAnswer]) -> String {
             scrub,
             refill
         );
+        drain_line(&mut out, s);
     }
     totals(&mut out, queued, queued_bytes, rate, &levels);
     epochs(&mut out, map, answers);
@@ -233,6 +342,30 @@ pub fn report(map: &ClusterMap, answers: &[DriveAnswer]) -> String {
         );
     }
     out
+}
+
+/// A drive's drain, under its line, when it has one.
+fn drain_line(out: &mut String, s: &RepairStatus) {
+    let d = &s.drain;
+    if d.state == "none" || d.state.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "  drain: {}, {} shards moved ({}), {} left{}{}",
+        d.state,
+        d.moved_shards,
+        bytes(d.moved_bytes as f64),
+        d.left_shards,
+        d.eta_seconds
+            .map(|e| format!(", ETA {}", duration(e)))
+            .unwrap_or_default(),
+        d.last_error
+            .as_ref()
+            .filter(|_| d.state == "draining")
+            .map(|e| format!("; last failure: {e}"))
+            .unwrap_or_default()
+    );
 }
 
 /// A warning when the drives run different map epochs.

@@ -247,9 +247,16 @@ impl Drop for DevCluster {
 /// Writes the map of drives on `ports` to `path`. A directory used before holds drives
 /// that ran its earlier map: the new one (new ports) follows it with a higher epoch.
 fn write_map(opts: &DevOptions, ports: &[u16], path: &Path) -> Result<ClusterMap> {
+    let old = ClusterMap::load(path).ok();
+    // Drives marked out in the directory's earlier map stay out.
+    let state_of = |id: &str| {
+        old.as_ref()
+            .and_then(|m| m.drives.iter().find(|d| d.id == id))
+            .map_or(crate::cluster::map::DriveState::In, |d| d.state)
+    };
     let map = ClusterMap {
         cluster_id: "dev".into(),
-        epoch: ClusterMap::load(path).map_or(1, |old| old.epoch + 1),
+        epoch: old.as_ref().map_or(1, |old| old.epoch + 1),
         profile: Profile {
             k: opts.k,
             m: opts.m,
@@ -258,10 +265,14 @@ fn write_map(opts: &DevOptions, ports: &[u16], path: &Path) -> Result<ClusterMap
         drives: ports
             .iter()
             .enumerate()
-            .map(|(i, p)| DriveEntry {
-                id: format!("drive-{}", i + 1),
-                address: format!("127.0.0.1:{p}"),
-                domain: None,
+            .map(|(i, p)| {
+                let id = format!("drive-{}", i + 1);
+                DriveEntry {
+                    state: state_of(&id),
+                    id,
+                    address: format!("127.0.0.1:{p}"),
+                    domain: None,
+                }
             })
             .collect(),
     };

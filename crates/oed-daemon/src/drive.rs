@@ -101,6 +101,28 @@ pub struct ObjectRef {
     pub key: String,
 }
 
+/// One shard of one version that moved from one drive to another (a drive being
+/// drained): every record that names `from` for that shard is to name `to`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Relocation {
+    /// The bucket.
+    pub bucket: String,
+    /// The key (for a part of a multipart object, the part's internal key).
+    pub key: String,
+    /// The version whose shard moved.
+    pub version_id: VersionId,
+    /// The shard that moved.
+    pub shard_index: u16,
+    /// The drive it left.
+    pub from: String,
+    /// The drive that holds it now.
+    pub to: String,
+    /// For a part: the key of the object it belongs to, whose record lists the part's
+    /// drives too.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent: Option<String>,
+}
+
 /// A page of [`Drive::records_for`]: the records found, and where the next page starts
 /// (`None` after the last).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -289,8 +311,9 @@ pub trait Drive: Send + Sync + std::fmt::Debug {
     /// `BadRequest` for more than [`MAX_BATCH`] objects.
     async fn versions(&self, objects: &[ObjectRef]) -> Result<Vec<Option<VersionId>>, DriveError>;
 
-    /// A page of the records there that place a shard on drive `drive`, in key order
-    /// after `after` (every bucket): what a replaced drive refills from.
+    /// A page of the records there that place a shard on drive `drive` (of the object,
+    /// or of one of its parts), in key order after `after` (every bucket): what a
+    /// replaced drive refills from, and what a drained one checks is left.
     ///
     /// # Errors
     /// When the drive cannot answer.
@@ -300,4 +323,13 @@ pub trait Drive: Send + Sync + std::fmt::Debug {
         after: Option<&ObjectRef>,
         limit: usize,
     ) -> Result<RecordPage, DriveError>;
+
+    /// Updates the records there that name a moved shard's old drive (the object's own
+    /// record at that version and, for a part, the part's entry in its object's record),
+    /// each in one synced write. Returns, for each move, whether the records there now
+    /// name the new drive (`false`: no record of that version there).
+    ///
+    /// # Errors
+    /// `BadRequest` for more than [`MAX_BATCH`] moves.
+    async fn relocate(&self, moves: &[Relocation]) -> Result<Vec<bool>, DriveError>;
 }

@@ -49,6 +49,7 @@ enum Command {
     /// Examples: oedd admin --map cluster.toml status
     ///           oedd admin --map cluster.toml scrub all
     ///           oedd admin --map cluster.toml refill drive-3
+    ///           oedd admin --map cluster.toml drain drive-3
     Admin(AdminArgs),
     /// Print every setting with its default, as a TOML config file.
     ConfigDefaults,
@@ -144,6 +145,32 @@ enum AdminAction {
         /// A drive id, or "all".
         drive: String,
     },
+    /// Mark DRIVE out: it gets no new shards; what it holds stays readable there. The
+    /// map file gets the next epoch and is pushed to every drive.
+    Out {
+        /// A drive id.
+        drive: String,
+    },
+    /// Mark DRIVE in again (a drain on it stops). The map file gets the next epoch and is
+    /// pushed to every drive.
+    In {
+        /// A drive id.
+        drive: String,
+    },
+    /// Drain DRIVE: mark it out (if it is not) and have it move every shard it holds to
+    /// drives that are in, at the heal rate. `status` shows its progress.
+    Drain {
+        /// A drive id.
+        drive: String,
+    },
+    /// Remove a drained DRIVE from the map (refused unless its drain is done), then
+    /// push the map. Stop the drive afterwards.
+    Remove {
+        /// A drive id.
+        drive: String,
+    },
+    /// Push the map file as it is to every drive (one that was down when it changed).
+    Push,
 }
 
 #[derive(Args)]
@@ -245,6 +272,60 @@ fn admin(args: AdminArgs) -> anyhow::Result<()> {
                 rt.block_on(admin::act(&map, &secret, "retry", &all(drive)))?
             );
         }
+        action => admin_map(&args.map, &map, &secret, action, &rt)?,
+    }
+    Ok(())
+}
+
+/// The `oedd admin` actions that change the cluster map.
+fn admin_map(
+    path: &std::path::Path,
+    map: &oed_daemon::cluster::map::ClusterMap,
+    secret: &[u8],
+    action: AdminAction,
+    rt: &tokio::runtime::Runtime,
+) -> anyhow::Result<()> {
+    use oed_daemon::admin;
+    use oed_daemon::cluster::map::DriveState;
+    let state_of = |id: &str| map.drives.iter().find(|d| d.id == id).map(|d| d.state);
+    let mark = |id: &str, state: DriveState| -> anyhow::Result<()> {
+        let new = admin::change_map(path, |m| admin::set_state(m, id, state))?;
+        println!("{id} is {} from epoch {}", state.label(), new.epoch);
+        print!("{}", rt.block_on(admin::push(&new, secret)));
+        Ok(())
+    };
+    match action {
+        AdminAction::Out { drive } => mark(&drive, DriveState::Out)?,
+        AdminAction::In { drive } => mark(&drive, DriveState::In)?,
+        AdminAction::Drain { drive } => {
+            match state_of(&drive) {
+                None => anyhow::bail!("drive {drive:?} is not in the cluster map"),
+                Some(DriveState::In) => mark(&drive, DriveState::Out)?,
+                Some(DriveState::Out) => {}
+            }
+            let map = oed_daemon::cluster::map::ClusterMap::load(path)?;
+            print!(
+                "{}",
+                rt.block_on(admin::act(&map, secret, "drain", &[drive]))?
+            );
+        }
+        AdminAction::Remove { drive } => {
+            rt.block_on(admin::check_drained(map, secret, &drive))?;
+            let new = admin::change_map(path, |m| {
+                m.drives.retain(|d| d.id != drive);
+                Ok(())
+            })?;
+            println!(
+                "{drive} is removed from epoch {}; stop its oedd now",
+                new.epoch
+            );
+            print!("{}", rt.block_on(admin::push(&new, secret)));
+        }
+        AdminAction::Push => print!("{}", rt.block_on(admin::push(map, secret))),
+        AdminAction::Status { .. }
+        | AdminAction::Scrub { .. }
+        | AdminAction::Refill { .. }
+        | AdminAction::Retry { .. } => {}
     }
     Ok(())
 }

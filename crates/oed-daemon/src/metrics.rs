@@ -196,8 +196,12 @@ impl StateCollector {
             ),
             &["drive", "cluster", "version"],
         )?;
-        info.with_label_values(&[drive_id, &cluster.map.cluster_id, env!("CARGO_PKG_VERSION")])
-            .set(1.0);
+        info.with_label_values(&[
+            drive_id,
+            &cluster.map().cluster_id,
+            env!("CARGO_PKG_VERSION"),
+        ])
+        .set(1.0);
         Ok(Self {
             capacity: GaugeVec::new(
                 Opts::new(
@@ -299,8 +303,8 @@ impl StateCollector {
         }
         self.objects.set(self.store.object_count() as f64);
         self.heal_backlog.set(self.store.heal_backlog() as f64);
-        self.drives.set(self.cluster.map.drives.len() as f64);
-        self.epoch.set(self.cluster.map.epoch as f64);
+        self.drives.set(self.cluster.map().drives.len() as f64);
+        self.epoch.set(self.cluster.map().epoch as f64);
         let budget = &self.cluster.budget;
         for (what, v) in [
             ("limit", budget.limit_bytes()),

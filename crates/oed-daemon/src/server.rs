@@ -83,7 +83,7 @@ impl DriveServer {
             auth_failures: AtomicU64::new(0),
             traffic: metrics.traffic.clone(),
             repair: std::sync::OnceLock::new(),
-            epoch: cluster.map.epoch,
+            epoch: cluster.epoch.clone(),
             epoch_mismatches: AtomicU64::new(0),
         });
         let repair =
@@ -229,11 +229,19 @@ fn check_epoch_grows(store: &Store, map: &ClusterMap) -> Result<()> {
             )));
         }
     }
+    record_map(store, map)
+}
+
+/// Records `map` as the one this drive runs.
+///
+/// # Errors
+/// [`Error::Meta`].
+pub(crate) fn record_map(store: &Store, map: &ClusterMap) -> Result<()> {
     store.meta().set_state(
         "cluster_map",
         &RanMap {
             epoch: map.epoch,
-            digest,
+            digest: map.digest(),
         },
     )
 }

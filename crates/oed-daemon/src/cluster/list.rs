@@ -27,6 +27,8 @@ struct Cursor {
 /// A walk over the visible objects of a bucket, in key order.
 pub struct Merge<'a> {
     cluster: &'a Cluster,
+    /// The map the walk started with: its drives are the cursors'.
+    drives: std::sync::Arc<super::MapView>,
     bucket: String,
     cursors: Vec<Cursor>,
 }
@@ -37,6 +39,7 @@ impl<'a> Merge<'a> {
     pub fn new(cluster: &'a Cluster, bucket: &str, start: &str) -> Self {
         let mut m = Self {
             cluster,
+            drives: cluster.map(),
             bucket: bucket.to_owned(),
             cursors: Vec::new(),
         };
@@ -47,7 +50,7 @@ impl<'a> Merge<'a> {
     /// Moves to the first key `>= start`, dropping what was fetched.
     pub fn seek(&mut self, start: &str) {
         let failed: Vec<bool> = if self.cursors.is_empty() {
-            vec![false; self.cluster.drives.len()]
+            vec![false; self.drives.all().len()]
         } else {
             self.cursors.iter().map(|c| c.failed).collect()
         };
@@ -64,10 +67,11 @@ impl<'a> Merge<'a> {
     async fn refill(&mut self) -> Result<()> {
         let cluster = self.cluster;
         let bucket = &self.bucket;
+        let drives = self.drives.clone();
         let fetches = join_all(
             self.cursors
                 .iter_mut()
-                .zip(&cluster.drives)
+                .zip(drives.all())
                 .filter(|(c, _)| c.buf.is_empty() && !c.failed && c.next.is_some())
                 .map(|(c, d)| async move {
                     let start = c.next.clone().unwrap_or_default();
@@ -97,7 +101,7 @@ impl<'a> Merge<'a> {
         .await;
         drop(fetches);
         let failed = self.cursors.iter().filter(|c| c.failed).count();
-        if failed > usize::from(cluster.map.profile.m) {
+        if failed > usize::from(cluster.map().profile.m) {
             return Err(Error::Unavailable(format!(
                 "{failed} drives cannot list; a listing could miss objects"
             )));

@@ -43,6 +43,38 @@ pub struct DriveEntry {
     /// domains first. Default: the drive's own id (every drive its own domain).
     #[serde(default)]
     pub domain: Option<String>,
+    /// `in` (the default) or `out`: a drive that is out gets no new shards; what it
+    /// holds stays readable there until it is drained (`oedd admin drain`).
+    #[serde(default, skip_serializing_if = "DriveState::is_in")]
+    pub state: DriveState,
+}
+
+/// Whether a drive takes new shards.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DriveState {
+    /// It takes new shards.
+    #[default]
+    In,
+    /// It takes none; its shards stay where they are until it is drained.
+    Out,
+}
+
+impl DriveState {
+    /// Whether this is [`DriveState::In`].
+    #[must_use]
+    pub fn is_in(&self) -> bool {
+        *self == Self::In
+    }
+
+    /// `in` or `out`.
+    #[must_use]
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::In => "in",
+            Self::Out => "out",
+        }
+    }
 }
 
 impl DriveEntry {
@@ -108,6 +140,7 @@ impl ClusterMap {
                 id: drive_id.to_owned(),
                 address: address.to_owned(),
                 domain: None,
+                state: DriveState::In,
             }],
         }
     }
@@ -135,6 +168,13 @@ impl ClusterMap {
         if self.drives.len() < total {
             return Err(format!(
                 "profile k + m = {total} needs at least {total} drives; the map lists {}",
+                self.drives.len()
+            ));
+        }
+        let taking = self.drives.iter().filter(|d| d.state.is_in()).count();
+        if taking < total {
+            return Err(format!(
+                "profile k + m = {total} needs at least {total} drives that are in; {taking} of the {} are",
                 self.drives.len()
             ));
         }
@@ -188,8 +228,8 @@ impl ClusterMap {
         self.drives.iter().position(|d| d.id == id)
     }
 
-    /// The `n` drives (indexes into [`ClusterMap::drives`]) that hold the shards of
-    /// `bucket`/`key`, in shard order.
+    /// The `n` drives (indexes into [`ClusterMap::drives`]) that get the shards of a new
+    /// write of `bucket`/`key`, in shard order: drives that are out get none.
     ///
     /// Rendezvous (highest-random-weight) hashing: every drive gets a score from a hash of
     /// the object's name and the drive's id, so adding or removing a drive moves only the
@@ -198,10 +238,37 @@ impl ClusterMap {
     /// domains as there are before two land in the same one.
     #[must_use]
     pub fn place(&self, bucket: &str, key: &str, n: usize) -> Vec<usize> {
+        self.place_among(bucket, key, n, |d| d.state.is_in())
+    }
+
+    /// The drives that may hold the shards of `bucket`/`key`: where a new write goes, and
+    /// where one went before drives were marked out ([`ClusterMap::place`] over every
+    /// drive). Records name their own drives; this is where to look for them.
+    #[must_use]
+    pub fn holders(&self, bucket: &str, key: &str, n: usize) -> Vec<usize> {
+        let mut out = self.place(bucket, key, n);
+        if self.drives.iter().any(|d| !d.state.is_in()) {
+            for i in self.place_among(bucket, key, n, |_| true) {
+                if !out.contains(&i) {
+                    out.push(i);
+                }
+            }
+        }
+        out
+    }
+
+    fn place_among(
+        &self,
+        bucket: &str,
+        key: &str,
+        n: usize,
+        take: impl Fn(&DriveEntry) -> bool,
+    ) -> Vec<usize> {
         let mut scored: Vec<(u64, usize)> = self
             .drives
             .iter()
             .enumerate()
+            .filter(|(_, d)| take(d))
             .map(|(i, d)| (score(bucket, key, &d.id), i))
             .collect();
         scored.sort_unstable_by(|a, b| b.cmp(a));
@@ -217,7 +284,7 @@ impl ClusterMap {
         order.sort_unstable_by_key(|(rank, _)| *rank);
         let mut out = Vec::with_capacity(n);
         let mut round = 0;
-        while out.len() < n.min(self.drives.len()) {
+        while out.len() < n.min(scored.len()) {
             for (_, drives) in &order {
                 if let Some(&i) = drives.get(round) {
                     out.push(i);
@@ -262,6 +329,7 @@ mod tests {
                     id: (*id).into(),
                     address: format!("127.0.0.1:{}", 9000 + i),
                     domain: Some((*dom).into()),
+                    state: DriveState::In,
                 })
                 .collect(),
         }
@@ -319,6 +387,40 @@ mod tests {
                 assert_eq!(before, after);
             }
         }
+    }
+
+    #[test]
+    fn a_drive_that_is_out_gets_no_new_shards_and_is_still_asked() {
+        let ids: Vec<(String, String)> =
+            (0..7).map(|i| (format!("d{i}"), format!("d{i}"))).collect();
+        let pairs: Vec<(&str, &str)> = ids.iter().map(|(a, b)| (a.as_str(), b.as_str())).collect();
+        let all = map(&pairs, 4, 2);
+        let mut out = all.clone();
+        out.drives[3].state = DriveState::Out;
+        out.validate().unwrap();
+        let mut moved = 0;
+        for i in 0..300 {
+            let key = format!("k{i}");
+            let before = all.place("b", &key, 6);
+            let now = out.place("b", &key, 6);
+            assert!(!now.contains(&3), "{key}: placed on the drive that is out");
+            assert_eq!(now.len(), 6);
+            let asked = out.holders("b", &key, 6);
+            for d in before.iter().chain(&now) {
+                assert!(asked.contains(d), "{key}: holder {d} not asked");
+            }
+            if before.contains(&3) {
+                moved += 1;
+                assert_eq!(asked.len(), 7);
+            } else {
+                assert_eq!(before, now, "{key}: moved without need");
+                assert_eq!(asked, now);
+            }
+        }
+        assert!(moved > 0);
+        // Too few drives left in for the profile.
+        out.drives[4].state = DriveState::Out;
+        assert!(out.validate().unwrap_err().contains("that are in"));
     }
 
     #[test]

@@ -100,14 +100,56 @@ pub struct ClusterStats {
     pub shard_failures: AtomicU64,
 }
 
-/// A drive's view of its cluster.
+/// One cluster map, with a [`Drive`] for each of its drives (this drive's own store for
+/// itself). It derefs to the map.
 #[derive(Debug)]
-pub struct Cluster {
+pub struct MapView {
     /// The map.
     pub map: ClusterMap,
     /// This drive's index in the map.
     pub local: usize,
-    drives: Vec<Arc<dyn Drive>>,
+    handles: Vec<Arc<dyn Drive>>,
+}
+
+impl std::ops::Deref for MapView {
+    type Target = ClusterMap;
+    fn deref(&self) -> &ClusterMap {
+        &self.map
+    }
+}
+
+impl MapView {
+    /// Drive `id`, if the map has it.
+    #[must_use]
+    pub fn drive(&self, id: &str) -> Option<Arc<dyn Drive>> {
+        self.map.index_of(id).map(|i| self.handles[i].clone())
+    }
+
+    /// The drive at index `i` of the map.
+    #[must_use]
+    pub fn at(&self, i: usize) -> &Arc<dyn Drive> {
+        &self.handles[i]
+    }
+
+    /// Every drive, in map order.
+    #[must_use]
+    pub fn all(&self) -> &[Arc<dyn Drive>] {
+        &self.handles
+    }
+}
+
+/// A drive's view of its cluster.
+#[derive(Debug)]
+pub struct Cluster {
+    view: std::sync::RwLock<Arc<MapView>>,
+    /// The epoch of the map in force, shared with the peer API's epoch check.
+    pub epoch: Arc<AtomicU64>,
+    /// Where the map is kept (`cluster_map`), rewritten when a newer map is applied.
+    map_path: Option<std::path::PathBuf>,
+    /// One map change at a time.
+    map_change: tokio::sync::Mutex<()>,
+    key: PeerKey,
+    http: crate::peer::client::PeerHttp,
     store: Store,
     codecs: Mutex<HashMap<(u16, u16), Arc<oed_ec::Codec>>>,
     /// How long one drive may take to take or give a chunk before it counts as failed.
@@ -147,25 +189,18 @@ impl Cluster {
             ))
         })?;
         let http = crate::peer::client::PeerHttp::default();
-        let drives = map
-            .drives
-            .iter()
-            .enumerate()
-            .map(|(i, d)| -> Arc<dyn Drive> {
-                if i == local {
-                    Arc::new(store.clone())
-                } else {
-                    Arc::new(
-                        PeerClient::with_http(&d.url(), key.clone(), http.clone())
-                            .with_epoch(map.epoch),
-                    )
-                }
-            })
-            .collect();
+        let drives = handles(&map, local, &store, key, &http);
         Ok(Self {
-            map,
-            local,
-            drives,
+            epoch: Arc::new(AtomicU64::new(map.epoch)),
+            view: std::sync::RwLock::new(Arc::new(MapView {
+                map,
+                local,
+                handles: drives,
+            })),
+            map_path: config.cluster_map.clone(),
+            map_change: tokio::sync::Mutex::new(()),
+            key: key.clone(),
+            http,
             store,
             codecs: Mutex::new(HashMap::new()),
             timeout,
@@ -187,10 +222,93 @@ impl Cluster {
         &self.store
     }
 
-    /// Drive `id`, if the map still has it.
+    /// The map in force, with its drives. Hold it for one operation: a newer map may be
+    /// applied meanwhile ([`Cluster::apply_map`]).
     #[must_use]
-    pub fn drive(&self, id: &str) -> Option<&Arc<dyn Drive>> {
-        self.map.index_of(id).map(|i| &self.drives[i])
+    pub fn map(&self) -> Arc<MapView> {
+        self.view
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Drive `id`, if the map in force has it.
+    #[must_use]
+    pub fn drive(&self, id: &str) -> Option<Arc<dyn Drive>> {
+        self.map().drive(id)
+    }
+
+    /// Puts `new` in force: a map of this cluster with a higher epoch that still lists
+    /// this drive (one with the same epoch and contents changes nothing). It is written
+    /// to the `cluster_map` file first (so a restart runs it too), and recorded as the
+    /// epoch this drive ran. Drives that stay keep their connections. Returns whether it
+    /// changed anything.
+    ///
+    /// # Errors
+    /// [`Error::BadRequest`] naming what is wrong with `new`; [`Error::Io`] when the file
+    /// cannot be written (nothing changed then).
+    pub async fn apply_map(&self, new: ClusterMap) -> Result<Option<Vec<String>>> {
+        let _one = self.map_change.lock().await;
+        let old = self.map();
+        new.validate()
+            .map_err(|e| Error::BadRequest(format!("cluster map: {e}")))?;
+        if new.cluster_id != old.cluster_id {
+            return Err(Error::BadRequest(format!(
+                "the map is of cluster {:?}; this drive is in {:?}",
+                new.cluster_id, old.cluster_id
+            )));
+        }
+        let me = self.store.drive_id();
+        let Some(local) = new.index_of(me) else {
+            return Err(Error::BadRequest(format!(
+                "the map does not list this drive ({me}); stop a drive before removing it"
+            )));
+        };
+        if new.epoch == old.epoch && new.digest() == old.digest() {
+            return Ok(None);
+        }
+        if new.epoch <= old.epoch {
+            return Err(Error::BadRequest(format!(
+                "the map's epoch {} is not above the epoch {} in force: a map's epoch must grow",
+                new.epoch, old.epoch
+            )));
+        }
+        if let Some(path) = &self.map_path {
+            let text = toml::to_string(&new).map_err(|e| Error::Config(e.to_string()))?;
+            let path = path.clone();
+            let tmp = path.with_extension(format!("{me}.tmp"));
+            tokio::task::spawn_blocking(move || -> std::io::Result<()> {
+                std::fs::write(&tmp, text)?;
+                std::fs::File::open(&tmp)?.sync_all()?;
+                std::fs::rename(&tmp, &path)
+            })
+            .await
+            .map_err(|e| Error::Io(std::io::Error::other(e)))??;
+        }
+        crate::server::record_map(&self.store, &new)?;
+        let drives = handles(&new, local, &self.store, &self.key, &self.http);
+        tracing::warn!(
+            from = old.epoch,
+            to = new.epoch,
+            "a newer cluster map is in force"
+        );
+        let removed = old
+            .drives
+            .iter()
+            .filter(|d| new.index_of(&d.id).is_none())
+            .map(|d| d.id.clone())
+            .collect();
+        self.epoch
+            .store(new.epoch, std::sync::atomic::Ordering::Relaxed);
+        *self
+            .view
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Arc::new(MapView {
+            map: new,
+            local,
+            handles: drives,
+        });
+        Ok(Some(removed))
     }
 
     /// The codec for `k + m`, built once.
@@ -223,7 +341,7 @@ impl Cluster {
     /// # Errors
     /// [`Error::Unavailable`] when too many drives fail to answer to be sure.
     pub async fn head(&self, bucket: &str, key: &str) -> Result<Option<ObjectRecord>> {
-        let p = self.map.profile;
+        let p = self.map().profile;
         let (records, failed) = self.holders(bucket, key, &[]).await;
         let current = newest_readable(&records);
         if current.is_none() && failed > usize::from(p.m) {
@@ -235,24 +353,26 @@ impl Cluster {
         Ok(current)
     }
 
-    /// The records of `bucket`/`key` that the drives the map places it on, and the drives
-    /// `also` names, hold; with how many of them did not answer in time.
+    /// The records of `bucket`/`key` that the drives the map places it on (before and
+    /// after drives were marked out), and the drives `also` names, hold; with how many of
+    /// them did not answer in time.
     pub async fn holders(
         &self,
         bucket: &str,
         key: &str,
         also: &[String],
     ) -> (Vec<ObjectRecord>, usize) {
-        let p = self.map.profile;
-        let mut asked = self.map.place(bucket, key, usize::from(p.k + p.m));
+        let map = self.map();
+        let p = map.profile;
+        let mut asked = map.holders(bucket, key, usize::from(p.k + p.m));
         for id in also {
-            match self.map.index_of(id) {
+            match map.index_of(id) {
                 Some(i) if !asked.contains(&i) => asked.push(i),
                 _ => {}
             }
         }
         let answers = join_all(asked.iter().map(|&i| {
-            let d = &self.drives[i];
+            let d = map.at(i);
             async move { tokio::time::timeout(self.timeout, d.stat(bucket, key)).await }
         }))
         .await;
@@ -269,13 +389,14 @@ impl Cluster {
     }
 
     /// Runs `op` on every drive at once, each bounded by the timeout.
-    async fn on_all<'a, T, F, Fut>(&'a self, op: F) -> Vec<Result<T, DriveError>>
+    async fn on_all<T, F, Fut>(&self, op: F) -> Vec<Result<T, DriveError>>
     where
-        F: Fn(&'a Arc<dyn Drive>) -> Fut,
-        Fut: std::future::Future<Output = Result<T, DriveError>> + 'a,
+        F: Fn(Arc<dyn Drive>) -> Fut,
+        Fut: std::future::Future<Output = Result<T, DriveError>>,
     {
-        join_all(self.drives.iter().map(|d| {
-            let fut = op(d);
+        let map = self.map();
+        join_all(map.all().iter().map(|d| {
+            let fut = op(d.clone());
             async move {
                 tokio::time::timeout(self.timeout, fut)
                     .await
@@ -291,12 +412,14 @@ impl Cluster {
     /// [`Error::Unavailable`] when fewer than a majority of drives stored it.
     pub async fn create_bucket(&self, name: &str) -> Result<()> {
         crate::store::record::check_bucket_name(name)?;
-        let results = self.on_all(|d| d.create_bucket(name)).await;
+        let results = self
+            .on_all(|d| async move { d.create_bucket(name).await })
+            .await;
         let ok = results.iter().filter(|r| r.is_ok()).count();
-        if ok * 2 <= self.drives.len() {
+        if ok * 2 <= results.len() {
             return Err(Error::Unavailable(format!(
                 "only {ok} of {} drives stored the bucket",
-                self.drives.len()
+                results.len()
             )));
         }
         Ok(())
@@ -312,7 +435,7 @@ impl Cluster {
             return Ok(true);
         }
         let found = self
-            .on_all(|d| d.buckets())
+            .on_all(|d| async move { d.buckets().await })
             .await
             .into_iter()
             .flatten()
@@ -331,7 +454,12 @@ impl Cluster {
     pub async fn buckets(&self) -> Result<Vec<BucketRecord>> {
         let mut all = std::collections::BTreeMap::new();
         let mut answered = false;
-        for list in self.on_all(|d| d.buckets()).await.into_iter().flatten() {
+        for list in self
+            .on_all(|d| async move { d.buckets().await })
+            .await
+            .into_iter()
+            .flatten()
+        {
             answered = true;
             for b in list {
                 all.entry(b.name.clone()).or_insert(b);
@@ -356,23 +484,27 @@ impl Cluster {
         if list::Merge::new(self, name, "").next().await?.is_some() {
             return Err(Error::BucketNotEmpty);
         }
-        let results = self.on_all(|d| d.delete_bucket(name)).await;
+        let results = self
+            .on_all(|d| async move { d.delete_bucket(name).await })
+            .await;
         if results.iter().any(|r| {
             r.as_ref()
                 .is_err_and(|e| e.code == ErrorCode::BucketNotEmpty)
         }) {
             // Put the record back where it went, so the bucket stays whole.
-            let _ = self.on_all(|d| d.create_bucket(name)).await;
+            let _ = self
+                .on_all(|d| async move { d.create_bucket(name).await })
+                .await;
             return Err(Error::BucketNotEmpty);
         }
         let failed = results
             .iter()
             .filter(|r| r.as_ref().is_err_and(|e| !e.is_not_found()))
             .count();
-        if failed * 2 >= self.drives.len() {
+        if failed * 2 >= results.len() {
             return Err(Error::Unavailable(format!(
                 "{failed} of {} drives did not delete the bucket",
-                self.drives.len()
+                results.len()
             )));
         }
         Ok(())
@@ -424,6 +556,31 @@ impl Cluster {
             .await;
         }
     }
+}
+
+/// A [`Drive`] for each drive of `map`: the store for drive `local`, a peer client
+/// naming the map's epoch for the others.
+fn handles(
+    map: &ClusterMap,
+    local: usize,
+    store: &Store,
+    key: &PeerKey,
+    http: &crate::peer::client::PeerHttp,
+) -> Vec<Arc<dyn Drive>> {
+    map.drives
+        .iter()
+        .enumerate()
+        .map(|(i, d)| -> Arc<dyn Drive> {
+            if i == local {
+                Arc::new(store.clone())
+            } else {
+                Arc::new(
+                    PeerClient::with_http(&d.url(), key.clone(), http.clone())
+                        .with_epoch(map.epoch),
+                )
+            }
+        })
+        .collect()
 }
 
 /// The newest version among `records` that at least `k` of them hold.

@@ -11,6 +11,7 @@
 
 use std::collections::BTreeMap;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::task::{Context, Poll};
 
@@ -22,7 +23,7 @@ use tokio::sync::mpsc;
 use super::Cluster;
 use super::budget::Budget;
 use super::md5::Md5Stream;
-use crate::drive::{DriveError, ErrorCode, Stored};
+use crate::drive::{Drive, DriveError, ErrorCode, Stored};
 use crate::error::{Error, Result};
 use crate::store::queue::{HealCause, HealEntry};
 use crate::store::record::{ObjectRecord, PartRef, RecordTail, StoredChecksum, VersionId, now_ms};
@@ -51,6 +52,8 @@ pub struct NewObject {
     pub checksum: Option<BodyChecksum>,
     /// The checksum of a multipart object, decided by the caller from its parts'.
     pub parts_checksum: Option<StoredChecksum>,
+    /// For a part of a multipart upload: the key of the object it is uploaded to.
+    pub parent: Option<String>,
 }
 
 /// An S3 checksum (`x-amz-checksum-*`) asked for on a body: computed as the body streams,
@@ -121,6 +124,9 @@ impl BodyChecksum {
     }
 }
 
+/// The drives a write's shards go to, in shard order.
+type Placed = Vec<Arc<dyn Drive>>;
+
 /// A stored object.
 #[derive(Clone, Debug)]
 pub struct Written {
@@ -187,7 +193,7 @@ impl<'a> Uploads<'a> {
     fn start(
         cluster: &'a Cluster,
         record: &ObjectRecord,
-        placed: &[usize],
+        placed: &[Arc<dyn Drive>],
         layout: oed_ec::Layout,
     ) -> Result<Self> {
         let mut up = Uploads {
@@ -196,13 +202,13 @@ impl<'a> Uploads<'a> {
             tasks: Vec::with_capacity(placed.len()),
             quorum: Cluster::write_quorum(record.k, record.m),
         };
-        for (i, &d) in placed.iter().enumerate() {
+        for (i, drive) in placed.iter().enumerate() {
             let (tx, rx) = mpsc::channel(4);
             let mut rec = record.clone();
             rec.shard_index = i as u16;
             let header =
                 oed_ec::ShardHeader::new(rec.version_id.0, rec.shard_index, layout, rec.size)?;
-            let drive = cluster.drives[d].clone();
+            let drive = drive.clone();
             up.tasks.push(cluster.tasks.spawn(async move {
                 drive
                     .put_shard(&rec, Box::pin(ChunkChannel(rx)), true)
@@ -337,11 +343,13 @@ impl Cluster {
 
     /// The record of a new version of `obj` (its `ETag` still to come), the drives placed
     /// for its shards, and its layout.
-    fn new_record(&self, obj: &NewObject) -> Result<(ObjectRecord, Vec<usize>, oed_ec::Layout)> {
-        let p = self.map.profile;
+    fn new_record(&self, obj: &NewObject) -> Result<(ObjectRecord, Placed, oed_ec::Layout)> {
+        let map = self.map();
+        let p = map.profile;
         let layout = oed_ec::Layout::new(p.k.into(), p.m.into(), p.chunk_size)?;
-        let placed = self.map.place(&obj.bucket, &obj.key, layout.total());
+        let placed = map.place(&obj.bucket, &obj.key, layout.total());
         let record = ObjectRecord {
+            parent: obj.parent.clone(),
             bucket: obj.bucket.clone(),
             key: obj.key.clone(),
             version_id: VersionId::generate(),
@@ -353,15 +361,13 @@ impl Cluster {
             k: p.k,
             m: p.m,
             chunk_size: p.chunk_size,
-            drives: placed
-                .iter()
-                .map(|&i| self.map.drives[i].id.clone())
-                .collect(),
+            drives: placed.iter().map(|&i| map.drives[i].id.clone()).collect(),
             shard_index: 0,
             parts: Vec::new(),
             checksum: None,
         };
         record.validate()?;
+        let placed = placed.iter().map(|&i| map.at(i).clone()).collect();
         Ok((record, placed, layout))
     }
 

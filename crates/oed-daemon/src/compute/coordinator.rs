@@ -564,7 +564,7 @@ impl Cluster {
                     cost.network_bytes += answer_bytes;
                     let drive = ext.drives[usize::from(i)].clone();
                     // The coordinator's own energy is counted over the whole.
-                    if drive != self.map.drives[self.local].id {
+                    if drive != self.map().drives[self.map().local].id {
                         cost.add_energy(a.energy_joules, a.energy_method.as_deref());
                     }
                     cost.drives.push(DriveCost {

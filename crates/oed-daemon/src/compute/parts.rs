@@ -62,7 +62,7 @@ impl<'a> NewParts<'a> {
 
     /// Bytes the parts sent to their drives, parity included.
     pub(super) fn network_bytes(&self) -> u64 {
-        let p = self.cluster.map.profile;
+        let p = self.cluster.map().profile;
         let (k, m) = (u64::from(p.k), u64::from(p.m));
         self.bytes * (k + m) / k
     }

@@ -23,8 +23,8 @@ use hyper_util::rt::{TokioExecutor, TokioTimer};
 use super::PeerOp;
 use super::auth::{self, PeerKey};
 use crate::drive::{
-    Drive, DriveError, DriveInfo, ErrorCode, HealEntry, ObjectRef, OpAnswer, OpRequest, RecordPage,
-    ShardRead, ShardStream, ShardUpload, Stored,
+    Drive, DriveError, DriveInfo, ErrorCode, HealEntry, MAX_BATCH, ObjectRef, OpAnswer, OpRequest,
+    RecordPage, Relocation, ShardRead, ShardStream, ShardUpload, Stored,
 };
 use crate::store::record::{BucketRecord, ObjectRecord, VersionId};
 use crate::uri::encode as q;
@@ -491,6 +491,17 @@ impl Drive for PeerClient {
         }
         self.send(PeerOp::RecordsFor, &query).await?.json().await
     }
+
+    async fn relocate(&self, moves: &[Relocation]) -> Result<Vec<bool>, DriveError> {
+        // Refused here as the drive would, before a body too large for it is built.
+        if moves.len() > MAX_BATCH {
+            return Err(DriveError::new(
+                ErrorCode::BadRequest,
+                format!("{} objects in one batch; at most {MAX_BATCH}", moves.len()),
+            ));
+        }
+        self.post_json(PeerOp::Relocate, "", moves).await
+    }
 }
 
 impl PeerClient {
@@ -508,6 +519,21 @@ impl PeerClient {
             .map_err(|e| DriveError::new(ErrorCode::BadRequest, e.to_string()))?;
         let digest = auth::body_digest(&body);
         let resp = self.request(op, query, &digest).body(body).send().await?;
+        check(resp).await?.json().await
+    }
+
+    /// Sends `op` with a text body (a cluster map) and decodes the JSON answer.
+    ///
+    /// # Errors
+    /// The drive's error, or [`ErrorCode::Unreachable`].
+    pub async fn post_text<T: serde::de::DeserializeOwned>(
+        &self,
+        op: PeerOp,
+        body: String,
+    ) -> Result<T, DriveError> {
+        let body = body.into_bytes();
+        let digest = auth::body_digest(&body);
+        let resp = self.request(op, "", &digest).body(body).send().await?;
         check(resp).await?.json().await
     }
 

@@ -18,8 +18,11 @@
 //! | `POST heal` | | add entries to the drive's heal queue (body: JSON list) |
 //! | `POST versions` | | the version held of each object (body: JSON list of `{bucket, key}`) |
 //! | `GET records` | `drive[, bucket, key][, limit]` | records placing a shard on `drive`, after `bucket`/`key` |
-//! | `GET admin/status` | | the drive's heal, scrub and refill state |
-//! | `POST admin/action` | `do` (`scrub`, `refill`, `retry`) | start maintenance work |
+//! | `POST relocate` | | records updated for shards that moved (body: JSON list) |
+//! | `GET admin/status` | | the drive's heal, scrub, refill and drain state |
+//! | `POST admin/action` | `do` (`scrub`, `refill`, `retry`, `drain`, `undrain`) | start or stop maintenance work |
+//! | `GET admin/map` | | the cluster map in force (TOML) |
+//! | `POST admin/map` | | put a newer cluster map in force (body: TOML) |
 
 pub mod auth;
 pub mod client;
@@ -44,7 +47,7 @@ use tokio::sync::Semaphore;
 
 use crate::drive::{
     Drive, DriveError, DriveInfo, HealEntry, MAX_LIST, ObjectRef, OpAnswer, OpRequest, RecordPage,
-    Stored,
+    Relocation, Stored,
 };
 use crate::error::Error;
 use crate::store::record::{BucketRecord, ObjectRecord, VersionId};
@@ -81,15 +84,21 @@ pub enum PeerOp {
     Versions,
     /// `GET records`.
     RecordsFor,
+    /// `POST relocate`.
+    Relocate,
     /// `GET admin/status`.
     AdminStatus,
     /// `POST admin/action`.
     AdminAction,
+    /// `GET admin/map`.
+    GetMap,
+    /// `POST admin/map`.
+    PutMap,
 }
 
 impl PeerOp {
     /// Every operation.
-    pub const ALL: [Self; 15] = [
+    pub const ALL: [Self; 18] = [
         Self::PutShard,
         Self::GetShard,
         Self::StatObject,
@@ -103,8 +112,11 @@ impl PeerOp {
         Self::QueueHeals,
         Self::Versions,
         Self::RecordsFor,
+        Self::Relocate,
         Self::AdminStatus,
         Self::AdminAction,
+        Self::GetMap,
+        Self::PutMap,
     ];
 
     /// Its name, as the `op` label of the request metrics.
@@ -124,8 +136,11 @@ impl PeerOp {
             Self::QueueHeals => "QueueHeals",
             Self::Versions => "Versions",
             Self::RecordsFor => "RecordsFor",
+            Self::Relocate => "Relocate",
             Self::AdminStatus => "AdminStatus",
             Self::AdminAction => "AdminAction",
+            Self::GetMap => "GetMap",
+            Self::PutMap => "PutMap",
         }
     }
 
@@ -146,8 +161,11 @@ impl PeerOp {
             Self::QueueHeals => (Method::POST, "/_oed/peer/v1/heal"),
             Self::Versions => (Method::POST, "/_oed/peer/v1/versions"),
             Self::RecordsFor => (Method::GET, "/_oed/peer/v1/records"),
+            Self::Relocate => (Method::POST, "/_oed/peer/v1/relocate"),
             Self::AdminStatus => (Method::GET, "/_oed/peer/v1/admin/status"),
             Self::AdminAction => (Method::POST, "/_oed/peer/v1/admin/action"),
+            Self::GetMap => (Method::GET, "/_oed/peer/v1/admin/map"),
+            Self::PutMap => (Method::POST, "/_oed/peer/v1/admin/map"),
         }
     }
 
@@ -176,8 +194,11 @@ impl PeerOp {
             Self::QueueHeals => axum::routing::post(queue_heals),
             Self::Versions => axum::routing::post(versions),
             Self::RecordsFor => get(records_for),
+            Self::Relocate => axum::routing::post(relocate),
             Self::AdminStatus => get(admin_status),
             Self::AdminAction => axum::routing::post(admin_action),
+            Self::GetMap => get(get_map),
+            Self::PutMap => axum::routing::post(put_map),
         }
     }
 }
@@ -201,8 +222,9 @@ pub struct PeerState {
     pub traffic: oed_meter::traffic::Traffic,
     /// The drive's heal, scrub and refill work, once it runs.
     pub repair: std::sync::OnceLock<Arc<crate::repair::Repair>>,
-    /// The epoch of the cluster map this drive runs.
-    pub epoch: u64,
+    /// The epoch of the cluster map this drive runs (it changes when a newer map is
+    /// applied).
+    pub epoch: Arc<AtomicU64>,
     /// Requests from drives that named another epoch since start.
     pub epoch_mismatches: AtomicU64,
 }
@@ -264,20 +286,18 @@ fn check_epoch(state: &PeerState, req: Request) -> Result<Request, Error> {
         .get(client::EPOCH_HEADER)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
+    let mine = state.epoch.load(Ordering::Relaxed);
     match theirs {
-        Some(theirs) if theirs != state.epoch => {
+        Some(theirs) if theirs != mine => {
             state.epoch_mismatches.fetch_add(1, Ordering::Relaxed);
             tracing::warn!(
-                mine = state.epoch,
+                mine,
                 theirs,
                 path = req.uri().path(),
                 "a peer runs another cluster map epoch"
             );
             if PeerOp::of(req.method(), req.uri().path()) == Some(PeerOp::PutShard) {
-                return Err(Error::StaleMap {
-                    mine: state.epoch,
-                    theirs,
-                });
+                return Err(Error::StaleMap { mine, theirs });
             }
             Ok(req)
         }
@@ -577,6 +597,37 @@ async fn records_for(
     ))
 }
 
+async fn relocate(State(state): State<Arc<PeerState>>, body: Bytes) -> Answer<Json<Vec<bool>>> {
+    let moves: Vec<Relocation> =
+        serde_json::from_slice(&body).map_err(|e| Error::BadRequest(format!("moves: {e}")))?;
+    Ok(Json(state.drive.relocate(&moves).await?))
+}
+
+async fn get_map(State(state): State<Arc<PeerState>>) -> Answer<Response> {
+    let map = repair(&state)?.cluster().map();
+    let text = toml::to_string(&map.map).map_err(|e| Error::Config(e.to_string()))?;
+    Ok(([(header::CONTENT_TYPE, "application/toml")], text).into_response())
+}
+
+async fn put_map(
+    State(state): State<Arc<PeerState>>,
+    body: Bytes,
+) -> Answer<Json<serde_json::Value>> {
+    let text = std::str::from_utf8(&body)
+        .map_err(|_| Error::BadRequest("the cluster map is not UTF-8 text".into()))?;
+    let map: crate::cluster::map::ClusterMap =
+        toml::from_str(text).map_err(|e| Error::BadRequest(format!("cluster map: {e}")))?;
+    let r = repair(&state)?;
+    let removed = r.cluster().apply_map(map).await?;
+    if let Some(removed) = &removed {
+        r.map_changed(removed);
+    }
+    Ok(Json(serde_json::json!({
+        "epoch": r.cluster().map().epoch,
+        "changed": removed.is_some(),
+    })))
+}
+
 fn repair(state: &PeerState) -> Answer<&Arc<crate::repair::Repair>> {
     Ok(state.repair.get().ok_or(Error::Unavailable(
         "the drive's repair work is not running".into(),
@@ -604,9 +655,11 @@ async fn admin_action(
         "scrub" => r.start_scrub(),
         "refill" => r.start_refill(),
         "retry" => r.retry_deferred(),
+        "drain" => r.start_drain()?,
+        "undrain" => r.stop_drain(),
         other => {
             return Err(Error::BadRequest(format!(
-                "unknown action {other:?}: scrub, refill or retry"
+                "unknown action {other:?}: scrub, refill, retry, drain or undrain"
             ))
             .into());
         }

@@ -128,7 +128,7 @@ async fn settle(r: &Arc<Repair>, e: HealEntry) {
 
 /// The current version from `records`, or `None` when none is readable; an error when
 /// the drives that did not answer could hold one.
-fn current_of(records: &[ObjectRecord], failed: usize) -> Result<Option<ObjectRecord>> {
+pub(super) fn current_of(records: &[ObjectRecord], failed: usize) -> Result<Option<ObjectRecord>> {
     if let Some(c) = newest_readable(records) {
         return Ok(Some(c));
     }
@@ -293,7 +293,7 @@ pub async fn send_hints(r: Arc<Repair>, stop: CancellationToken) {
             () = tokio::time::sleep(Duration::from_secs(5)) => {}
         }
         let me = r.store.drive_id().to_owned();
-        for d in &r.cluster.map.drives {
+        for d in &r.cluster.map().drives {
             if d.id == me {
                 continue;
             }

@@ -35,6 +35,42 @@ pub struct RepairCollector {
     swept: CounterVec,
     redundancy: GaugeVec,
     refill: GaugeVec,
+    drain: DrainMetrics,
+}
+
+/// The drain's and the map state's metrics.
+struct DrainMetrics {
+    drain: GaugeVec,
+    drained: Counter,
+    drained_bytes: Counter,
+    out: Gauge,
+}
+
+impl DrainMetrics {
+    fn new() -> prometheus::Result<Self> {
+        let g = |n: &str, h: &str| Gauge::with_opts(Opts::new(n, h));
+        let c = |n: &str, h: &str| Counter::with_opts(Opts::new(n, h));
+        let gv = |n: &str, h: &str, l: &str| GaugeVec::new(Opts::new(n, h), &[l]);
+        Ok(Self {
+            drain: gv(
+                "oed_drain",
+                "This drive's drain: left_shards (still here), eta_seconds, active (1 while draining), done (1 once nothing is left and no drive names it).",
+                "what",
+            )?,
+            drained: c(
+                "oed_drain_moved_shards_total",
+                "Shards this drive moved to other drives while draining.",
+            )?,
+            drained_bytes: c(
+                "oed_drain_moved_bytes_total",
+                "Bytes of shards this drive moved to other drives while draining.",
+            )?,
+            out: g(
+                "oed_drive_out",
+                "1 when the cluster map in force marks this drive out (it gets no new shards).",
+            )?,
+        })
+    }
 }
 
 impl RepairCollector {
@@ -45,31 +81,27 @@ impl RepairCollector {
     pub fn new(repair: Arc<Repair>) -> prometheus::Result<Self> {
         let g = |n: &str, h: &str| Gauge::with_opts(Opts::new(n, h));
         let c = |n: &str, h: &str| Counter::with_opts(Opts::new(n, h));
+        let gv = |n: &str, h: &str, l: &str| GaugeVec::new(Opts::new(n, h), &[l]);
+        let cv = |n: &str, h: &str, l: &str| CounterVec::new(Opts::new(n, h), &[l]);
         Ok(Self {
-            queue: GaugeVec::new(
-                Opts::new(
-                    "oed_heal_queue_shards",
-                    "This drive's own shards waiting to be rebuilt, by why they were queued (degraded_write, read_corrupt, scrub_corrupt, missing, refill).",
-                ),
-                &["cause"],
+            queue: gv(
+                "oed_heal_queue_shards",
+                "This drive's own shards waiting to be rebuilt, by why they were queued (degraded_write, read_corrupt, scrub_corrupt, missing, refill).",
+                "cause",
             )?,
-            queue_bytes: GaugeVec::new(
-                Opts::new(
-                    "oed_heal_queue_bytes",
-                    "Bytes of this drive's own shards waiting to be rebuilt, by cause.",
-                ),
-                &["cause"],
+            queue_bytes: gv(
+                "oed_heal_queue_bytes",
+                "Bytes of this drive's own shards waiting to be rebuilt, by cause.",
+                "cause",
             )?,
             hints: g(
                 "oed_heal_hints",
                 "Heal entries this drive holds for other drives that could not be told yet (they were down).",
             )?,
-            queued: CounterVec::new(
-                Opts::new(
-                    "oed_heal_queued_total",
-                    "Entries queued for this drive's own shards, by cause.",
-                ),
-                &["cause"],
+            queued: cv(
+                "oed_heal_queued_total",
+                "Entries queued for this drive's own shards, by cause.",
+                "cause",
             )?,
             healed: c(
                 "oed_healed_shards_total",
@@ -116,27 +148,22 @@ impl RepairCollector {
                 "oed_scrub_pass_objects",
                 "Objects checked so far in the current (or last) scrub pass.",
             )?,
-            swept: CounterVec::new(
-                Opts::new(
-                    "oed_sweep_removed_total",
-                    "Leftovers the scrubber removed after the grace period: temp_files, shard_files (no record), records (of versions no quorum holds).",
-                ),
-                &["what"],
+            swept: cv(
+                "oed_sweep_removed_total",
+                "Leftovers the scrubber removed after the grace period: temp_files, shard_files (no record), records (of versions no quorum holds).",
+                "what",
             )?,
-            redundancy: GaugeVec::new(
-                Opts::new(
-                    "oed_objects_by_redundancy",
-                    "Objects by shards to spare (spare = held - k: m when whole, 0 when one more loss loses data), from this drive's last scrub pass; each object is counted by one drive, so the sum over drives counts each once.",
-                ),
-                &["spare"],
+            redundancy: gv(
+                "oed_objects_by_redundancy",
+                "Objects by shards to spare (spare = held - k: m when whole, 0 when one more loss loses data), from this drive's last scrub pass; each object is counted by one drive, so the sum over drives counts each once.",
+                "spare",
             )?,
-            refill: GaugeVec::new(
-                Opts::new(
-                    "oed_refill",
-                    "A replaced drive's refill: listed_bytes, remaining_bytes, progress (0-1), eta_seconds, active (1 while listing or rebuilding).",
-                ),
-                &["what"],
+            refill: gv(
+                "oed_refill",
+                "A replaced drive's refill: listed_bytes, remaining_bytes, progress (0-1), eta_seconds, active (1 while listing or rebuilding).",
+                "what",
             )?,
+            drain: DrainMetrics::new()?,
             repair,
         })
     }
@@ -164,6 +191,10 @@ impl ScrapeTime for RepairCollector {
             &self.swept,
             &self.redundancy,
             &self.refill,
+            &self.drain.drain,
+            &self.drain.drained,
+            &self.drain.drained_bytes,
+            &self.drain.out,
         ]
     }
 
@@ -209,7 +240,7 @@ impl ScrapeTime for RepairCollector {
         for (what, n) in &s.scrub.swept {
             advance(&self.swept.with_label_values(&[what]), *n as f64);
         }
-        let m = self.repair.cluster.map.profile.m;
+        let m = self.repair.cluster.map().profile.m;
         for spare in 0..=m {
             let n = s.scrub.redundancy.get(&spare).copied().unwrap_or(0);
             self.redundancy
@@ -229,5 +260,26 @@ impl ScrapeTime for RepairCollector {
         ] {
             self.refill.with_label_values(&[what]).set(v);
         }
+        let d = &s.drain;
+        for (what, v) in [
+            ("left_shards", d.left_shards as f64),
+            ("eta_seconds", d.eta_seconds.unwrap_or(0.0)),
+            ("active", f64::from(u8::from(d.state == "draining"))),
+            ("done", f64::from(u8::from(d.state == "done"))),
+        ] {
+            self.drain.drain.with_label_values(&[what]).set(v);
+        }
+        let ds = &self.repair.drain_stats;
+        advance(
+            &self.drain.drained,
+            ds.moved_shards.load(Ordering::Relaxed) as f64,
+        );
+        advance(
+            &self.drain.drained_bytes,
+            ds.moved_bytes.load(Ordering::Relaxed) as f64,
+        );
+        self.drain
+            .out
+            .set(f64::from(u8::from(s.map_state == "out")));
     }
 }

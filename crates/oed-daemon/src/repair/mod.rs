@@ -10,6 +10,8 @@
 //!   shards, and sweeps leftovers after a grace period.
 //! - [`refill`]: a drive that starts on an empty data directory under an id the cluster
 //!   knows (a replaced disk) lists what it held from the other drives and queues all of it.
+//! - [`drain`]: a drive marked out moves its shards to drives that are in, and has every
+//!   holder's record updated, before it is removed from the map.
 //!
 //! Heal and scrub are rate-limited in bytes per second ([`Limiter`]); heal yields part of
 //! its rate while the drive serves requests. Progress and findings are in
@@ -18,6 +20,7 @@
 // Rates and ETAs are f64; byte counts convert with more than enough precision.
 #![allow(clippy::cast_precision_loss)]
 
+pub mod drain;
 pub mod heal;
 pub mod metrics;
 pub mod refill;
@@ -223,6 +226,12 @@ pub struct Repair {
     pub scrub_stats: scrub::ScrubStats,
     /// The refill's state (also kept in the store).
     refill: Mutex<refill::RefillState>,
+    /// Wakes the drain.
+    drain_now: Notify,
+    /// The drain's state (also kept in the store).
+    drain: Mutex<drain::DrainState>,
+    /// What drain did since start.
+    pub drain_stats: drain::DrainStats,
 }
 
 /// What `oedd admin` shows of a drive (`GET admin/status`).
@@ -244,6 +253,12 @@ pub struct RepairStatus {
     pub scrub: scrub::ScrubStatus,
     /// Refill.
     pub refill: refill::RefillState,
+    /// Drain.
+    #[serde(default)]
+    pub drain: drain::DrainState,
+    /// `in` or `out`: whether the map in force gives the drive new shards.
+    #[serde(default)]
+    pub map_state: String,
 }
 
 /// Heal's part of [`RepairStatus`].
@@ -273,6 +288,7 @@ impl Repair {
     pub fn new(cluster: Arc<Cluster>, config: RepairConfig) -> Arc<Self> {
         let store = cluster.local_store().clone();
         let refill = refill::RefillState::load(&store);
+        let drain = drain::DrainState::load(&store);
         Arc::new(Self {
             heal_limit: Limiter::new(config.heal_rate),
             scrub_limit: Arc::new(Limiter::new(config.scrub_rate)),
@@ -287,7 +303,16 @@ impl Repair {
             heal_stats: HealStats::default(),
             scrub_stats: scrub::ScrubStats::default(),
             refill: Mutex::new(refill),
+            drain_now: Notify::new(),
+            drain: Mutex::new(drain),
+            drain_stats: drain::DrainStats::default(),
         })
+    }
+
+    /// The cluster this drive works in.
+    #[must_use]
+    pub fn cluster(&self) -> &Arc<Cluster> {
+        &self.cluster
     }
 
     /// Starts the healer, the hint sender, the scrubber and (on a new incarnation of a
@@ -299,6 +324,7 @@ impl Repair {
         tasks.spawn(heal::send_hints(self.clone(), stop.child_token()));
         tasks.spawn(scrub::run(self.clone(), stop.child_token()));
         tasks.spawn(refill::run(self.clone(), stop.child_token()));
+        tasks.spawn(drain::run(self.clone(), stop.child_token()));
     }
 
     /// Wakes the healer (entries were queued).
@@ -359,10 +385,13 @@ impl Repair {
             .unwrap_or_else(PoisonError::into_inner)
             .clone();
         refill.update(&queue, rate);
+        let map = self.cluster.map();
         RepairStatus {
             drive_id: self.store.drive_id().to_owned(),
             incarnation: self.store.identity().incarnation.clone(),
-            epoch: self.cluster.map.epoch,
+            epoch: map.epoch,
+            map_state: map.drives[map.local].state.label().to_owned(),
+            drain: self.drain_status(),
             shards: self.store.object_count(),
             heal: HealStatus {
                 enabled: self.config.heal,

@@ -157,8 +157,9 @@ async fn known_elsewhere(r: &Repair) -> bool {
     let born = r.store.identity().created_ms;
     for _ in 0..12 {
         let mut answered = 0;
-        for d in r.cluster.map.drives.iter().filter(|d| d.id != me) {
-            let Some(peer) = r.cluster.drive(&d.id) else {
+        let map = r.cluster.map();
+        for d in map.drives.iter().filter(|d| d.id != me) {
+            let Some(peer) = map.drive(&d.id) else {
                 continue;
             };
             match has_records_after(r, peer.as_ref(), &me, born).await {
@@ -167,7 +168,7 @@ async fn known_elsewhere(r: &Repair) -> bool {
                 None => {}
             }
         }
-        if answered + 1 >= r.cluster.map.drives.len() {
+        if answered + 1 >= map.drives.len() {
             return false;
         }
         tokio::time::sleep(Duration::from_secs(5)).await;
@@ -215,7 +216,7 @@ async fn refill(r: &Arc<Repair>, stop: &CancellationToken) {
         }
     });
     if s.state == "listing" {
-        for d in r.cluster.map.drives.iter().filter(|d| d.id != me) {
+        for d in r.cluster.map().drives.iter().filter(|d| d.id != me) {
             if s.cursors.get(&d.id).is_some_and(Option::is_none) {
                 continue;
             }

@@ -166,6 +166,7 @@ pub(crate) async fn upload_part(
         }
     }
     let obj = NewObject {
+        parent: Some(input.key.clone()),
         bucket: input.bucket,
         key: part_key(&input.upload_id, input.part_number),
         size: body_length(input.content_length)?,
@@ -228,6 +229,7 @@ pub(crate) async fn upload_part_copy(
     };
     let body = cluster.read_for_copy(&src, range.clone()).await.or_s3()?;
     let obj = NewObject {
+        parent: Some(input.key.clone()),
         bucket: input.bucket,
         key: part_key(&input.upload_id, input.part_number),
         size: range.end - range.start,

@@ -12,7 +12,7 @@ use super::Store;
 use super::record::{BucketRecord, ObjectRecord, VersionId};
 use crate::drive::{
     Drive, DriveError, DriveInfo, HealEntry, MAX_BATCH, MAX_LIST, ObjectRef, OpAnswer, OpRequest,
-    RecordPage, ShardRead, ShardStream, ShardUpload, Stored,
+    RecordPage, Relocation, ShardRead, ShardStream, ShardUpload, Stored,
 };
 use crate::error::{Error, Result};
 
@@ -184,9 +184,9 @@ impl Drive for Store {
         let (store, drive) = (self.clone(), drive.to_owned());
         let limit = limit.clamp(1, MAX_LIST);
         Ok(blocking(move || {
-            let (records, last) = store
-                .meta
-                .objects_after(&after, limit, |r| r.drives.contains(&drive))?;
+            let (records, last) = store.meta.objects_after(&after, limit, |r| {
+                r.drives.contains(&drive) || r.parts.iter().any(|p| p.drives.contains(&drive))
+            })?;
             let next = last.and_then(|k| {
                 let s = String::from_utf8(k).ok()?;
                 let (bucket, key) = s.split_once('\0')?;
@@ -196,6 +196,18 @@ impl Drive for Store {
                 })
             });
             Ok(RecordPage { records, next })
+        })
+        .await?)
+    }
+
+    async fn relocate(&self, moves: &[Relocation]) -> Result<Vec<bool>, DriveError> {
+        check_batch(moves.len())?;
+        let (store, moves) = (self.clone(), moves.to_vec());
+        Ok(blocking(move || {
+            moves
+                .iter()
+                .map(|m| store.relocate(m))
+                .collect::<Result<Vec<_>>>()
         })
         .await?)
     }

@@ -240,6 +240,22 @@ impl MetaStore {
         Ok(())
     }
 
+    /// Replaces the record of `bucket`/`key` (its inline bytes, if any, stay), in one
+    /// synced write. For changes that keep the version: [`MetaStore::commit_object`]
+    /// stores a new one.
+    ///
+    /// # Errors
+    /// [`Error::Meta`] or [`Error::Record`].
+    pub fn rewrite_record(&self, record: &ObjectRecord) -> Result<()> {
+        let mut batch = WriteBatch::default();
+        batch.put_cf(
+            self.cf(OBJECTS),
+            object_key(&record.bucket, &record.key),
+            serde_json::to_vec(record)?,
+        );
+        self.write(batch)
+    }
+
     /// Removes the record (and inline bytes) of `bucket`/`key`.
     ///
     /// # Errors

@@ -509,6 +509,60 @@ impl Store {
         })
     }
 
+    /// Applies one [`crate::drive::Relocation`] to the records here, under the key's
+    /// commit lock (so it cannot undo a newer version committed meanwhile). Returns
+    /// whether they name the new drive now: `false` when no record here is of that
+    /// version.
+    ///
+    /// # Errors
+    /// [`Error::Meta`].
+    pub fn relocate(&self, m: &crate::drive::Relocation) -> Result<bool> {
+        let i = usize::from(m.shard_index);
+        let moved = |drives: &mut Vec<String>| -> Option<bool> {
+            match drives.get(i) {
+                Some(d) if *d == m.to => Some(false),
+                Some(d) if *d == m.from => {
+                    drives[i].clone_from(&m.to);
+                    Some(true)
+                }
+                _ => None,
+            }
+        };
+        let mut found = false;
+        {
+            let _guard = self.lock_for(&m.bucket, &m.key);
+            if let Some(mut r) = self.meta.object(&m.bucket, &m.key)?
+                && r.version_id == m.version_id
+                && let Some(changed) = moved(&mut r.drives)
+            {
+                found = true;
+                if changed {
+                    self.meta.rewrite_record(&r)?;
+                }
+            }
+        }
+        if let Some(parent) = &m.parent {
+            let _guard = self.lock_for(&m.bucket, parent);
+            if let Some(mut r) = self.meta.object(&m.bucket, parent)? {
+                let mut changed = false;
+                for p in r
+                    .parts
+                    .iter_mut()
+                    .filter(|p| p.key == m.key && p.version_id == m.version_id)
+                {
+                    if let Some(c) = moved(&mut p.drives) {
+                        found = true;
+                        changed |= c;
+                    }
+                }
+                if changed {
+                    self.meta.rewrite_record(&r)?;
+                }
+            }
+        }
+        Ok(found)
+    }
+
     /// Where the bytes of the stored shard of `bucket`/`key` are, with its record.
     /// `version`, when given, must be the stored one.
     ///

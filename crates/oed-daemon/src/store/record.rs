@@ -110,6 +110,10 @@ pub struct ObjectRecord {
     /// The S3 checksum the client asked for (`x-amz-checksum-*`), when it asked.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub checksum: Option<StoredChecksum>,
+    /// For a part of a multipart upload: the key of the object it is uploaded to, whose
+    /// record lists the part's drives too (updated with it when a shard moves).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent: Option<String>,
 }
 
 /// An object's or a part's S3 checksum, as it is returned.
@@ -301,6 +305,7 @@ pub fn now_ms() -> u64 {
 #[cfg(test)]
 pub(crate) fn test_record(key: &str, version: u128, size: u64) -> ObjectRecord {
     ObjectRecord {
+        parent: None,
         bucket: "bkt".into(),
         key: key.into(),
         version_id: VersionId(version),
