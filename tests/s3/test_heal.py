@@ -317,6 +317,40 @@ def test_a_coordinator_killed_mid_put_leaves_nothing_visible_and_no_leftovers(fr
     full_redundancy(fresh, "half", {"k": hashlib.sha256(b"old").hexdigest()})
 
 
+def test_a_coordinator_killed_mid_upload_part_leaves_the_upload_as_it_was(fresh):
+    import socket
+    s3 = fresh.client(1)
+    s3.create_bucket(Bucket="halfmp")
+    up = s3.create_multipart_upload(Bucket="halfmp", Key="m")["UploadId"]
+    first = body(5 << 20, 6)
+    etag = s3.upload_part(Bucket="halfmp", Key="m", UploadId=up, PartNumber=1, Body=first)["ETag"]
+    size = 8 * STRIPE
+    second = body(size, 7)
+    path = f"/halfmp/m?partNumber=2&uploadId={up}"
+    headers = fresh.signed_headers("PUT", path, body=second)
+    headers["Content-Length"] = str(size)
+    host, port = fresh.addrs[0].split(":")
+    sock = socket.create_connection((host, int(port)))
+    head = f"PUT {path} HTTP/1.1\r\nHost: {fresh.addrs[0]}\r\n"
+    head += "".join(f"{k}: {v}\r\n" for k, v in headers.items() if k.lower() != "host")
+    sock.sendall(head.encode() + b"\r\n" + second[: size // 2])
+    time.sleep(0.5)
+    fresh.kill9(0)
+    sock.close()
+    # The part that was cut off is not part of the upload; the one before it is whole.
+    parts = s3.list_parts(Bucket="halfmp", Key="m", UploadId=up)["Parts"]
+    assert [(p["PartNumber"], p["ETag"]) for p in parts] == [(1, etag)]
+    fresh.start(0)
+    for d in range(6):
+        assert not any((fresh.data_dir(d) / "tmp").iterdir()), f"temp files left on drive {d}"
+    s3.complete_multipart_upload(
+        Bucket="halfmp", Key="m", UploadId=up,
+        MultipartUpload={"Parts": [{"PartNumber": 1, "ETag": etag}]},
+    )
+    verify(fresh, "halfmp", {"m": hashlib.sha256(first).hexdigest()}, via=0)
+    verify(fresh, "halfmp", {"m": hashlib.sha256(first).hexdigest()}, via=3)
+
+
 def test_a_version_overwritten_or_deleted_while_queued_is_not_brought_back(fresh):
     s3 = fresh.client(0)
     s3.create_bucket(Bucket="old")
