@@ -471,18 +471,37 @@ impl Cluster {
         Ok(all.into_values().collect())
     }
 
-    /// Deletes an empty bucket on every drive.
+    /// Deletes a bucket that holds no object on every drive; uploads in progress in it
+    /// are aborted (their parts' shards deleted), as S3 does.
     ///
     /// # Errors
-    /// [`Error::NotFound`], [`Error::BucketNotEmpty`] (when any object, or an upload in
-    /// progress, is still in it), [`Error::Unavailable`].
+    /// [`Error::NotFound`], [`Error::BucketNotEmpty`] (when any object is still in it),
+    /// [`Error::Unavailable`].
     pub async fn delete_bucket(&self, name: &str) -> Result<()> {
         if !self.bucket_exists(name).await? {
             return Err(Error::NotFound("bucket"));
         }
         // Objects first: a drive that holds none of them may not know it is not empty.
-        if list::Merge::new(self, name, "").next().await?.is_some() {
+        if list::Merge::new(self, name, crate::s3::USER_KEYS_START)
+            .next()
+            .await?
+            .is_some()
+        {
             return Err(Error::BucketNotEmpty);
+        }
+        // What is left is the cluster's own: uploads in progress and their parts. S3
+        // aborts them with the bucket.
+        let mut internal = list::Merge::new(self, name, "");
+        let mut aborted = 0u64;
+        while let Some(r) = internal.next().await? {
+            if r.key.as_str() >= crate::s3::USER_KEYS_START {
+                break;
+            }
+            self.delete_record(&r).await;
+            aborted += 1;
+        }
+        if aborted > 0 {
+            tracing::info!(bucket = %name, records = aborted, "uploads in progress aborted with their bucket");
         }
         let results = self
             .on_all(|d| async move { d.delete_bucket(name).await })

@@ -320,7 +320,16 @@ pub(crate) async fn complete(
     cluster: &Cluster,
     input: CompleteMultipartUploadInput,
 ) -> S3Result<S3Response<CompleteMultipartUploadOutput>> {
-    let marker = upload(cluster, &input.bucket, &input.key, &input.upload_id).await?;
+    let marker = match upload(cluster, &input.bucket, &input.key, &input.upload_id).await {
+        Ok(m) => m,
+        Err(e) if *e.code() == S3ErrorCode::NoSuchUpload => {
+            return match completed_again(cluster, &input).await? {
+                Some(done) => Ok(done),
+                None => Err(e),
+            };
+        }
+        Err(e) => return Err(e),
+    };
     let asked = input
         .multipart_upload
         .and_then(|m| m.parts)
@@ -384,6 +393,45 @@ pub(crate) async fn complete(
     let mut resp = S3Response::new(out);
     mark_degraded(&mut resp.headers, &written);
     Ok(resp)
+}
+
+/// A completion sent again (its client lost the first answer): when the key's current
+/// object is what this upload completed to, with the same parts and `ETag`s, the same
+/// answer.
+async fn completed_again(
+    cluster: &Cluster,
+    input: &CompleteMultipartUploadInput,
+) -> S3Result<Option<S3Response<CompleteMultipartUploadOutput>>> {
+    let Some(rec) = cluster.head(&input.bucket, &input.key).await.or_s3()? else {
+        return Ok(None);
+    };
+    let prefix = parts_prefix(&input.upload_id);
+    let asked = input
+        .multipart_upload
+        .as_ref()
+        .and_then(|m| m.parts.as_ref())
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    let same = !rec.parts.is_empty()
+        && rec.parts.len() == asked.len()
+        && rec.parts.iter().zip(asked).all(|(p, a)| {
+            p.key.starts_with(&prefix)
+                && a.part_number
+                    .is_some_and(|n| i64::from(n) == i64::from(p.number))
+                && a.e_tag.as_ref().is_none_or(|e| e.value() == p.etag)
+        });
+    if !same {
+        return Ok(None);
+    }
+    let mut out = CompleteMultipartUploadOutput {
+        bucket: Some(input.bucket.clone()),
+        key: Some(input.key.clone()),
+        e_tag: Some(etag(&rec.etag)),
+        location: Some(format!("/{}/{}", input.bucket, input.key)),
+        ..Default::default()
+    };
+    checksum::fill_checksum!(out, rec.checksum.as_ref(), typed);
+    Ok(Some(S3Response::new(out)))
 }
 
 pub(crate) async fn abort(

@@ -217,6 +217,70 @@ pub(crate) fn check_conditions(
     Ok(())
 }
 
+/// The bytes of part `n` (`partNumber`) of `rec`: of a multipart object, the part the
+/// upload numbered `n`; of any other object, part 1 is the whole of it.
+///
+/// # Errors
+/// `InvalidPartNumber` (416) for a part the object does not have.
+fn part_range(rec: &ObjectRecord, n: i32) -> S3Result<std::ops::Range<u64>> {
+    let unsatisfiable = || {
+        let mut e = err(
+            S3ErrorCode::Custom("InvalidPartNumber".into()),
+            format!(
+                "the object has no part {n}: it has {} part(s)",
+                rec.parts.len().max(1)
+            ),
+        );
+        e.set_status_code(http::StatusCode::RANGE_NOT_SATISFIABLE);
+        e
+    };
+    if rec.parts.is_empty() {
+        return if n == 1 {
+            Ok(0..rec.object_size())
+        } else {
+            Err(unsatisfiable())
+        };
+    }
+    let mut start = 0;
+    for p in &rec.parts {
+        if i64::from(p.number) == i64::from(n) {
+            return Ok(start..start + p.size);
+        }
+        start += p.size;
+    }
+    Err(unsatisfiable())
+}
+
+/// The bytes a GET or HEAD asks for (a `Range`, a `partNumber`, or all), with the
+/// `Content-Range` to answer and whether the answer is partial (206).
+fn wanted(
+    rec: &ObjectRecord,
+    range: Option<&s3s::dto::Range>,
+    part: Option<i32>,
+) -> S3Result<(std::ops::Range<u64>, Option<String>)> {
+    let size = rec.object_size();
+    let (r, partial) = match (range, part) {
+        (Some(_), Some(_)) => {
+            return Err(err(
+                S3ErrorCode::InvalidRequest,
+                "Cannot specify both Range header and partNumber query parameter",
+            ));
+        }
+        (Some(r), None) => (r.check(size)?, true),
+        (None, Some(n)) => (part_range(rec, n)?, !rec.parts.is_empty()),
+        (None, None) => (0..size, false),
+    };
+    // An empty part or object has no byte to name.
+    let cr =
+        (partial && r.end > r.start).then(|| format!("bytes {}-{}/{size}", r.start, r.end - 1));
+    Ok((r, cr))
+}
+
+/// `x-amz-mp-parts-count`: given, as S3 does, when a part was asked for.
+fn parts_count(rec: &ObjectRecord, part: Option<i32>) -> Option<i32> {
+    part.map(|_| super::s3_i32(rec.parts.len().max(1)))
+}
+
 pub(crate) async fn get(
     cluster: &Arc<Cluster>,
     input: GetObjectInput,
@@ -230,15 +294,9 @@ pub(crate) async fn get(
         input.if_unmodified_since.as_ref(),
         S3ErrorCode::NotModified,
     )?;
-    let size = rec.object_size();
-    let (range, content_range) = match &input.range {
-        Some(r) => {
-            let range = r.check(size)?;
-            let cr = format!("bytes {}-{}/{size}", range.start, range.end - 1);
-            (range, Some(cr))
-        }
-        None => (0..size, None),
-    };
+    let (range, content_range) = wanted(&rec, input.range.as_ref(), input.part_number)?;
+    let partial = content_range.is_some();
+    let whole = input.range.is_none() && input.part_number.is_none_or(|_| rec.parts.is_empty());
     let len = range.end - range.start;
     let body = cluster.read_object(&rec, range).await.or_s3()?;
     let mut resp = S3Response::new(GetObjectOutput {
@@ -250,13 +308,13 @@ pub(crate) async fn get(
         last_modified: Some(timestamp(rec.last_modified_ms)),
         content_type: rec.content_type.clone(),
         metadata: Some(rec.user_meta.clone().into_iter().collect()),
-        parts_count: (!rec.parts.is_empty()).then_some(super::s3_i32(rec.parts.len())),
+        parts_count: parts_count(&rec, input.part_number),
         ..Default::default()
     });
-    if checksum_mode(input.checksum_mode.as_ref()) && input.range.is_none() {
+    if checksum_mode(input.checksum_mode.as_ref()) && whole {
         super::checksum::fill_checksum!(resp.output, rec.checksum.as_ref(), typed);
     }
-    if input.range.is_some() {
+    if partial || input.range.is_some() {
         resp.status = Some(http::StatusCode::PARTIAL_CONTENT);
     }
     Ok(resp)
@@ -284,20 +342,28 @@ pub(crate) async fn head(
         input.if_unmodified_since.as_ref(),
         S3ErrorCode::NotModified,
     )?;
+    let (range, content_range) = wanted(&rec, input.range.as_ref(), input.part_number)?;
+    let partial = content_range.is_some() || input.range.is_some();
+    let whole = input.range.is_none() && input.part_number.is_none_or(|_| rec.parts.is_empty());
     let mut out = HeadObjectOutput {
-        content_length: Some(super::s3_i64(rec.object_size())),
+        content_length: Some(super::s3_i64(range.end - range.start)),
+        content_range,
         accept_ranges: Some("bytes".into()),
         e_tag: Some(etag(&rec.etag)),
         last_modified: Some(timestamp(rec.last_modified_ms)),
         content_type: rec.content_type.clone(),
         metadata: Some(rec.user_meta.clone().into_iter().collect()),
-        parts_count: (!rec.parts.is_empty()).then_some(super::s3_i32(rec.parts.len())),
+        parts_count: parts_count(&rec, input.part_number),
         ..Default::default()
     };
-    if checksum_mode(input.checksum_mode.as_ref()) {
+    if checksum_mode(input.checksum_mode.as_ref()) && whole {
         super::checksum::fill_checksum!(out, rec.checksum.as_ref(), typed);
     }
-    Ok(S3Response::new(out))
+    let mut resp = S3Response::new(out);
+    if partial {
+        resp.status = Some(http::StatusCode::PARTIAL_CONTENT);
+    }
+    Ok(resp)
 }
 
 /// Deletes the current version of a key; deleting what does not exist succeeds.
