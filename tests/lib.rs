@@ -233,6 +233,7 @@ pub fn record(
 ) -> ObjectRecord {
     ObjectRecord {
         parent: None,
+        headers: std::collections::BTreeMap::default(),
         bucket: bucket.into(),
         key: key.into(),
         version_id: VersionId(version),
@@ -430,6 +431,7 @@ pub async fn put_object(
 ) -> ObjectRecord {
     let obj = oed_daemon::cluster::write::NewObject {
         parent: None,
+        headers: std::collections::BTreeMap::default(),
         bucket: bucket.into(),
         key: key.into(),
         size: data.len() as u64,

@@ -123,3 +123,75 @@ def test_get_and_head_of_one_part(s3, bucket):
     with pytest.raises(ClientError) as e:
         s3.head_object(Bucket=bucket, Key="single", PartNumber=2)
     assert code(e)[1] == 416
+
+
+def test_standard_headers_are_stored_returned_and_overridden(s3, bucket):
+    import datetime
+    expires = datetime.datetime(2030, 1, 2, 3, 4, 5, tzinfo=datetime.timezone.utc)
+    stored = dict(
+        CacheControl="max-age=60",
+        ContentDisposition='attachment; filename="a.csv"',
+        ContentEncoding="gzip",
+        ContentLanguage="de-CH",
+        Expires=expires,
+    )
+    s3.put_object(Bucket=bucket, Key="h", Body=b"payload", ContentType="text/csv", **stored)
+    for got in (s3.head_object(Bucket=bucket, Key="h"), s3.get_object(Bucket=bucket, Key="h")):
+        for k, v in stored.items():
+            assert got[k] == v, (k, got.get(k))
+        assert got["ContentType"] == "text/csv"
+    got = s3.get_object(
+        Bucket=bucket, Key="h",
+        ResponseContentDisposition="inline", ResponseCacheControl="no-store",
+        ResponseContentType="application/octet-stream", ResponseContentLanguage="fr",
+    )
+    assert got["ContentDisposition"] == "inline" and got["CacheControl"] == "no-store"
+    assert got["ContentType"] == "application/octet-stream" and got["ContentLanguage"] == "fr"
+    assert got["ContentEncoding"] == "gzip"
+    # A copy keeps them; a copy that replaces metadata takes the request's.
+    s3.copy_object(Bucket=bucket, Key="h2", CopySource={"Bucket": bucket, "Key": "h"})
+    assert s3.head_object(Bucket=bucket, Key="h2")["CacheControl"] == "max-age=60"
+    s3.copy_object(
+        Bucket=bucket, Key="h3", CopySource={"Bucket": bucket, "Key": "h"},
+        MetadataDirective="REPLACE", CacheControl="no-cache",
+    )
+    h3 = s3.head_object(Bucket=bucket, Key="h3")
+    assert h3["CacheControl"] == "no-cache" and "ContentDisposition" not in h3
+    # A multipart object gets what its upload was created with.
+    up = s3.create_multipart_upload(Bucket=bucket, Key="mph", ContentLanguage="en", CacheControl="private")
+    r = s3.upload_part(Bucket=bucket, Key="mph", UploadId=up["UploadId"], PartNumber=1, Body=b"abc")
+    s3.complete_multipart_upload(
+        Bucket=bucket, Key="mph", UploadId=up["UploadId"],
+        MultipartUpload={"Parts": [{"PartNumber": 1, "ETag": r["ETag"]}]},
+    )
+    mph = s3.head_object(Bucket=bucket, Key="mph")
+    assert mph["ContentLanguage"] == "en" and mph["CacheControl"] == "private"
+
+
+def test_304_and_412_carry_etag_and_last_modified(s3, bucket):
+    put = s3.put_object(Bucket=bucket, Key="c", Body=b"conditional")
+    for kwargs, status in (({"IfNoneMatch": put["ETag"]}, 304), ({"IfMatch": '"0000"'}, 412)):
+        for call in (s3.get_object, s3.head_object):
+            with pytest.raises(ClientError) as e:
+                call(Bucket=bucket, Key="c", **kwargs)
+            meta = e.value.response["ResponseMetadata"]
+            assert meta["HTTPStatusCode"] == status
+            assert meta["HTTPHeaders"]["etag"] == put["ETag"], meta["HTTPHeaders"]
+            assert meta["HTTPHeaders"]["last-modified"].endswith("GMT"), meta["HTTPHeaders"]
+
+
+def test_every_answer_names_its_request(cluster, s3, bucket):
+    import re
+    import urllib.error
+    import urllib.request
+    ok = s3.put_object(Bucket=bucket, Key="id", Body=b"x")
+    assert re.fullmatch(r"[0-9A-F]{16}", ok["ResponseMetadata"]["RequestId"])
+    ids = {s3.head_object(Bucket=bucket, Key="id")["ResponseMetadata"]["RequestId"] for _ in range(3)}
+    assert len(ids) == 3
+    url = s3.generate_presigned_url("get_object", Params={"Bucket": bucket, "Key": "missing"})
+    with pytest.raises(urllib.error.HTTPError) as e:
+        urllib.request.urlopen(url, timeout=10)
+    body = e.value.read().decode()
+    rid = e.value.headers["x-amz-request-id"]
+    assert e.value.code == 404 and f"<RequestId>{rid}</RequestId>" in body, body
+    assert "<Code>NoSuchKey</Code>" in body

@@ -335,14 +335,57 @@ fn sample(mut meter: oed_meter::Meter, period: Duration, stop: &std::sync::mpsc:
     }
 }
 
-/// One span per request with its method and path.
+/// One span per request with its method, path and request id. Every answer names its
+/// request (`x-amz-request-id`, 16 hex digits), and an XML error body repeats it in
+/// `RequestId`, as S3's do: what a client quotes when it reports a failure, and what
+/// finds the request in the drive's log.
 async fn trace_request(
     req: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> axum::response::Response {
+    use http_body_util::BodyExt as _;
     use tracing::Instrument;
-    let span = tracing::info_span!("request", method = %req.method(), path = %req.uri().path());
-    next.run(req).instrument(span).await
+    let id = format!("{:016X}", rand::random::<u64>());
+    let span =
+        tracing::info_span!("request", method = %req.method(), path = %req.uri().path(), id = %id);
+    let resp = next.run(req).instrument(span).await;
+    let (mut parts, body) = resp.into_parts();
+    if let Ok(v) = HeaderValue::from_str(&id) {
+        parts.headers.insert("x-amz-request-id", v);
+    }
+    let xml_error = parts.status.as_u16() >= 400
+        && parts
+            .headers
+            .get(http::header::CONTENT_TYPE)
+            .is_some_and(|t| t.as_bytes().ends_with(b"xml"))
+        && body.size_hint().upper().is_some_and(|n| n <= 64 * 1024);
+    if !xml_error {
+        return axum::response::Response::from_parts(parts, body);
+    }
+    let bytes = match body.collect().await {
+        Ok(c) => with_request_id(&c.to_bytes(), &id),
+        Err(_) => bytes::Bytes::new(),
+    };
+    parts
+        .headers
+        .insert(http::header::CONTENT_LENGTH, HeaderValue::from(bytes.len()));
+    axum::response::Response::from_parts(parts, axum::body::Body::from(bytes))
+}
+
+/// An S3 error body with `<RequestId>` added before `</Error>`, unless it has one.
+fn with_request_id(body: &[u8], id: &str) -> bytes::Bytes {
+    let has = |needle: &[u8]| body.windows(needle.len()).any(|w| w == needle);
+    let end = b"</Error>";
+    match body.windows(end.len()).rposition(|w| w == end) {
+        Some(at) if !has(b"<RequestId>") => {
+            let mut out = Vec::with_capacity(body.len() + 48);
+            out.extend_from_slice(&body[..at]);
+            out.extend_from_slice(format!("<RequestId>{id}</RequestId>").as_bytes());
+            out.extend_from_slice(&body[at..]);
+            out.into()
+        }
+        _ => bytes::Bytes::copy_from_slice(body),
+    }
 }
 
 /// Closes the connection after a response to an `Expect: 100-continue` request whose body
@@ -470,6 +513,18 @@ impl HttpBody for Finished {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_error_body_gets_the_request_id_once() {
+        let body = b"<?xml version=\"1.0\"?><Error><Code>NoSuchKey</Code></Error>";
+        let got = with_request_id(body, "00AB");
+        assert_eq!(
+            &got[..],
+            &b"<?xml version=\"1.0\"?><Error><Code>NoSuchKey</Code><RequestId>00AB</RequestId></Error>"[..]
+        );
+        assert_eq!(with_request_id(&got, "FFFF"), got);
+        assert_eq!(&with_request_id(b"not xml", "1")[..], b"not xml");
+    }
 
     /// A drive takes a map of the epoch it ran, unchanged, or of a higher one; it refuses
     /// a lower epoch, and a changed map under the same epoch.

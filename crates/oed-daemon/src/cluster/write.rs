@@ -54,6 +54,8 @@ pub struct NewObject {
     pub parts_checksum: Option<StoredChecksum>,
     /// For a part of a multipart upload: the key of the object it is uploaded to.
     pub parent: Option<String>,
+    /// Standard headers to store (see [`ObjectRecord::headers`]).
+    pub headers: BTreeMap<String, String>,
 }
 
 /// An S3 checksum (`x-amz-checksum-*`) asked for on a body: computed as the body streams,
@@ -350,6 +352,7 @@ impl Cluster {
         let placed = map.place(&obj.bucket, &obj.key, layout.total());
         let record = ObjectRecord {
             parent: obj.parent.clone(),
+            headers: obj.headers.clone(),
             bucket: obj.bucket.clone(),
             key: obj.key.clone(),
             version_id: VersionId::generate(),

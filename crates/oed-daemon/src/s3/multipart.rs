@@ -111,6 +111,13 @@ pub(crate) async fn create(
         key: upload_key(&input.key, &upload_id),
         content_type: input.content_type,
         user_meta: user_meta(input.metadata),
+        headers: super::object::stored_headers(
+            input.cache_control,
+            input.content_disposition,
+            input.content_encoding,
+            input.content_language,
+            input.expires.as_ref(),
+        ),
         parts_checksum: checksum.clone(),
         ..Default::default()
     };
@@ -373,6 +380,7 @@ pub(crate) async fn complete(
         size: 0,
         content_type: marker.content_type.clone(),
         user_meta: marker.user_meta.clone(),
+        headers: marker.headers.clone(),
         parts,
         etag: Some(object_etag.clone()),
         parts_checksum: object_checksum,

@@ -62,6 +62,57 @@ pub(crate) fn user_meta(meta: Option<s3s::dto::Metadata>) -> BTreeMap<String, St
         .collect()
 }
 
+/// The standard headers a PUT, a copy that replaces metadata, or a
+/// `CreateMultipartUpload` stores with the object ([`ObjectRecord::headers`]). The
+/// `aws-chunked` content coding describes the request's body, not the object: it is not
+/// stored (S3 drops it too).
+pub(crate) fn stored_headers(
+    cache_control: Option<String>,
+    disposition: Option<String>,
+    encoding: Option<String>,
+    language: Option<String>,
+    expires: Option<&Timestamp>,
+) -> BTreeMap<String, String> {
+    let encoding = encoding
+        .map(|e| {
+            e.split(',')
+                .map(str::trim)
+                .filter(|c| !c.is_empty() && !c.eq_ignore_ascii_case("aws-chunked"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        })
+        .filter(|e| !e.is_empty());
+    let expires = expires.and_then(|t| {
+        let mut w = Vec::new();
+        t.format(s3s::dto::TimestampFormat::HttpDate, &mut w).ok()?;
+        String::from_utf8(w).ok()
+    });
+    [
+        ("cache-control", cache_control),
+        ("content-disposition", disposition),
+        ("content-encoding", encoding),
+        ("content-language", language),
+        ("expires", expires),
+    ]
+    .into_iter()
+    .filter_map(|(k, v)| Some((k.to_owned(), v?)))
+    .collect()
+}
+
+/// Sets the standard headers of a GET or HEAD answer from the record.
+macro_rules! fill_headers {
+    ($out:expr, $rec:expr) => {{
+        let h = &$rec.headers;
+        $out.cache_control = h.get("cache-control").cloned();
+        $out.content_disposition = h.get("content-disposition").cloned();
+        $out.content_encoding = h.get("content-encoding").cloned();
+        $out.content_language = h.get("content-language").cloned();
+        $out.expires = h
+            .get("expires")
+            .and_then(|e| Timestamp::parse(s3s::dto::TimestampFormat::HttpDate, e).ok());
+    }};
+}
+
 /// A client's body as the write path takes it (an empty one when there is none), its
 /// failures read into the daemon's errors: a frame of an aws-chunked body that fails its
 /// signature, a body that fails its `x-amz-content-sha256`, or one that broke off.
@@ -128,6 +179,13 @@ pub(crate) async fn put(
         size: body_length(input.content_length)?,
         content_type: input.content_type,
         user_meta: user_meta(input.metadata),
+        headers: stored_headers(
+            input.cache_control,
+            input.content_disposition,
+            input.content_encoding,
+            input.content_language,
+            input.expires.as_ref(),
+        ),
         content_md5: content_md5(input.content_md5.as_deref())?,
         checksum,
         ..Default::default()
@@ -181,7 +239,42 @@ fn etag_matches(cond: &ETagCondition, rec: &ObjectRecord) -> bool {
 }
 
 /// Conditions on a read, in the order RFC 9110 gives them. HTTP dates have whole seconds.
+/// A 304 or 412 answer carries the object's `ETag` and `Last-Modified`, as S3's do.
 pub(crate) fn check_conditions(
+    rec: &ObjectRecord,
+    if_match: Option<&ETagCondition>,
+    if_none_match: Option<&ETagCondition>,
+    if_modified_since: Option<&Timestamp>,
+    if_unmodified_since: Option<&Timestamp>,
+    not_modified: S3ErrorCode,
+) -> S3Result<()> {
+    conditions(
+        rec,
+        if_match,
+        if_none_match,
+        if_modified_since,
+        if_unmodified_since,
+        not_modified,
+    )
+    .map_err(|mut e| {
+        let mut h = http::HeaderMap::new();
+        if let Ok(v) = http::HeaderValue::from_str(&format!("\"{}\"", rec.etag)) {
+            h.insert(http::header::ETAG, v);
+        }
+        let mut w = Vec::new();
+        if timestamp(rec.last_modified_ms)
+            .format(s3s::dto::TimestampFormat::HttpDate, &mut w)
+            .is_ok()
+            && let Ok(v) = http::HeaderValue::from_bytes(&w)
+        {
+            h.insert(http::header::LAST_MODIFIED, v);
+        }
+        e.set_headers(h);
+        e
+    })
+}
+
+fn conditions(
     rec: &ObjectRecord,
     if_match: Option<&ETagCondition>,
     if_none_match: Option<&ETagCondition>,
@@ -311,6 +404,22 @@ pub(crate) async fn get(
         parts_count: parts_count(&rec, input.part_number),
         ..Default::default()
     });
+    fill_headers!(resp.output, rec);
+    // `response-*` query parameters override what is stored (a presigned download's
+    // file name, say).
+    let o = &mut resp.output;
+    o.cache_control = input.response_cache_control.or(o.cache_control.take());
+    o.content_disposition = input
+        .response_content_disposition
+        .or(o.content_disposition.take());
+    o.content_encoding = input
+        .response_content_encoding
+        .or(o.content_encoding.take());
+    o.content_language = input
+        .response_content_language
+        .or(o.content_language.take());
+    o.content_type = input.response_content_type.or(o.content_type.take());
+    o.expires = input.response_expires.or(o.expires.take());
     if checksum_mode(input.checksum_mode.as_ref()) && whole {
         super::checksum::fill_checksum!(resp.output, rec.checksum.as_ref(), typed);
     }
@@ -356,6 +465,7 @@ pub(crate) async fn head(
         parts_count: parts_count(&rec, input.part_number),
         ..Default::default()
     };
+    fill_headers!(out, rec);
     if checksum_mode(input.checksum_mode.as_ref()) && whole {
         super::checksum::fill_checksum!(out, rec.checksum.as_ref(), typed);
     }
@@ -492,10 +602,21 @@ pub(crate) async fn copy(
             "copying an object onto itself must change its metadata (x-amz-metadata-directive: REPLACE)",
         ));
     }
-    let (content_type, user) = if replace {
-        (input.content_type, user_meta(input.metadata))
+    let (content_type, user, headers) = if replace {
+        let headers = stored_headers(
+            input.cache_control,
+            input.content_disposition,
+            input.content_encoding,
+            input.content_language,
+            input.expires.as_ref(),
+        );
+        (input.content_type, user_meta(input.metadata), headers)
     } else {
-        (src.content_type.clone(), src.user_meta.clone())
+        (
+            src.content_type.clone(),
+            src.user_meta.clone(),
+            src.headers.clone(),
+        )
     };
     let size = src.object_size();
     let body = cluster.read_for_copy(&src, 0..size).await.or_s3()?;
@@ -505,6 +626,7 @@ pub(crate) async fn copy(
         size,
         content_type,
         user_meta: user,
+        headers,
         ..Default::default()
     };
     let written = cluster.put_object(obj, copy_body(body)).await.or_s3()?;

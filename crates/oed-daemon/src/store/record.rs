@@ -114,6 +114,11 @@ pub struct ObjectRecord {
     /// record lists the part's drives too (updated with it when a shard moves).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parent: Option<String>,
+    /// The standard headers stored with the object and returned on GET and HEAD
+    /// (`cache-control`, `content-disposition`, `content-encoding`, `content-language`,
+    /// `expires`), by lower-case name.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub headers: BTreeMap<String, String>,
 }
 
 /// An object's or a part's S3 checksum, as it is returned.
@@ -306,6 +311,7 @@ pub fn now_ms() -> u64 {
 pub(crate) fn test_record(key: &str, version: u128, size: u64) -> ObjectRecord {
     ObjectRecord {
         parent: None,
+        headers: BTreeMap::default(),
         bucket: "bkt".into(),
         key: key.into(),
         version_id: VersionId(version),
