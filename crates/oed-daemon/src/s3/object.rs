@@ -248,15 +248,35 @@ pub(crate) fn check_conditions(
     if_unmodified_since: Option<&Timestamp>,
     not_modified: S3ErrorCode,
 ) -> S3Result<()> {
-    conditions(
-        rec,
-        if_match,
-        if_none_match,
-        if_modified_since,
-        if_unmodified_since,
-        not_modified,
-    )
-    .map_err(|mut e| {
+    let check = || -> S3Result<()> {
+        let modified = super::s3_i64(rec.last_modified_ms / 1000);
+        if let Some(c) = if_match {
+            if !etag_matches(c, rec) {
+                return Err(err(
+                    S3ErrorCode::PreconditionFailed,
+                    "If-Match did not match",
+                ));
+            }
+        } else if let Some(t) = if_unmodified_since
+            && modified > seconds(t)
+        {
+            return Err(err(
+                S3ErrorCode::PreconditionFailed,
+                "modified since If-Unmodified-Since",
+            ));
+        }
+        if let Some(c) = if_none_match {
+            if etag_matches(c, rec) {
+                return Err(err(not_modified, "If-None-Match matched"));
+            }
+        } else if let Some(t) = if_modified_since
+            && modified <= seconds(t)
+        {
+            return Err(err(not_modified, "not modified since If-Modified-Since"));
+        }
+        Ok(())
+    };
+    check().map_err(|mut e| {
         let mut h = http::HeaderMap::new();
         if let Ok(v) = http::HeaderValue::from_str(&format!("\"{}\"", rec.etag)) {
             h.insert(http::header::ETAG, v);
@@ -272,42 +292,6 @@ pub(crate) fn check_conditions(
         e.set_headers(h);
         e
     })
-}
-
-fn conditions(
-    rec: &ObjectRecord,
-    if_match: Option<&ETagCondition>,
-    if_none_match: Option<&ETagCondition>,
-    if_modified_since: Option<&Timestamp>,
-    if_unmodified_since: Option<&Timestamp>,
-    not_modified: S3ErrorCode,
-) -> S3Result<()> {
-    let modified = super::s3_i64(rec.last_modified_ms / 1000);
-    if let Some(c) = if_match {
-        if !etag_matches(c, rec) {
-            return Err(err(
-                S3ErrorCode::PreconditionFailed,
-                "If-Match did not match",
-            ));
-        }
-    } else if let Some(t) = if_unmodified_since
-        && modified > seconds(t)
-    {
-        return Err(err(
-            S3ErrorCode::PreconditionFailed,
-            "modified since If-Unmodified-Since",
-        ));
-    }
-    if let Some(c) = if_none_match {
-        if etag_matches(c, rec) {
-            return Err(err(not_modified, "If-None-Match matched"));
-        }
-    } else if let Some(t) = if_modified_since
-        && modified <= seconds(t)
-    {
-        return Err(err(not_modified, "not modified since If-Modified-Since"));
-    }
-    Ok(())
 }
 
 /// The bytes of part `n` (`partNumber`) of `rec`: of a multipart object, the part the
