@@ -125,13 +125,13 @@ class Cluster:
     def endpoint(self, i=0):
         return f"http://{self.addrs[i]}"
 
-    def client(self, i=0, secret=None, **cfg):
+    def client(self, i=0, secret=None, region="us-east-1", **cfg):
         return boto3.client(
             "s3",
             endpoint_url=self.endpoint(i),
             aws_access_key_id=ACCESS_KEY,
             aws_secret_access_key=secret or self.secret,
-            region_name="us-east-1",
+            region_name=region,
             config=Config(
                 s3={"addressing_style": "path"},
                 retries={"max_attempts": 1},

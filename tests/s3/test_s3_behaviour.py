@@ -195,3 +195,37 @@ def test_every_answer_names_its_request(cluster, s3, bucket):
     rid = e.value.headers["x-amz-request-id"]
     assert e.value.code == 404 and f"<RequestId>{rid}</RequestId>" in body, body
     assert "<Code>NoSuchKey</Code>" in body
+
+
+def test_the_region_is_named_and_other_regions_are_refused(cluster, s3, bucket):
+    import urllib.error
+    import urllib.request
+    assert s3.get_bucket_location(Bucket=bucket)["LocationConstraint"] is None
+    other = cluster.client(region="eu-west-1")
+    with pytest.raises(ClientError) as e:
+        other.list_objects_v2(Bucket=bucket)
+    assert code(e) == ("AuthorizationHeaderMalformed", 400)
+    assert "'eu-west-1' is wrong; expecting 'us-east-1'" in e.value.response["Error"]["Message"]
+    v4 = cluster.client(region="eu-west-1", signature_version="s3v4")
+    url = v4.generate_presigned_url("get_object", Params={"Bucket": bucket, "Key": "k"})
+    assert "X-Amz-Credential" in url
+    with pytest.raises(urllib.error.HTTPError) as e:
+        urllib.request.urlopen(url, timeout=10)
+    assert e.value.code == 400
+    assert "<Code>AuthorizationQueryParametersError</Code>" in e.value.read().decode()
+
+
+def test_a_cluster_of_another_region():
+    from conftest import Cluster
+    c = Cluster(extra=lambda i: ['region="eu-central-1"'])
+    try:
+        s3 = c.client(region="eu-central-1")
+        s3.create_bucket(Bucket="regional")
+        assert s3.get_bucket_location(Bucket="regional")["LocationConstraint"] == "eu-central-1"
+        s3.put_object(Bucket="regional", Key="k", Body=b"v")
+        assert s3.get_object(Bucket="regional", Key="k")["Body"].read() == b"v"
+        with pytest.raises(ClientError) as e:
+            c.client().head_bucket(Bucket="regional")
+        assert e.value.response["ResponseMetadata"]["HTTPStatusCode"] == 400
+    finally:
+        c.stop()

@@ -66,6 +66,9 @@ pub struct Config {
     pub s3_access_key: String,
     /// File holding the S3 secret key (surrounding white space is ignored). Default: none.
     pub s3_secret_key_file: Option<PathBuf>,
+    /// The region the S3 API answers as: `GetBucketLocation` names it, and requests signed
+    /// for another region are refused, as S3 refuses them. Default: "us-east-1".
+    pub region: String,
     /// How long another drive may take to accept or deliver one chunk before the
     /// coordinator goes on without it (parity covers it), in seconds. Default: 10.
     pub peer_timeout_seconds: u64,
@@ -166,6 +169,7 @@ impl Default for Config {
             shutdown_grace_seconds: 10,
             s3_access_key: "oed".into(),
             s3_secret_key_file: None,
+            region: "us-east-1".into(),
             peer_timeout_seconds: 10,
             md5_etags: true,
             coordinator_buffer_bytes: 12 << 20,
@@ -320,6 +324,17 @@ impl Config {
         }
         if self.s3_access_key.is_empty() {
             return bad("s3_access_key must not be empty".into());
+        }
+        if self.region.is_empty()
+            || !self
+                .region
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        {
+            return bad(format!(
+                "region {:?}: use lower-case letters, digits and '-' (like us-east-1)",
+                self.region
+            ));
         }
         if self.meter_period_ms < 100 {
             return bad("meter_period_ms must be at least 100".into());

@@ -73,7 +73,8 @@ impl DriveServer {
             &PeerKey::derive(secret),
             metrics.traffic.clone(),
         )?);
-        let s3 = s3_secret.map(|s| crate::s3::service(cluster.clone(), &config.s3_access_key, s));
+        let s3 = s3_secret
+            .map(|s| crate::s3::service(cluster.clone(), &config.s3_access_key, s, &config.region));
         let peer = Arc::new(PeerState {
             drive: Arc::new(store.clone()),
             key: PeerKey::derive(secret),

@@ -45,35 +45,46 @@ pub const USER_KEYS_START: &str = "\u{2}";
 #[derive(Clone, Debug)]
 pub struct OedS3 {
     cluster: Arc<Cluster>,
+    region: String,
 }
 
 impl OedS3 {
-    /// The S3 service coordinating through `cluster`.
+    /// The S3 service coordinating through `cluster`, answering as `region`.
     #[must_use]
-    pub fn new(cluster: Arc<Cluster>) -> Self {
-        Self { cluster }
+    pub fn new(cluster: Arc<Cluster>, region: &str) -> Self {
+        Self {
+            cluster,
+            region: region.to_owned(),
+        }
     }
 }
 
-/// The `s3s` service with SigV4 checked against one access key and secret.
+/// The `s3s` service with SigV4 checked against one access key and secret, for `region`.
 #[must_use]
 pub fn service(
     cluster: Arc<Cluster>,
     access_key: &str,
     secret_key: &str,
+    region: &str,
 ) -> s3s::service::S3Service {
-    let mut b = s3s::service::S3ServiceBuilder::new(OedS3::new(cluster.clone()));
+    let mut b = s3s::service::S3ServiceBuilder::new(OedS3::new(cluster.clone(), region));
     b.set_auth(s3s::auth::SimpleAuth::from_single(access_key, secret_key));
-    b.set_access(NameOperation);
+    b.set_access(NameOperation {
+        region: region.to_owned(),
+    });
     b.set_route(op::OpRoute::new(cluster));
     b.build()
 }
 
 /// The access check `s3s` runs once it has verified a request's signature and resolved
-/// its operation: it names the operation for the request metrics ([`OpName`]) and, as
-/// `s3s`' default check does, refuses anonymous requests.
+/// its operation: it names the operation for the request metrics ([`OpName`]), refuses
+/// a request signed for another region (as S3 does: `AuthorizationHeaderMalformed`, or
+/// `AuthorizationQueryParametersError` for a presigned URL) and, as `s3s`' default check
+/// does, anonymous requests.
 #[derive(Debug)]
-struct NameOperation;
+struct NameOperation {
+    region: String,
+}
 
 #[async_trait::async_trait]
 impl s3s::access::S3Access for NameOperation {
@@ -82,11 +93,54 @@ impl s3s::access::S3Access for NameOperation {
         if let Some(slot) = cx.extensions_mut().get::<OpName>() {
             slot.set(&name);
         }
+        if let Some((region, presigned)) = signed_region(cx.headers(), cx.uri())
+            && region != self.region
+        {
+            return Err(if presigned {
+                err(
+                    S3ErrorCode::AuthorizationQueryParametersError,
+                    format!(
+                        "Error parsing the X-Amz-Credential parameter; the region '{region}' is wrong; expecting '{}'",
+                        self.region
+                    ),
+                )
+            } else {
+                err(
+                    S3ErrorCode::AuthorizationHeaderMalformed,
+                    format!(
+                        "The authorization header is malformed; the region '{region}' is wrong; expecting '{}'",
+                        self.region
+                    ),
+                )
+            });
+        }
         match cx.credentials() {
             Some(_) => Ok(()),
             None => Err(err(S3ErrorCode::AccessDenied, "Signature is required")),
         }
     }
+}
+
+/// The region a SigV4 request was signed for (its credential scope,
+/// `KEY/DATE/REGION/s3/aws4_request`), and whether it came in the query (a presigned
+/// URL).
+fn signed_region(headers: &http::HeaderMap, uri: &http::Uri) -> Option<(String, bool)> {
+    let scope_region = |scope: &str| scope.split('/').nth(2).map(str::to_owned);
+    if let Some(auth) = headers
+        .get(http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+    {
+        let cred = auth.split("Credential=").nth(1)?;
+        let cred = cred.split([',', ' ']).next()?;
+        return scope_region(cred).map(|r| (r, false));
+    }
+    let query = uri.query()?;
+    let cred = query
+        .split('&')
+        .find_map(|kv| kv.strip_prefix("X-Amz-Credential="))?;
+    // The scope's slashes come encoded; nothing else in it needs decoding.
+    let cred = cred.replace("%2F", "/").replace("%2f", "/");
+    scope_region(&cred).map(|r| (r, true))
 }
 
 /// `Result<T, Error>` to `S3Result<T>`.
@@ -196,7 +250,11 @@ impl S3 for OedS3 {
         req: S3Request<GetBucketLocationInput>,
     ) -> S3Result<S3Response<GetBucketLocationOutput>> {
         need_bucket(&self.cluster, &req.input.bucket).await?;
-        Ok(S3Response::new(GetBucketLocationOutput::default()))
+        // S3 names no constraint for us-east-1.
+        Ok(S3Response::new(GetBucketLocationOutput {
+            location_constraint: (self.region != "us-east-1")
+                .then(|| s3s::dto::BucketLocationConstraint::from(self.region.clone())),
+        }))
     }
 
     async fn get_bucket_versioning(
