@@ -229,3 +229,80 @@ def test_a_cluster_of_another_region():
         assert e.value.response["ResponseMetadata"]["HTTPStatusCode"] == 400
     finally:
         c.stop()
+
+
+def _raw(cluster, method, path, body=b"", headers=None):
+    """A signed request to drive 0 sent as is; returns (status, headers, body)."""
+    import urllib.error
+    import urllib.request
+    h = cluster.signed_headers(method, path, body=body, headers=headers)
+    req = urllib.request.Request(cluster.endpoint() + path, data=body or None, method=method, headers=h)
+    try:
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return r.status, r.headers, r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.headers, e.read()
+
+
+def test_an_empty_or_malformed_content_md5_is_invalid_digest(cluster, s3, bucket):
+    for md5 in ("", "not base64!", "AAAA"):
+        status, _, body = _raw(cluster, "PUT", f"/{bucket}/md5", b"data", {"Content-MD5": md5})
+        assert status == 400 and b"<Code>InvalidDigest</Code>" in body, (md5, body)
+    with pytest.raises(ClientError):
+        s3.head_object(Bucket=bucket, Key="md5")
+
+
+def test_presigned_urls_with_expiry_out_of_range_or_past(cluster, s3, bucket):
+    import time
+    import urllib.error
+    import urllib.request
+    s3.put_object(Bucket=bucket, Key="p", Body=b"presigned")
+    v4 = cluster.client(signature_version="s3v4")
+    url = v4.generate_presigned_url("get_object", Params={"Bucket": bucket, "Key": "p"}, ExpiresIn=60)
+    assert urllib.request.urlopen(url, timeout=10).read() == b"presigned"
+    for expires, why in (("604801", "less than a week"), ("-1", "non-negative"), ("0", "at least 1"), ("x", "a number")):
+        bad = url.replace("X-Amz-Expires=60", f"X-Amz-Expires={expires}")
+        with pytest.raises(urllib.error.HTTPError) as e:
+            urllib.request.urlopen(bad, timeout=10)
+        body = e.value.read().decode()
+        assert e.value.code == 400 and "<Code>AuthorizationQueryParametersError</Code>" in body, body
+        assert why in body
+    old = v4.generate_presigned_url("get_object", Params={"Bucket": bucket, "Key": "p"}, ExpiresIn=1)
+    time.sleep(2.2)
+    with pytest.raises(urllib.error.HTTPError) as e:
+        urllib.request.urlopen(old, timeout=10)
+    assert e.value.code == 403 and "<Code>AccessDenied</Code>" in e.value.read().decode()
+
+
+def test_listing_with_an_empty_delimiter_and_keys_with_control_characters(cluster, s3, bucket):
+    for k in ("a/b", "a/c", "d", "ctl\x01key"):
+        s3.put_object(Bucket=bucket, Key=k, Body=b"x")
+    plain = s3.list_objects(Bucket=bucket)
+    empty = s3.list_objects(Bucket=bucket, Delimiter="")
+    assert [o["Key"] for o in empty["Contents"]] == [o["Key"] for o in plain["Contents"]]
+    assert "CommonPrefixes" not in empty and "NextMarker" not in empty
+    v2 = s3.list_objects_v2(Bucket=bucket, Delimiter="")
+    assert v2["KeyCount"] == 4 and "CommonPrefixes" not in v2
+    # Without encoding-type=url the key comes as it is, not URL-encoded.
+    status, _, body = _raw(cluster, "GET", f"/{bucket}?list-type=2")
+    assert status == 200
+    assert b"ctl%01key" not in body and b"<Key>ctl\x01key</Key>" in body, body
+    status, _, body = _raw(cluster, "GET", f"/{bucket}?list-type=2&encoding-type=url")
+    assert b"<Key>ctl%01key</Key>" in body, body
+
+
+def test_a_chunked_put_without_a_length_is_refused_as_s3_refuses_it(cluster, bucket):
+    import http.client
+    body = b"chunked body"
+    h = cluster.signed_headers("PUT", f"/{bucket}/chunked", body=body)
+    h.pop("Content-Length", None)
+    h["Transfer-Encoding"] = "chunked"
+    host, port = cluster.addrs[0].split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=30)
+    try:
+        conn.request("PUT", f"/{bucket}/chunked", body=iter([body]), headers=h, encode_chunked=True)
+        r = conn.getresponse()
+        text = r.read().decode()
+    finally:
+        conn.close()
+    assert r.status == 411 and "<Code>MissingContentLength</Code>" in text, (r.status, text)

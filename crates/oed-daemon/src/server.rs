@@ -167,6 +167,7 @@ impl DriveServer {
             None => app.fallback(|| async { Error::NotFound("route (S3 is off: no S3 secret)") }),
         };
         let app = app
+            .layer(axum::middleware::from_fn(crate::s3::precheck))
             .layer(axum::middleware::from_fn_with_state(
                 self.metrics.traffic.clone(),
                 crate::metrics::metered,

@@ -121,7 +121,9 @@ pub(crate) async fn v1(
         marker: Some(e.opt(input.marker.as_deref()).unwrap_or_default()),
         max_keys: Some(super::s3_i32(max)),
         is_truncated: Some(page.truncated),
-        next_marker: if page.truncated && input.delimiter.is_some() {
+        // An empty delimiter is none (S3's rule): no NextMarker then either.
+        next_marker: if page.truncated && input.delimiter.as_deref().is_some_and(|d| !d.is_empty())
+        {
             e.opt(page.last.as_deref())
         } else {
             None

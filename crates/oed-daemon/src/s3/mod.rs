@@ -32,6 +32,8 @@ use s3s::dto::{
 };
 use s3s::{S3, S3Error, S3ErrorCode, S3Request, S3Response, S3Result};
 
+use axum::response::IntoResponse as _;
+
 use crate::cluster::Cluster;
 use crate::error::Error;
 use crate::metrics::OpName;
@@ -119,6 +121,45 @@ impl s3s::access::S3Access for NameOperation {
             None => Err(err(S3ErrorCode::AccessDenied, "Signature is required")),
         }
     }
+}
+
+/// What S3 refuses before it looks at a request's signature, answered as S3 answers it:
+/// a presigned URL whose `X-Amz-Expires` is not a number of seconds from 1 to 604800 (a
+/// week) is `AuthorizationQueryParametersError` (400). The peer API's routes pass.
+pub async fn precheck(
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    if !req.uri().path().starts_with("/_oed/")
+        && let Some(e) = presigned_expires(req.uri())
+    {
+        return match e.to_http_response() {
+            Ok(r) => r.map(axum::body::Body::new),
+            Err(_) => http::StatusCode::BAD_REQUEST.into_response(),
+        };
+    }
+    next.run(req).await
+}
+
+/// The error for a presigned URL's `X-Amz-Expires` out of range, if it is.
+fn presigned_expires(uri: &http::Uri) -> Option<S3Error> {
+    let query = uri.query()?;
+    if !query.contains("X-Amz-Credential=") {
+        return None;
+    }
+    let v = query
+        .split('&')
+        .find_map(|kv| kv.strip_prefix("X-Amz-Expires="))?;
+    let why = match v.parse::<i64>() {
+        Ok(1..=604_800) => return None,
+        Ok(n) if n > 604_800 => {
+            "X-Amz-Expires must be less than a week (in seconds) that is 604800"
+        }
+        Ok(n) if n < 0 => "X-Amz-Expires must be non-negative",
+        Ok(_) => "X-Amz-Expires must be at least 1 second",
+        Err(_) => "X-Amz-Expires should be a number",
+    };
+    Some(err(S3ErrorCode::AuthorizationQueryParametersError, why))
 }
 
 /// The region a SigV4 request was signed for (its credential scope,

@@ -146,6 +146,7 @@ pub(crate) async fn upload_part(
         req.input.checksum_algorithm.as_ref(),
         req.trailing_headers.as_ref(),
     )?;
+    super::object::empty_md5(&req.headers)?;
     let input = req.input;
     check_part_number(input.part_number)?;
     let marker = upload(cluster, &input.bucket, &input.key, &input.upload_id).await?;

@@ -36,6 +36,21 @@ pub(crate) fn body_length(len: Option<i64>) -> S3Result<u64> {
     u64::try_from(len).map_err(|_| err(S3ErrorCode::InvalidArgument, "negative Content-Length"))
 }
 
+/// A Content-MD5 header sent empty is `InvalidDigest`, as S3 answers it (the parsed
+/// input does not tell it from none).
+pub(crate) fn empty_md5(headers: &http::HeaderMap) -> S3Result<()> {
+    if headers
+        .get("content-md5")
+        .is_some_and(|v| v.as_bytes().trim_ascii().is_empty())
+    {
+        return Err(err(
+            S3ErrorCode::InvalidDigest,
+            "Content-MD5 is empty; send the base64 of the body's 16-byte MD5, or no header",
+        ));
+    }
+    Ok(())
+}
+
 /// A Content-MD5 header, decoded.
 pub(crate) fn content_md5(header: Option<&str>) -> S3Result<Option<[u8; 16]>> {
     header
@@ -155,6 +170,7 @@ pub(crate) async fn put(
         req.input.checksum_algorithm.as_ref(),
         req.trailing_headers.as_ref(),
     )?;
+    empty_md5(&req.headers)?;
     let input = req.input;
     check_user_key(&input.key)?;
     need_bucket(cluster, &input.bucket).await?;
