@@ -2,10 +2,10 @@
 # OED's whole test suite, from a fresh Debian 12 machine with only the Rust toolchain:
 #   1. installs what is missing (cross gcc, qemu-user, libclang; rust targets),
 #   2. runs every test of the workspace on this machine, then the S3 end-to-end tests
-#      (tests/s3: a real cluster driven by boto3, the aws CLI and curl, and scraped by
-#      Debian's Prometheus server; tests/sdk: the same with aws-sdk-s3 for Rust; Python
-#      packages go into ~/.cache/oed/venv, the prometheus package comes from apt, when
-#      missing),
+#      (tests/s3: a real cluster driven by boto3, the aws CLI, curl and rclone, and
+#      scraped by Debian's Prometheus server; tests/sdk: the same with aws-sdk-s3 for
+#      Rust; Python packages go into ~/.cache/oed/venv, the prometheus and rclone
+#      packages come from apt, when missing),
 #   3. builds for aarch64 and armv7 and runs the erasure-code tests there under qemu-user,
 #      so the ARM SIMD kernels are checked against the reference on every run, and the
 #      near-data kernels' tests (oed-ops: merges equal single passes, on 32-bit too),
@@ -47,7 +47,7 @@ OED_EXPECT_KERNEL=$host_kernel cargo_for "$host" test --workspace --locked
 
 target_root=${CARGO_TARGET_DIR:-target}
 
-step "S3 end-to-end tests (boto3, aws CLI, curl)"
+step "S3 end-to-end tests (boto3, aws CLI, curl, rclone)"
 # awscrt: botocore needs it for CRC32C and CRC64NVME checksums.
 py_ready() { python3 -c "import boto3, pytest, awscrt" 2>/dev/null && command -v aws >/dev/null; }
 if ! command -v python3 >/dev/null || ! command -v curl >/dev/null; then
@@ -67,11 +67,14 @@ if ! py_ready; then
   "$venv/bin/pip" install -q boto3 awscli pytest awscrt
   export PATH="$venv/bin:$PATH"
 fi
-# The metrics tests run Debian's Prometheus server and promtool.
-if ! command -v promtool >/dev/null && [ ! -x /usr/bin/promtool ]; then
+# The metrics tests run Debian's Prometheus server and promtool; the tools tests rclone.
+missing=()
+command -v promtool >/dev/null || [ -x /usr/bin/promtool ] || missing+=(prometheus)
+command -v rclone >/dev/null || missing+=(rclone)
+if ((${#missing[@]})); then
   sudo=(); [ "$(id -u)" -eq 0 ] || sudo=(sudo)
   "${sudo[@]}" apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq --no-install-recommends prometheus >/dev/null
+  DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 cargo_for "$host" build --locked -p oed-daemon --bin oedd
 OED_TEST_OEDD_BIN="$(cd "$target_root" && pwd)/debug/oedd" python3 -m pytest -q -p no:cacheprovider tests/s3

@@ -1,0 +1,85 @@
+"""Stock tools other than boto3 and the aws CLI against a real cluster: rclone (Debian's
+package) copies a tree up (small objects and multipart ones), lists it, syncs it back,
+compares it byte for byte, and purges the bucket."""
+
+import filecmp
+import hashlib
+import os
+import shutil
+import subprocess
+
+import pytest
+
+from conftest import ACCESS_KEY
+
+RCLONE = shutil.which("rclone")
+
+
+def rclone(cluster, *args, timeout=300):
+    # The AWS SDK inside rclone reads AWS_* (a CA bundle, a profile): none of it applies.
+    env = dict(
+        {k: v for k, v in os.environ.items() if not k.startswith("AWS_")},
+        RCLONE_CONFIG_OED_TYPE="s3",
+        RCLONE_CONFIG_OED_PROVIDER="Other",
+        RCLONE_CONFIG_OED_ACCESS_KEY_ID=ACCESS_KEY,
+        RCLONE_CONFIG_OED_SECRET_ACCESS_KEY=cluster.secret,
+        RCLONE_CONFIG_OED_ENDPOINT=cluster.endpoint(),
+        RCLONE_CONFIG_OED_REGION="us-east-1",
+        RCLONE_CONFIG_OED_FORCE_PATH_STYLE="true",
+        RCLONE_CONFIG=os.devnull,
+    )
+    r = subprocess.run(
+        [RCLONE, "--retries", "1", "--low-level-retries", "1", *args],
+        env=env, capture_output=True, text=True, timeout=timeout,
+    )
+    assert r.returncode == 0, f"rclone {' '.join(args)}: {r.stderr}"
+    return r.stdout
+
+
+def tree(root):
+    files = {
+        "empty": 0,
+        "one": 1,
+        "docs/readme.txt": 5000,
+        "docs/deep/er/file.bin": 300_000,
+        "data/big.bin": 12 << 20,  # multipart with 5 MiB chunks
+        "name with spaces & symbols+=.txt": 77,
+        "ünïcode/ファイル.txt": 1234,
+    }
+    for rel, size in files.items():
+        p = root / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_bytes(hashlib.shake_256(rel.encode()).digest(size) if size else b"")
+    return files
+
+
+@pytest.mark.skipif(RCLONE is None, reason="rclone is not installed (deploy/test.sh installs it)")
+def test_rclone_copies_lists_syncs_back_checks_and_purges(cluster, s3, tmp_path):
+    src = tmp_path / "src"
+    files = tree(src)
+    rclone(cluster, "mkdir", "oed:rclone-tree")
+    rclone(
+        cluster, "copy", str(src), "oed:rclone-tree",
+        "--s3-upload-cutoff", "5M", "--s3-chunk-size", "5M",
+    )
+    listed = rclone(cluster, "lsf", "-R", "--files-only", "oed:rclone-tree").split("\n")
+    assert sorted(x for x in listed if x) == sorted(files)
+    sizes = rclone(cluster, "ls", "oed:rclone-tree")
+    assert f"{12 << 20} data/big.bin" in sizes
+    head = s3.head_object(Bucket="rclone-tree", Key="data/big.bin")
+    assert head["ETag"].endswith('-3"'), head["ETag"]
+    # Back down, compared byte for byte, and by rclone itself.
+    back = tmp_path / "back"
+    rclone(cluster, "sync", "oed:rclone-tree", str(back))
+    for rel in files:
+        assert filecmp.cmp(src / rel, back / rel, shallow=False), rel
+    rclone(cluster, "check", "--download", str(src), "oed:rclone-tree")
+    # A change syncs up as a change, and a removal as a removal.
+    (src / "one").write_bytes(b"changed")
+    (src / "docs/readme.txt").unlink()
+    rclone(cluster, "sync", str(src), "oed:rclone-tree")
+    assert s3.get_object(Bucket="rclone-tree", Key="one")["Body"].read() == b"changed"
+    keys = [o["Key"] for o in s3.list_objects_v2(Bucket="rclone-tree")["Contents"]]
+    assert "docs/readme.txt" not in keys and len(keys) == len(files) - 1
+    rclone(cluster, "purge", "oed:rclone-tree")
+    assert "rclone-tree" not in [b["Name"] for b in s3.list_buckets()["Buckets"]]
