@@ -4,7 +4,7 @@
 #   2. runs every test of the workspace on this machine, then the S3 end-to-end tests
 #      (tests/s3: a real cluster driven by boto3, the aws CLI, curl and rclone, and
 #      scraped by Debian's Prometheus server; tests/sdk: the same with aws-sdk-s3 for
-#      Rust; Python packages go into ~/.cache/oed/venv, the prometheus and rclone
+#      Rust; Python packages go into ~/.cache/oed/venv, the prometheus, rclone and s3fs
 #      packages come from apt, when missing),
 #   3. builds for aarch64 and armv7 and runs the erasure-code tests there under qemu-user,
 #      so the ARM SIMD kernels are checked against the reference on every run, and the
@@ -47,7 +47,7 @@ OED_EXPECT_KERNEL=$host_kernel cargo_for "$host" test --workspace --locked
 
 target_root=${CARGO_TARGET_DIR:-target}
 
-step "S3 end-to-end tests (boto3, aws CLI, curl, rclone)"
+step "S3 end-to-end tests (boto3, aws CLI, curl, rclone, s3fs)"
 # awscrt: botocore needs it for CRC32C and CRC64NVME checksums.
 py_ready() { python3 -c "import boto3, pytest, awscrt" 2>/dev/null && command -v aws >/dev/null; }
 if ! command -v python3 >/dev/null || ! command -v curl >/dev/null; then
@@ -67,10 +67,12 @@ if ! py_ready; then
   "$venv/bin/pip" install -q boto3 awscli pytest awscrt
   export PATH="$venv/bin:$PATH"
 fi
-# The metrics tests run Debian's Prometheus server and promtool; the tools tests rclone.
+# The metrics tests run Debian's Prometheus server and promtool; the tools tests rclone
+# and s3fs (mounted when the machine offers FUSE, skipped with the reason otherwise).
 missing=()
 command -v promtool >/dev/null || [ -x /usr/bin/promtool ] || missing+=(prometheus)
 command -v rclone >/dev/null || missing+=(rclone)
+command -v s3fs >/dev/null || missing+=(s3fs)
 if ((${#missing[@]})); then
   sudo=(); [ "$(id -u)" -eq 0 ] || sudo=(sudo)
   "${sudo[@]}" apt-get update -qq

@@ -1,6 +1,7 @@
 """Stock tools other than boto3 and the aws CLI against a real cluster: rclone (Debian's
 package) copies a tree up (small objects and multipart ones), lists it, syncs it back,
-compares it byte for byte, and purges the bucket."""
+compares it byte for byte, and purges the bucket; s3fs (Debian's package) mounts a bucket
+and writes, reads, lists and removes files through it (where the machine offers FUSE)."""
 
 import filecmp
 import hashlib
@@ -83,3 +84,49 @@ def test_rclone_copies_lists_syncs_back_checks_and_purges(cluster, s3, tmp_path)
     assert "docs/readme.txt" not in keys and len(keys) == len(files) - 1
     rclone(cluster, "purge", "oed:rclone-tree")
     assert "rclone-tree" not in [b["Name"] for b in s3.list_buckets()["Buckets"]]
+
+
+S3FS = shutil.which("s3fs")
+
+
+def fuse_available():
+    return S3FS is not None and os.path.exists("/dev/fuse") and shutil.which("fusermount")
+
+
+@pytest.mark.skipif(not fuse_available(), reason="s3fs, /dev/fuse or fusermount missing: a FUSE mount cannot be tried here")
+def test_s3fs_mount_writes_reads_lists_and_removes(cluster, s3, tmp_path):
+    import time
+    s3.create_bucket(Bucket="s3fs-mount")
+    s3.put_object(Bucket="s3fs-mount", Key="there/before.txt", Body=b"put by boto3")
+    passwd = tmp_path / "passwd"
+    passwd.write_text(f"{ACCESS_KEY}:{cluster.secret}\n")
+    passwd.chmod(0o600)
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    r = subprocess.run(
+        [S3FS, "s3fs-mount", str(mnt), "-o", f"url={cluster.endpoint()}", "-o", "use_path_request_style",
+         "-o", f"passwd_file={passwd}", "-o", "endpoint=us-east-1", "-o", "sigv4",
+         "-o", "retries=1", "-o", "stat_cache_expire=1"],
+        capture_output=True, text=True, timeout=60,
+    )
+    if r.returncode != 0:
+        pytest.skip(f"this machine cannot mount FUSE file systems: {r.stderr.strip()}")
+    try:
+        deadline = time.time() + 20
+        while not os.path.ismount(mnt) and time.time() < deadline:
+            time.sleep(0.2)
+        assert os.path.ismount(mnt)
+        assert (mnt / "there" / "before.txt").read_bytes() == b"put by boto3"
+        data = hashlib.shake_256(b"s3fs").digest(3 << 20)
+        (mnt / "written.bin").write_bytes(data)
+        (mnt / "dir").mkdir()
+        (mnt / "dir" / "small.txt").write_text("small")
+        assert s3.get_object(Bucket="s3fs-mount", Key="written.bin")["Body"].read() == data
+        assert s3.get_object(Bucket="s3fs-mount", Key="dir/small.txt")["Body"].read() == b"small"
+        assert sorted(os.listdir(mnt)) == ["dir", "there", "written.bin"]
+        assert (mnt / "written.bin").stat().st_size == len(data)
+        (mnt / "written.bin").unlink()
+        keys = [o["Key"] for o in s3.list_objects_v2(Bucket="s3fs-mount")["Contents"]]
+        assert "written.bin" not in keys
+    finally:
+        subprocess.run(["fusermount", "-u", str(mnt)], capture_output=True, timeout=30)
