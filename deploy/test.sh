@@ -72,11 +72,16 @@ fi
 missing=()
 command -v promtool >/dev/null || [ -x /usr/bin/promtool ] || missing+=(prometheus)
 command -v rclone >/dev/null || missing+=(rclone)
-command -v s3fs >/dev/null || missing+=(s3fs)
-if ((${#missing[@]})); then
+if ((${#missing[@]})) || ! command -v s3fs >/dev/null; then
   sudo=(); [ "$(id -u)" -eq 0 ] || sudo=(sudo)
   "${sudo[@]}" apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  if ((${#missing[@]})); then
+    DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  fi
+  # FUSE may not install in a container; the s3fs test then says it is skipped and why.
+  command -v s3fs >/dev/null ||
+    DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq --no-install-recommends s3fs >/dev/null ||
+    echo "s3fs could not be installed here: its test is skipped" >&2
 fi
 cargo_for "$host" build --locked -p oed-daemon --bin oedd
 OED_TEST_OEDD_BIN="$(cd "$target_root" && pwd)/debug/oedd" python3 -m pytest -q -p no:cacheprovider tests/s3
