@@ -285,23 +285,27 @@ def test_a_frozen_drive_and_puts_of_the_same_keys_meanwhile(fresh):
     full_redundancy(fresh, "frz", load.acked)
 
 
-def test_a_coordinator_killed_mid_put_leaves_nothing_visible_and_no_leftovers(fresh):
+def kill_coordinator_mid_put(cluster, path, data):
+    """Sends a signed PUT of `data` to drive 0, kills it (kill -9) when half the body is
+    sent, and closes the connection."""
     import socket
+    headers = cluster.signed_headers("PUT", path, body=data)
+    headers["Content-Length"] = str(len(data))
+    host, port = cluster.addrs[0].split(":")
+    sock = socket.create_connection((host, int(port)))
+    head = f"PUT {path} HTTP/1.1\r\nHost: {cluster.addrs[0]}\r\n"
+    head += "".join(f"{k}: {v}\r\n" for k, v in headers.items() if k.lower() != "host")
+    sock.sendall(head.encode() + b"\r\n" + data[: len(data) // 2])
+    time.sleep(0.5)
+    cluster.kill9(0)
+    sock.close()
+
+
+def test_a_coordinator_killed_mid_put_leaves_nothing_visible_and_no_leftovers(fresh):
     s3 = fresh.client(1)
     s3.create_bucket(Bucket="half")
     s3.put_object(Bucket="half", Key="k", Body=b"old")
-    size = 8 * STRIPE
-    full = body(size, 5)
-    headers = fresh.signed_headers("PUT", "/half/k", body=full)
-    headers["Content-Length"] = str(size)
-    host, port = fresh.addrs[0].split(":")
-    sock = socket.create_connection((host, int(port)))
-    head = f"PUT /half/k HTTP/1.1\r\nHost: {fresh.addrs[0]}\r\n"
-    head += "".join(f"{k}: {v}\r\n" for k, v in headers.items() if k.lower() != "host")
-    sock.sendall(head.encode() + b"\r\n" + full[: size // 2])
-    time.sleep(0.5)
-    fresh.kill9(0)
-    sock.close()
+    kill_coordinator_mid_put(fresh, "/half/k", body(8 * STRIPE, 5))
     assert s3.get_object(Bucket="half", Key="k")["Body"].read() == b"old"
     fresh.start(0)
     # Leftovers of other crashes on drive 2, older than the grace period: a temp file and
@@ -324,25 +328,12 @@ def test_a_coordinator_killed_mid_put_leaves_nothing_visible_and_no_leftovers(fr
 
 
 def test_a_coordinator_killed_mid_upload_part_leaves_the_upload_as_it_was(fresh):
-    import socket
     s3 = fresh.client(1)
     s3.create_bucket(Bucket="halfmp")
     up = s3.create_multipart_upload(Bucket="halfmp", Key="m")["UploadId"]
     first = body(5 << 20, 6)
     etag = s3.upload_part(Bucket="halfmp", Key="m", UploadId=up, PartNumber=1, Body=first)["ETag"]
-    size = 8 * STRIPE
-    second = body(size, 7)
-    path = f"/halfmp/m?partNumber=2&uploadId={up}"
-    headers = fresh.signed_headers("PUT", path, body=second)
-    headers["Content-Length"] = str(size)
-    host, port = fresh.addrs[0].split(":")
-    sock = socket.create_connection((host, int(port)))
-    head = f"PUT {path} HTTP/1.1\r\nHost: {fresh.addrs[0]}\r\n"
-    head += "".join(f"{k}: {v}\r\n" for k, v in headers.items() if k.lower() != "host")
-    sock.sendall(head.encode() + b"\r\n" + second[: size // 2])
-    time.sleep(0.5)
-    fresh.kill9(0)
-    sock.close()
+    kill_coordinator_mid_put(fresh, f"/halfmp/m?partNumber=2&uploadId={up}", body(8 * STRIPE, 7))
     # The part that was cut off is not part of the upload; the one before it is whole.
     parts = s3.list_parts(Bucket="halfmp", Key="m", UploadId=up)["Parts"]
     assert [(p["PartNumber"], p["ETag"]) for p in parts] == [(1, etag)]
