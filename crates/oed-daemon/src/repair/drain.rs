@@ -629,8 +629,9 @@ async fn references(r: &Arc<Repair>) -> Result<u64> {
             .unwrap_or_else(|_| Err(DriveError::unreachable("timed out")))
             .map_err(|e| Error::Unavailable(format!("{}: {e}", d.id)))?;
             for rec in &page.records {
-                named += 1;
-                fix_reference(r, peer.as_ref(), rec).await;
+                if fix_reference(r, peer.as_ref(), rec).await {
+                    named += 1;
+                }
             }
             match page.next {
                 Some(n) => after = Some(n),
@@ -642,9 +643,19 @@ async fn references(r: &Arc<Repair>) -> Result<u64> {
 }
 
 /// A record on another drive that names this one: a shard this drive should hold is
-/// healed here (then moved); a part entry is pointed at where the part is now.
-async fn fix_reference(r: &Arc<Repair>, peer: &dyn Drive, rec: &ObjectRecord) {
+/// healed here (then moved); a part entry is pointed at where the part is now. Returns
+/// whether it still counts: a stale version there (the current one is another) does not,
+/// since no read uses it and that drive's scrub replaces it.
+async fn fix_reference(r: &Arc<Repair>, peer: &dyn Drive, rec: &ObjectRecord) -> bool {
     let me = r.store.drive_id().to_owned();
+    let (records, failed) = r.cluster.holders(&rec.bucket, &rec.key, &rec.drives).await;
+    if let Ok(Some(now)) = current_of(&records, failed)
+        && now.version_id != rec.version_id
+        && !now.drives.contains(&me)
+        && now.parts.iter().all(|p| !p.drives.contains(&me))
+    {
+        return false;
+    }
     if let Some(shard) = rec.drives.iter().position(|d| *d == me) {
         let held = r
             .store
@@ -689,4 +700,5 @@ async fn fix_reference(r: &Arc<Repair>, peer: &dyn Drive, rec: &ObjectRecord) {
             tracing::warn!(bucket = %rec.bucket, key = %rec.key, error = %e, "drain: a part entry not pointed at its new drive");
         }
     }
+    true
 }
