@@ -36,8 +36,8 @@ use futures_util::StreamExt as _;
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
-use super::Repair;
 use super::heal::current_of;
+use super::{Kept, Repair, save_kept};
 use crate::cluster::newest_readable;
 use crate::drive::{Drive, DriveError, ErrorCode, ObjectRef, Relocation, ShardUpload};
 use crate::error::{Error, Result};
@@ -81,22 +81,14 @@ pub struct DrainState {
     pub eta_seconds: Option<f64>,
 }
 
-impl DrainState {
-    /// The state kept in `store`, or none.
-    #[must_use]
-    pub fn load(store: &crate::store::Store) -> Self {
-        let mut s: Self = store
-            .meta()
-            .state("drain")
-            .ok()
-            .flatten()
-            .unwrap_or_default();
-        if s.state.is_empty() {
-            s.state = "none".into();
-        }
-        s
+impl Kept for DrainState {
+    const NAME: &'static str = "drain";
+    fn state_mut(&mut self) -> &mut String {
+        &mut self.state
     }
+}
 
+impl DrainState {
     /// Fills in the figures that follow from the store and the rate.
     pub fn update(&mut self, left: u64, bytes_per_shard: f64, rate: f64) {
         if self.state == "none" {
@@ -120,15 +112,7 @@ pub struct DrainStats {
 }
 
 fn save(r: &Repair, f: impl FnOnce(&mut DrainState)) -> DrainState {
-    let s = {
-        let mut s = r.drain.lock().unwrap_or_else(PoisonError::into_inner);
-        f(&mut s);
-        s.clone()
-    };
-    if let Err(e) = r.store.meta().set_state("drain", &s) {
-        tracing::warn!(error = %e, "saving the drain state");
-    }
-    s
+    save_kept(&r.store, &r.drain, f)
 }
 
 /// Whether this drive is out in the map in force.
@@ -271,13 +255,9 @@ async fn pass(r: &Arc<Repair>) -> bool {
             tokio::task::spawn_blocking(move || store.meta().objects_after(&from, PAGE, |_| true))
                 .await
         };
-        let (records, last) = match page {
+        let (records, last) = match page.map_err(|e| Error::Io(std::io::Error::other(e))) {
             Ok(Ok(p)) => p,
-            Ok(Err(e)) => {
-                fail(r, &format!("reading the records: {e}"));
-                return false;
-            }
-            Err(e) => {
+            Ok(Err(e)) | Err(e) => {
                 fail(r, &format!("reading the records: {e}"));
                 return false;
             }
@@ -582,7 +562,11 @@ async fn tell_holders(
             }
         }
         // This drive may hold the object's record too; it moves later, updated.
-        r.store.relocate(relocation)?;
+        let local: &dyn Drive = &r.store;
+        local
+            .relocate(std::slice::from_ref(relocation))
+            .await
+            .map_err(|e| Error::Unavailable(format!("updating the record here: {e}")))?;
     }
     let moves = std::slice::from_ref(relocation);
     let answers = futures_util::future::join_all(asked.iter().map(|id| async move {

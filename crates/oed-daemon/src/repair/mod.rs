@@ -128,6 +128,42 @@ impl Limiter {
     }
 }
 
+/// A piece of repair work's state that survives restarts: kept in the store's `state`
+/// column family under `name`, with a `state` field that reads "none" until it runs.
+trait Kept: Clone + Default + Serialize + serde::de::DeserializeOwned {
+    /// Its name in the store.
+    const NAME: &'static str;
+    /// Its `state` field.
+    fn state_mut(&mut self) -> &mut String;
+
+    /// The state kept in `store`, or none.
+    fn load(store: &Store) -> Self {
+        let mut s: Self = store
+            .meta()
+            .state(Self::NAME)
+            .ok()
+            .flatten()
+            .unwrap_or_default();
+        if s.state_mut().is_empty() {
+            *s.state_mut() = "none".into();
+        }
+        s
+    }
+}
+
+/// Changes the state behind `lock` with `f`, keeps it in `store`, and returns it.
+fn save_kept<T: Kept>(store: &Store, lock: &Mutex<T>, f: impl FnOnce(&mut T)) -> T {
+    let s = {
+        let mut s = lock.lock().unwrap_or_else(PoisonError::into_inner);
+        f(&mut s);
+        s.clone()
+    };
+    if let Err(e) = store.meta().set_state(T::NAME, &s) {
+        tracing::warn!(error = %e, what = T::NAME, "saving the repair state");
+    }
+    s
+}
+
 /// Request bodies of the repair work stay within this (the peer API takes 64 KiB by
 /// default, `max_request_body_bytes`).
 const BODY_BUDGET: usize = 48 * 1024;
@@ -287,8 +323,8 @@ impl Repair {
     #[must_use]
     pub fn new(cluster: Arc<Cluster>, config: RepairConfig) -> Arc<Self> {
         let store = cluster.local_store().clone();
-        let refill = refill::RefillState::load(&store);
-        let drain = drain::DrainState::load(&store);
+        let refill = <refill::RefillState as Kept>::load(&store);
+        let drain = <drain::DrainState as Kept>::load(&store);
         Arc::new(Self {
             heal_limit: Limiter::new(config.heal_rate),
             scrub_limit: Arc::new(Limiter::new(config.scrub_rate)),

@@ -19,10 +19,9 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
-use super::Repair;
+use super::{Kept, Repair, save_kept};
 use crate::drive::{DriveError, ObjectRef};
 use crate::error::Result;
-use crate::store::Store;
 use crate::store::queue::{HealCause, HealEntry, QueueCounts};
 use crate::store::record::now_ms;
 
@@ -57,22 +56,14 @@ pub struct RefillState {
     pub cursors: BTreeMap<String, Option<ObjectRef>>,
 }
 
-impl RefillState {
-    /// The state kept in `store`, or none.
-    #[must_use]
-    pub fn load(store: &Store) -> Self {
-        let mut s: Self = store
-            .meta()
-            .state("refill")
-            .ok()
-            .flatten()
-            .unwrap_or_default();
-        if s.state.is_empty() {
-            s.state = "none".into();
-        }
-        s
+impl Kept for RefillState {
+    const NAME: &'static str = "refill";
+    fn state_mut(&mut self) -> &mut String {
+        &mut self.state
     }
+}
 
+impl RefillState {
     /// Fills in the figures that follow from the queue and the heal rate.
     pub fn update(&mut self, queue: &QueueCounts, rate: f64) {
         if self.state == "none" {
@@ -94,15 +85,7 @@ impl RefillState {
 }
 
 fn save(r: &Repair, f: impl FnOnce(&mut RefillState)) -> RefillState {
-    let s = {
-        let mut s = r.refill.lock().unwrap_or_else(PoisonError::into_inner);
-        f(&mut s);
-        s.clone()
-    };
-    if let Err(e) = r.store.meta().set_state("refill", &s) {
-        tracing::warn!(error = %e, "saving the refill state");
-    }
-    s
+    save_kept(&r.store, &r.refill, f)
 }
 
 /// Starts a refill when this drive is a new incarnation of a known one, resumes one a
