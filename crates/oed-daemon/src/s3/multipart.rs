@@ -391,15 +391,7 @@ pub(crate) async fn complete(
         .complete_upload(obj, &marker, &unused)
         .await
         .or_s3()?;
-    let mut out = CompleteMultipartUploadOutput {
-        bucket: Some(input.bucket.clone()),
-        key: Some(input.key.clone()),
-        e_tag: Some(etag(&object_etag)),
-        location: Some(format!("/{}/{}", input.bucket, input.key)),
-        ..Default::default()
-    };
-    checksum::fill_checksum!(out, written.record.checksum.as_ref(), typed);
-    let mut resp = S3Response::new(out);
+    let mut resp = S3Response::new(completed(&written.record));
     mark_degraded(&mut resp.headers, &written);
     Ok(resp)
 }
@@ -432,15 +424,20 @@ async fn completed_again(
     if !same {
         return Ok(None);
     }
+    Ok(Some(S3Response::new(completed(&rec))))
+}
+
+/// The answer to a completion: the object's name, `ETag` and checksum.
+fn completed(rec: &ObjectRecord) -> CompleteMultipartUploadOutput {
     let mut out = CompleteMultipartUploadOutput {
-        bucket: Some(input.bucket.clone()),
-        key: Some(input.key.clone()),
+        bucket: Some(rec.bucket.clone()),
+        key: Some(rec.key.clone()),
         e_tag: Some(etag(&rec.etag)),
-        location: Some(format!("/{}/{}", input.bucket, input.key)),
+        location: Some(format!("/{}/{}", rec.bucket, rec.key)),
         ..Default::default()
     };
     checksum::fill_checksum!(out, rec.checksum.as_ref(), typed);
-    Ok(Some(S3Response::new(out)))
+    out
 }
 
 pub(crate) async fn abort(

@@ -344,13 +344,23 @@ fn part_range(rec: &ObjectRecord, n: i32) -> S3Result<std::ops::Range<u64>> {
     Err(unsatisfiable())
 }
 
-/// The bytes a GET or HEAD asks for (a `Range`, a `partNumber`, or all), with the
-/// `Content-Range` to answer and whether the answer is partial (206).
+/// What a GET or HEAD asks for.
+struct Wanted {
+    /// The bytes.
+    bytes: std::ops::Range<u64>,
+    /// The `Content-Range` to answer.
+    content_range: Option<String>,
+    /// Whether they are less than the object (a 206 answer, without the whole object's
+    /// checksum): a `Range`, or a part of a multipart object.
+    partial: bool,
+}
+
+/// The bytes a GET or HEAD asks for (a `Range`, a `partNumber`, or all).
 fn wanted(
     rec: &ObjectRecord,
     range: Option<&s3s::dto::Range>,
     part: Option<i32>,
-) -> S3Result<(std::ops::Range<u64>, Option<String>)> {
+) -> S3Result<Wanted> {
     let size = rec.object_size();
     let (r, partial) = match (range, part) {
         (Some(_), Some(_)) => {
@@ -364,9 +374,13 @@ fn wanted(
         (None, None) => (0..size, false),
     };
     // An empty part or object has no byte to name.
-    let cr =
+    let content_range =
         (partial && r.end > r.start).then(|| format!("bytes {}-{}/{size}", r.start, r.end - 1));
-    Ok((r, cr))
+    Ok(Wanted {
+        bytes: r,
+        content_range,
+        partial,
+    })
 }
 
 /// `x-amz-mp-parts-count`: given, as S3 does, when a part was asked for.
@@ -387,15 +401,13 @@ pub(crate) async fn get(
         input.if_unmodified_since.as_ref(),
         S3ErrorCode::NotModified,
     )?;
-    let (range, content_range) = wanted(&rec, input.range.as_ref(), input.part_number)?;
-    let partial = content_range.is_some();
-    let whole = input.range.is_none() && input.part_number.is_none_or(|_| rec.parts.is_empty());
-    let len = range.end - range.start;
-    let body = cluster.read_object(&rec, range).await.or_s3()?;
+    let w = wanted(&rec, input.range.as_ref(), input.part_number)?;
+    let len = w.bytes.end - w.bytes.start;
+    let body = cluster.read_object(&rec, w.bytes).await.or_s3()?;
     let mut resp = S3Response::new(GetObjectOutput {
         body: Some(StreamingBlob::wrap(body)),
         content_length: Some(super::s3_i64(len)),
-        content_range,
+        content_range: w.content_range,
         accept_ranges: Some("bytes".into()),
         e_tag: Some(etag(&rec.etag)),
         last_modified: Some(timestamp(rec.last_modified_ms)),
@@ -420,10 +432,10 @@ pub(crate) async fn get(
         .or(o.content_language.take());
     o.content_type = input.response_content_type.or(o.content_type.take());
     o.expires = input.response_expires.or(o.expires.take());
-    if checksum_mode(input.checksum_mode.as_ref()) && whole {
+    if checksum_mode(input.checksum_mode.as_ref()) && !w.partial {
         super::checksum::fill_checksum!(resp.output, rec.checksum.as_ref(), typed);
     }
-    if partial || input.range.is_some() {
+    if w.partial {
         resp.status = Some(http::StatusCode::PARTIAL_CONTENT);
     }
     Ok(resp)
@@ -451,12 +463,10 @@ pub(crate) async fn head(
         input.if_unmodified_since.as_ref(),
         S3ErrorCode::NotModified,
     )?;
-    let (range, content_range) = wanted(&rec, input.range.as_ref(), input.part_number)?;
-    let partial = content_range.is_some() || input.range.is_some();
-    let whole = input.range.is_none() && input.part_number.is_none_or(|_| rec.parts.is_empty());
+    let w = wanted(&rec, input.range.as_ref(), input.part_number)?;
     let mut out = HeadObjectOutput {
-        content_length: Some(super::s3_i64(range.end - range.start)),
-        content_range,
+        content_length: Some(super::s3_i64(w.bytes.end - w.bytes.start)),
+        content_range: w.content_range,
         accept_ranges: Some("bytes".into()),
         e_tag: Some(etag(&rec.etag)),
         last_modified: Some(timestamp(rec.last_modified_ms)),
@@ -466,11 +476,11 @@ pub(crate) async fn head(
         ..Default::default()
     };
     fill_headers!(out, rec);
-    if checksum_mode(input.checksum_mode.as_ref()) && whole {
+    if checksum_mode(input.checksum_mode.as_ref()) && !w.partial {
         super::checksum::fill_checksum!(out, rec.checksum.as_ref(), typed);
     }
     let mut resp = S3Response::new(out);
-    if partial {
+    if w.partial {
         resp.status = Some(http::StatusCode::PARTIAL_CONTENT);
     }
     Ok(resp)
