@@ -1,8 +1,10 @@
 """S3 behaviour that stock clients and conformance suites rely on, through boto3 against
 a real 6-drive cluster: DeleteBucket with uploads in progress, a CompleteMultipartUpload
-sent again, and GetObject/HeadObject of one part (`partNumber`)."""
+sent again, GetObject/HeadObject of one part (`partNumber`), concurrent PUTs of one key,
+stored headers, request ids, digests, presigned expiry, listings and regions."""
 
 import hashlib
+import time
 
 import pytest
 from botocore.exceptions import ClientError
@@ -306,3 +308,70 @@ def test_a_chunked_put_without_a_length_is_refused_as_s3_refuses_it(cluster, buc
     finally:
         conn.close()
     assert r.status == 411 and "<Code>MissingContentLength</Code>" in text, (r.status, text)
+
+
+def _slow_put(cluster, s3, bucket, key, body):
+    """Starts a PUT of `body` through a URL boto3 presigned and sends its first half only;
+    returns a function that sends the rest and returns the answer's status."""
+    import http.client
+    from urllib.parse import urlsplit
+    url = urlsplit(s3.generate_presigned_url("put_object", Params={"Bucket": bucket, "Key": key}))
+    conn = http.client.HTTPConnection(url.hostname, url.port, timeout=60)
+    conn.putrequest("PUT", f"{url.path}?{url.query}")
+    conn.putheader("Content-Length", str(len(body)))
+    conn.endheaders()
+    conn.send(body[: len(body) // 2])
+
+    def finish():
+        conn.send(body[len(body) // 2:])
+        r = conn.getresponse()
+        r.read()
+        conn.close()
+        return r.status
+
+    return finish
+
+
+def _shard_versions(cluster, files):
+    """The version id in each shard file's header."""
+    return [f.read_bytes()[32:48].hex() for f in files]
+
+
+@pytest.mark.parametrize("size", [100, 3 * MIB])
+def test_of_two_puts_of_one_key_the_one_that_completes_last_wins(cluster, s3, bucket, size):
+    key = f"race-{size}"
+    first, second = data(size, f"first{size}"), data(size, f"second{size}")
+    finish_first = _slow_put(cluster, s3, bucket, key, first)
+    # The second starts later and completes while the first is still sending its body.
+    time.sleep(0.05)
+    s3.put_object(Bucket=bucket, Key=key, Body=second)
+    assert s3.get_object(Bucket=bucket, Key=key)["Body"].read() == second
+    assert finish_first() == 200
+    got = s3.get_object(Bucket=bucket, Key=key)
+    assert got["Body"].read() == first, "the PUT that completed last did not win"
+    assert got["ETag"].strip('"') == hashlib.md5(first).hexdigest()
+
+
+def test_concurrent_puts_of_one_key_leave_one_body_on_every_drive(cluster, s3, bucket):
+    from concurrent.futures import ThreadPoolExecutor
+    bodies = [data(MIB + i, f"many{i}") for i in range(8)]
+    md5s = {hashlib.md5(b).hexdigest(): b for b in bodies}
+    clients = [cluster.client(i % 6) for i in range(8)]
+    for round_ in range(3):
+        before = {f for i in range(6) for f in cluster.shard_files(i)}
+        with ThreadPoolExecutor(8) as pool:
+            etags = list(pool.map(
+                lambda i: clients[i].put_object(Bucket=bucket, Key="many", Body=bodies[i])["ETag"],
+                range(8),
+            ))
+        assert {e.strip('"') for e in etags} == set(md5s)
+        got = s3.get_object(Bucket=bucket, Key="many")
+        body = got["Body"].read()
+        assert md5s.get(hashlib.md5(body).hexdigest()) == body, f"round {round_}: a mixed body"
+        assert got["ETag"].strip('"') == hashlib.md5(body).hexdigest()
+        # Every drive kept the same version, and only it: one shard file each.
+        new = [f for i in range(6) for f in cluster.shard_files(i) if f not in before]
+        assert len(new) == 6, f"round {round_}: {len(new)} new shard files"
+        assert len(set(_shard_versions(cluster, new))) == 1, f"round {round_}: drives disagree"
+        for i in range(6):
+            assert cluster.client(i).get_object(Bucket=bucket, Key="many")["Body"].read() == body

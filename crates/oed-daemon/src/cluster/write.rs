@@ -5,7 +5,10 @@
 //! flight, so memory per request is a few stripes whatever the object's size.
 //!
 //! The `ETag` is known only when the body ends, so each shard upload ends with a record
-//! tail carrying it; a drive commits nothing without that tail. When the body is short,
+//! tail carrying it; a drive commits nothing without that tail. The tail also carries the
+//! version's final id, made when the body has ended: every drive keeps the version with
+//! the largest id, so of two writes of one key the one that completes last wins (S3's
+//! rule), and every drive picks the same one (never a mix of the two bodies). When the body is short,
 //! too long, fails its Content-MD5 or the client goes away, every upload is failed and
 //! nothing becomes visible.
 
@@ -294,7 +297,11 @@ impl Cluster {
                 return Err(e);
             }
         };
+        // The final id, made now that the body has ended (the module docs say why).
+        let version_id = VersionId::generate();
         let record = ObjectRecord {
+            version_id,
+            last_modified_ms: version_id.millis(),
             etag,
             parts: obj.parts,
             checksum: checksum.or(obj.parts_checksum),
@@ -343,8 +350,8 @@ impl Cluster {
         Ok(written)
     }
 
-    /// The record of a new version of `obj` (its `ETag` still to come), the drives placed
-    /// for its shards, and its layout.
+    /// The record of a new version of `obj` (its `ETag` and final id still to come), the
+    /// drives placed for its shards, and its layout.
     fn new_record(&self, obj: &NewObject) -> Result<(ObjectRecord, Placed, oed_ec::Layout)> {
         let map = self.map();
         let p = map.profile;
@@ -391,6 +398,7 @@ impl Cluster {
             etag: record.etag.clone(),
             parts: record.parts.clone(),
             checksum: record.checksum.clone(),
+            version_id: Some(record.version_id),
         })?);
         for i in 0..total {
             up.send(i, [tail.clone(), Bytes::new()]).await;

@@ -405,7 +405,10 @@ impl Store {
         if self.meta.bucket(&record.bucket)?.is_none() {
             return Err(Error::NotFound("bucket"));
         }
-        if let Some(existing) = self.meta.object(&record.bucket, &record.key)?
+        // An upload with a tail gets its final version id only at its end: whether a
+        // newer version is stored is known then (at the commit), not now.
+        if !with_tail
+            && let Some(existing) = self.meta.object(&record.bucket, &record.key)?
             && existing.version_id > record.version_id
         {
             return Err(Error::Superseded);
@@ -432,6 +435,17 @@ impl Store {
             record.etag = tail.etag;
             record.parts = tail.parts;
             record.checksum = tail.checksum;
+            if let Some(v) = tail.version_id
+                && v != record.version_id
+            {
+                record.version_id = v;
+                record.last_modified_ms = v.millis();
+                let header = oed_ec::ShardHeader {
+                    version_id: v.0,
+                    ..expected
+                };
+                upload.restamp(header.encode());
+            }
         }
         self.timed("receive", started);
         // The rest is one trip to a blocking thread: the last batch and fsync, the rename
@@ -774,6 +788,9 @@ struct TempShard {
     file: Option<std::fs::File>,
     pending: Vec<Bytes>,
     pending_len: usize,
+    /// A header that replaces the one received, written over it when the file is
+    /// finished (the version's final id came in the tail).
+    header: Option<[u8; oed_ec::format::HEADER_LEN]>,
 }
 
 impl TempShard {
@@ -784,6 +801,7 @@ impl TempShard {
             file: None,
             pending: Vec::new(),
             pending_len: 0,
+            header: None,
         }
     }
 
@@ -829,7 +847,11 @@ impl TempShard {
     /// Writes the last pieces and, with `fsync`, syncs the file, which then waits only for
     /// the last batch and the journal; closes it. Blocks.
     fn finish(&mut self, fsync: bool) -> std::io::Result<()> {
+        let header = self.header.take();
         let f = self.write_pending()?;
+        if let Some(h) = header {
+            std::os::unix::fs::FileExt::write_all_at(f, &h, 0)?;
+        }
         if fsync {
             f.sync_all()?;
         }
@@ -877,6 +899,14 @@ fn join_error(e: tokio::task::JoinError) -> Error {
 }
 
 impl Upload {
+    /// Replaces the shard file's header, received first, with `header`.
+    fn restamp(&mut self, header: [u8; oed_ec::format::HEADER_LEN]) {
+        match self {
+            Upload::Inline(mem) => mem[..oed_ec::format::HEADER_LEN].copy_from_slice(&header),
+            Upload::File(temp) => temp.header = Some(header),
+        }
+    }
+
     /// Receives and checks the whole body: its header must be `expected` (checked as soon
     /// as it has arrived, so a wrong upload is refused early), every frame's CRC32C must
     /// match, and the file must end after its last frame, where the tail follows when

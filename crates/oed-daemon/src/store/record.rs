@@ -10,18 +10,34 @@ use crate::error::{Error, Result};
 
 /// An object version id: 128 bits, compared as a number; larger is newer. Coordinators
 /// make them from the time in the high bits and randomness in the low bits, so
-/// concurrent writes of one key resolve to the same winner on every drive.
+/// concurrent writes of one key resolve to the same winner on every drive. A write's
+/// final id is made when its body has ended (it reaches the drives in the
+/// [`RecordTail`]), so of two writes of one key the one that completes last wins.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct VersionId(pub u128);
 
 impl VersionId {
-    /// A new id: milliseconds since the epoch in the top 64 bits, random low bits.
+    /// A new id: milliseconds since the epoch in the top 64 bits, random low bits. Ids
+    /// made by one process only grow, even within a millisecond or when the clock steps
+    /// back: of two writes this coordinator completes, the later one has the larger id.
     #[must_use]
     pub fn generate() -> Self {
+        static LAST: std::sync::Mutex<u128> = std::sync::Mutex::new(0);
         let ms = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_millis() as u64);
-        Self((u128::from(ms) << 64) | u128::from(rand::random::<u64>()))
+        let fresh = (u128::from(ms) << 64) | u128::from(rand::random::<u64>());
+        let mut last = LAST
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        *last = fresh.max(*last + 1);
+        Self(*last)
+    }
+
+    /// The milliseconds since the epoch it was made at.
+    #[must_use]
+    pub fn millis(self) -> u64 {
+        (self.0 >> 64) as u64
     }
 }
 
@@ -192,6 +208,11 @@ pub struct RecordTail {
     /// The object's S3 checksum, computed over the body as it came.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub checksum: Option<StoredChecksum>,
+    /// The version's final id, made when the body ended; it replaces the id the upload
+    /// began with (in the record and in the shard file's header), and its time is the
+    /// object's Last-Modified.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version_id: Option<VersionId>,
 }
 
 /// Largest accepted [`RecordTail`], encoded: room for 10,000 parts.
@@ -356,6 +377,10 @@ mod tests {
         let s = a.to_string();
         assert_eq!(s.parse::<VersionId>().unwrap(), a);
         assert!(VersionId(1) < VersionId(2));
+        // Ids made one after another only grow, however fast they are made.
+        let ids: Vec<VersionId> = (0..10_000).map(|_| VersionId::generate()).collect();
+        assert!(ids.windows(2).all(|w| w[0] < w[1]) && a < ids[0]);
+        assert!(ids[0].millis() > 1_700_000_000_000);
         assert!("xyz".parse::<VersionId>().is_err());
     }
 }
