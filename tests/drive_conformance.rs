@@ -8,10 +8,12 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use oed_daemon::config::Config;
-use oed_daemon::drive::{Drive, DriveError, ErrorCode, HealEntry, ObjectRef, Relocation};
+use oed_daemon::drive::{
+    Drive, DriveError, ErrorCode, HealEntry, ObjectRef, Relocation, Settlement,
+};
 use oed_daemon::store::Store;
 use oed_daemon::store::queue::HealCause;
-use oed_daemon::store::record::{ObjectRecord, VersionId};
+use oed_daemon::store::record::{ObjectRecord, RecordTail, VersionId};
 use oed_tests::{
     Daemon, bytes, chunk_bytes, files_under, read_shard, record, shard_file, try_read_shard, upload,
 };
@@ -387,6 +389,90 @@ fn relocations_update_the_records_that_name_the_old_drive() {
             assert_eq!(d.relocate(&moves[..1]).await.unwrap(), [true], "{}", s.name);
             let too_many = vec![moves[2].clone(); 1001];
             expect_code(d.relocate(&too_many).await, ErrorCode::BadRequest, s);
+        })
+    });
+}
+
+/// A client write (a shard upload with a record tail) keeps the version it replaces
+/// until it is settled: put back when the write failed, dropped when it was stored. The
+/// tail's version id replaces the one the upload began with, in the shard's header too.
+#[test]
+fn client_writes_keep_what_they_replace_until_settled() {
+    both(|s| {
+        Box::pin(async move {
+            let d = &*s.drive;
+            d.create_bucket("keep").await.unwrap();
+            // (version the upload begins with, final version, length, seed)
+            let put = |first: u128, last: u128, len: usize, key: &'static str| {
+                let data = bytes(len, u64::try_from(last).unwrap());
+                let rec = record("keep", key, first, data.len() as u64, 1, 1, 0);
+                let mut file = shard_file(&rec, &data);
+                file.extend(
+                    serde_json::to_vec(&RecordTail {
+                        etag: format!("e{last}"),
+                        version_id: Some(VersionId(last)),
+                        ..RecordTail::default()
+                    })
+                    .unwrap(),
+                );
+                async move {
+                    let stored = d.put_shard(&rec, upload(&file, 5000), true).await;
+                    (stored.unwrap(), data)
+                }
+            };
+            let settle = |key: &'static str, v: u128, stored: bool| async move {
+                d.settle(&[Settlement {
+                    bucket: "keep".into(),
+                    key: key.into(),
+                    version_id: VersionId(v),
+                    stored,
+                }])
+                .await
+                .unwrap()
+            };
+            for (key, len, files) in [("file", 3 * 4096, 1), ("inline", 100, 0)] {
+                let (first, data5) = put(4, 5, len, key).await;
+                assert!(!first.kept && first.record.version_id == VersionId(5));
+                let (second, _) = put(8, 9, len, key).await;
+                assert!(second.kept, "{}", s.name);
+                assert_eq!(s.shard_files().len(), 2 * files, "{}: kept", s.name);
+                // The write failed: the version it replaced is back, bytes and all.
+                assert_eq!(settle(key, 9, false).await, [true], "{}", s.name);
+                let back = d.stat("keep", key).await.unwrap().unwrap();
+                assert_eq!((back.version_id, back.etag.as_str()), (VersionId(5), "e5"));
+                assert_eq!(
+                    read_shard(d, "keep", key).await,
+                    chunk_bytes(&shard_file(&back, &data5))
+                );
+                assert_eq!(s.shard_files().len(), files, "{}", s.name);
+                // The next one was stored: what it replaced goes.
+                let (third, data12) = put(10, 12, len, key).await;
+                assert!(third.kept && third.record.version_id == VersionId(12));
+                assert_eq!(settle(key, 12, true).await, [true], "{}", s.name);
+                assert_eq!(settle(key, 12, true).await, [false], "{}: again", s.name);
+                let now = d.stat("keep", key).await.unwrap().unwrap();
+                assert_eq!(now.version_id, VersionId(12));
+                assert_eq!(
+                    read_shard(d, "keep", key).await,
+                    chunk_bytes(&shard_file(&now, &data12))
+                );
+                assert_eq!(s.shard_files().len(), files, "{}", s.name);
+                // Nothing kept, or a version that is not here: nothing changes.
+                assert_eq!(settle(key, 12, false).await[..], [true], "{}", s.name);
+                assert!(d.stat("keep", key).await.unwrap().is_none(), "{}", s.name);
+                assert_eq!(settle(key, 3, false).await, [false], "{}", s.name);
+                assert!(s.shard_files().is_empty(), "{}", s.name);
+            }
+            let too_many = vec![
+                Settlement {
+                    bucket: "keep".into(),
+                    key: "k".into(),
+                    version_id: VersionId(1),
+                    stored: true,
+                };
+                1001
+            ];
+            expect_code(d.settle(&too_many).await, ErrorCode::BadRequest, s);
         })
     });
 }

@@ -96,3 +96,51 @@ def test_flipped_bytes_on_disk_are_never_served(fresh):
         assert fresh.metric(d, "oed_heal_backlog") >= min(n, 1)
     for d in range(2, 6):
         assert fresh.metric(d, "oed_shard_checksum_failures_total") == 0
+
+
+@pytest.fixture
+def quick():
+    """A cluster whose drives give up on a peer after 2 s."""
+    c = Cluster(extra=lambda i: ["peer_timeout_seconds=2"])
+    yield c
+    c.stop()
+
+
+def test_an_overwrite_that_fails_keeps_the_version_it_was_to_replace(quick):
+    """With one drive killed and another frozen (SIGSTOP) before it could answer, an
+    overwrite reaches four drives, one short of its quorum, and fails. The four had
+    committed it; they must put back the version it was to replace, which is then on
+    exactly the `k` drives a read needs."""
+    import os
+    import signal
+
+    s3 = quick.client(0)
+    s3.create_bucket(Bucket="keep")
+    # One inline shard per drive, and one shard file per drive (a single stripe, so the
+    # whole body is with the drives before any answers).
+    before = {"small": data(100, "s"), "file": data(200_000, "f")}
+    for k, b in before.items():
+        s3.put_object(Bucket="keep", Key=k, Body=b)
+    quick.kill9(5)
+    frozen = quick.procs[4]
+    os.kill(frozen.pid, signal.SIGSTOP)
+    try:
+        for k, b in before.items():
+            with pytest.raises(ClientError) as e:
+                s3.put_object(Bucket="keep", Key=k, Body=data(len(b), f"new{k}"))
+            assert e.value.response["ResponseMetadata"]["HTTPStatusCode"] == 503
+            got = s3.get_object(Bucket="keep", Key=k)["Body"].read()
+            assert got == b, f"{k}: the failed overwrite took the stored version with it"
+    finally:
+        os.kill(frozen.pid, signal.SIGCONT)
+    quick.start(5)
+    for k, b in before.items():
+        assert s3.get_object(Bucket="keep", Key=k)["Body"].read() == b
+    # Overwrites with every drive up succeed, and leave one shard per drive per key once
+    # they are settled (the replaced versions' files are gone).
+    after = {k: data(len(b), f"again{k}") for k, b in before.items()}
+    for k, b in after.items():
+        s3.put_object(Bucket="keep", Key=k, Body=b)
+        assert s3.get_object(Bucket="keep", Key=k)["Body"].read() == b
+    files = lambda: sum(len(quick.shard_files(i)) for i in range(6))  # noqa: E731
+    quick.wait_for("replaced versions' files removed", lambda: files() == 6, timeout=30)

@@ -62,6 +62,10 @@ pub struct Stored {
     /// Parts of the replaced version.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub replaced_parts: Vec<PartRef>,
+    /// Whether the drive keeps the version this one replaced until the write is settled
+    /// ([`Drive::settle`]).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub kept: bool,
 }
 
 /// What a drive says about itself (`GET info`).
@@ -121,6 +125,23 @@ pub struct Relocation {
     /// drives too.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parent: Option<String>,
+}
+
+/// How a client write ended, told to the drives that stored its shards
+/// ([`Drive::settle`]). A drive that commits a client write keeps the version it replaced
+/// (record and shard) until then: an overwrite that fails must not take the version it
+/// was to replace with it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Settlement {
+    /// The bucket.
+    pub bucket: String,
+    /// The key.
+    pub key: String,
+    /// The version the write stored.
+    pub version_id: VersionId,
+    /// `true`: it reached its write quorum, and the version it replaced is dropped.
+    /// `false`: it failed; it is removed, and the version it replaced is current again.
+    pub stored: bool,
 }
 
 /// A page of [`Drive::records_for`]: the records found, and where the next page starts
@@ -332,4 +353,12 @@ pub trait Drive: Send + Sync + std::fmt::Debug {
     /// # Errors
     /// `BadRequest` for more than [`MAX_BATCH`] moves.
     async fn relocate(&self, moves: &[Relocation]) -> Result<Vec<bool>, DriveError>;
+
+    /// Settles client writes (see [`Settlement`]), each under its key's commit lock and
+    /// in one synced write. Returns, for each, whether anything changed there (`false`:
+    /// that version is neither current nor kept there, or nothing is kept).
+    ///
+    /// # Errors
+    /// `BadRequest` for more than [`MAX_BATCH`] settlements.
+    async fn settle(&self, settlements: &[Settlement]) -> Result<Vec<bool>, DriveError>;
 }

@@ -8,7 +8,14 @@
 //! tail carrying it; a drive commits nothing without that tail. The tail also carries the
 //! version's final id, made when the body has ended: every drive keeps the version with
 //! the largest id, so of two writes of one key the one that completes last wins (S3's
-//! rule), and every drive picks the same one (never a mix of the two bodies). When the body is short,
+//! rule), and every drive picks the same one (never a mix of the two bodies).
+//!
+//! A drive that commits a write keeps the version it replaced until the coordinator
+//! settles the write ([`Drive::settle`]): once the write quorum has stored it, the
+//! replaced version is dropped (after the client has its answer); when it fails, every
+//! drive removes it and makes the replaced version current again. An overwrite that fails
+//! therefore never takes the version it was to replace with it. When the coordinator
+//! dies before it settles, each drive's scrub does it. When the body is short,
 //! too long, fails its Content-MD5 or the client goes away, every upload is failed and
 //! nothing becomes visible.
 
@@ -26,7 +33,7 @@ use tokio::sync::mpsc;
 use super::Cluster;
 use super::budget::Budget;
 use super::md5::Md5Stream;
-use crate::drive::{Drive, DriveError, ErrorCode, Stored};
+use crate::drive::{Drive, DriveError, ErrorCode, Settlement, Stored};
 use crate::error::{Error, Result};
 use crate::store::queue::{HealCause, HealEntry};
 use crate::store::record::{ObjectRecord, PartRef, RecordTail, StoredChecksum, VersionId, now_ms};
@@ -271,6 +278,26 @@ impl<'a> Uploads<'a> {
     }
 }
 
+/// How the write of `record` ended, for its drives.
+fn settlement(record: &ObjectRecord, stored: bool) -> Settlement {
+    Settlement {
+        bucket: record.bucket.clone(),
+        key: record.key.clone(),
+        version_id: record.version_id,
+        stored,
+    }
+}
+
+/// Sends `s` to `drive`; a drive that does not answer in `timeout` has it done by its
+/// scrub.
+async fn settle_one(drive: &dyn Drive, s: &[Settlement], timeout: std::time::Duration) {
+    match tokio::time::timeout(timeout, drive.settle(s)).await {
+        Ok(Ok(_)) => {}
+        Ok(Err(e)) => tracing::warn!(key = %s[0].key, error = %e, "write not settled"),
+        Err(_) => tracing::warn!(key = %s[0].key, "write not settled in time"),
+    }
+}
+
 impl Cluster {
     /// Stores an object: see the module docs. Returns once all `k + m` shards are stored,
     /// or, with drives down, once the write quorum is ([`Cluster::write_quorum`]); then
@@ -383,11 +410,12 @@ impl Cluster {
 
     /// Ends every upload with the record tail and waits for the drives' answers: the
     /// write, and the parts of the multipart version it replaced (as the drives that held
-    /// it report them). Missing shards, when the quorum is met, go to the heal queue.
+    /// it report them). Missing shards, when the quorum is met, go to the heal queue; the
+    /// write is settled.
     ///
     /// # Errors
     /// [`Error::Unavailable`] when fewer than the quorum stored their shard; the shards
-    /// that were stored are deleted again.
+    /// that were stored are removed again and the version they replaced put back.
     async fn collect(
         &self,
         mut up: Uploads<'_>,
@@ -406,6 +434,8 @@ impl Cluster {
         up.senders.clear();
         let mut stored = Vec::with_capacity(total);
         let mut replaced = Vec::new();
+        // The shards whose drives keep the version this one replaced.
+        let mut kept = Vec::new();
         // Every drive has its whole shard now: each answers once its commit is done, or
         // counts as failed after the timeout (a drive frozen mid-write never answers).
         let deadline = tokio::time::Instant::now() + self.timeout;
@@ -424,6 +454,9 @@ impl Cluster {
                     if replaced.is_empty() {
                         replaced = s.replaced_parts;
                     }
+                    if s.kept {
+                        kept.push(i);
+                    }
                     stored.push(true);
                 }
                 // A newer write of the key won on that drive: this version is already
@@ -440,7 +473,9 @@ impl Cluster {
             self.stats
                 .shard_failures
                 .fetch_add((total - ok) as u64, Ordering::Relaxed);
-            self.delete_record(&record).await;
+            // Every drive is told: one whose answer was lost may have stored it.
+            let all: Vec<usize> = (0..total).collect();
+            self.settle(&record, &all, false).await;
             return Err(Error::Unavailable(format!(
                 "{ok} of {total} shards stored; a write needs {}",
                 up.quorum
@@ -450,7 +485,36 @@ impl Cluster {
         if missing > 0 {
             self.queue_missing(&record, &stored);
         }
+        if !kept.is_empty() {
+            // Off the client's path: the answer does not wait for it.
+            let drives: Vec<Arc<dyn Drive>> = kept
+                .iter()
+                .filter_map(|&i| self.drive(&record.drives[i]))
+                .collect();
+            let s = settlement(&record, true);
+            let timeout = self.timeout;
+            self.tasks.spawn(async move {
+                let s = std::slice::from_ref(&s);
+                futures_util::future::join_all(
+                    drives.iter().map(|d| settle_one(d.as_ref(), s, timeout)),
+                )
+                .await;
+            });
+        }
         Ok((Written { record, missing }, replaced))
+    }
+
+    /// Tells the drives of `record`'s shards `shards` how its write ended, and waits.
+    async fn settle(&self, record: &ObjectRecord, shards: &[usize], stored: bool) {
+        let s = [settlement(record, stored)];
+        let s = &s;
+        futures_util::future::join_all(
+            shards
+                .iter()
+                .filter_map(|&i| self.drive(&record.drives[i]))
+                .map(|d| async move { settle_one(d.as_ref(), s, self.timeout).await }),
+        )
+        .await;
     }
 
     /// Counts a degraded write and queues its missing shards for heal.

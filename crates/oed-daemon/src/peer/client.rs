@@ -24,7 +24,7 @@ use super::PeerOp;
 use super::auth::{self, PeerKey};
 use crate::drive::{
     Drive, DriveError, DriveInfo, ErrorCode, HealEntry, MAX_BATCH, ObjectRef, OpAnswer, OpRequest,
-    RecordPage, Relocation, ShardRead, ShardStream, ShardUpload, Stored,
+    RecordPage, Relocation, Settlement, ShardRead, ShardStream, ShardUpload, Stored,
 };
 use crate::store::record::{BucketRecord, ObjectRecord, VersionId};
 use crate::uri::encode as q;
@@ -501,6 +501,19 @@ impl Drive for PeerClient {
             ));
         }
         self.post_json(PeerOp::Relocate, "", moves).await
+    }
+
+    async fn settle(&self, settlements: &[Settlement]) -> Result<Vec<bool>, DriveError> {
+        if settlements.len() > MAX_BATCH {
+            return Err(DriveError::new(
+                ErrorCode::BadRequest,
+                format!(
+                    "{} objects in one batch; at most {MAX_BATCH}",
+                    settlements.len()
+                ),
+            ));
+        }
+        self.post_json(PeerOp::Settle, "", settlements).await
     }
 }
 

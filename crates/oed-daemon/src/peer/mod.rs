@@ -19,6 +19,7 @@
 //! | `POST versions` | | the version held of each object (body: JSON list of `{bucket, key}`) |
 //! | `GET records` | `drive[, bucket, key][, limit]` | records placing a shard on `drive`, after `bucket`/`key` |
 //! | `POST relocate` | | records updated for shards that moved (body: JSON list) |
+//! | `POST settle` | | client writes settled: replaced versions dropped or put back (body: JSON list) |
 //! | `GET admin/status` | | the drive's heal, scrub, refill and drain state |
 //! | `POST admin/action` | `do` (`scrub`, `refill`, `retry`, `drain`, `undrain`) | start or stop maintenance work |
 //! | `GET admin/map` | | the cluster map in force (TOML) |
@@ -47,7 +48,7 @@ use tokio::sync::Semaphore;
 
 use crate::drive::{
     Drive, DriveError, DriveInfo, HealEntry, MAX_LIST, ObjectRef, OpAnswer, OpRequest, RecordPage,
-    Relocation, Stored,
+    Relocation, Settlement, Stored,
 };
 use crate::error::Error;
 use crate::store::record::{BucketRecord, ObjectRecord, VersionId};
@@ -86,6 +87,8 @@ pub enum PeerOp {
     RecordsFor,
     /// `POST relocate`.
     Relocate,
+    /// `POST settle`.
+    Settle,
     /// `GET admin/status`.
     AdminStatus,
     /// `POST admin/action`.
@@ -98,7 +101,7 @@ pub enum PeerOp {
 
 impl PeerOp {
     /// Every operation.
-    pub const ALL: [Self; 18] = [
+    pub const ALL: [Self; 19] = [
         Self::PutShard,
         Self::GetShard,
         Self::StatObject,
@@ -113,6 +116,7 @@ impl PeerOp {
         Self::Versions,
         Self::RecordsFor,
         Self::Relocate,
+        Self::Settle,
         Self::AdminStatus,
         Self::AdminAction,
         Self::GetMap,
@@ -137,6 +141,7 @@ impl PeerOp {
             Self::Versions => "Versions",
             Self::RecordsFor => "RecordsFor",
             Self::Relocate => "Relocate",
+            Self::Settle => "Settle",
             Self::AdminStatus => "AdminStatus",
             Self::AdminAction => "AdminAction",
             Self::GetMap => "GetMap",
@@ -162,6 +167,7 @@ impl PeerOp {
             Self::Versions => (Method::POST, "/_oed/peer/v1/versions"),
             Self::RecordsFor => (Method::GET, "/_oed/peer/v1/records"),
             Self::Relocate => (Method::POST, "/_oed/peer/v1/relocate"),
+            Self::Settle => (Method::POST, "/_oed/peer/v1/settle"),
             Self::AdminStatus => (Method::GET, "/_oed/peer/v1/admin/status"),
             Self::AdminAction => (Method::POST, "/_oed/peer/v1/admin/action"),
             Self::GetMap => (Method::GET, "/_oed/peer/v1/admin/map"),
@@ -195,6 +201,7 @@ impl PeerOp {
             Self::Versions => axum::routing::post(versions),
             Self::RecordsFor => get(records_for),
             Self::Relocate => axum::routing::post(relocate),
+            Self::Settle => axum::routing::post(settle),
             Self::AdminStatus => get(admin_status),
             Self::AdminAction => axum::routing::post(admin_action),
             Self::GetMap => get(get_map),
@@ -601,6 +608,12 @@ async fn relocate(State(state): State<Arc<PeerState>>, body: Bytes) -> Answer<Js
     let moves: Vec<Relocation> =
         serde_json::from_slice(&body).map_err(|e| Error::BadRequest(format!("moves: {e}")))?;
     Ok(Json(state.drive.relocate(&moves).await?))
+}
+
+async fn settle(State(state): State<Arc<PeerState>>, body: Bytes) -> Answer<Json<Vec<bool>>> {
+    let settlements: Vec<Settlement> = serde_json::from_slice(&body)
+        .map_err(|e| Error::BadRequest(format!("settlements: {e}")))?;
+    Ok(Json(state.drive.settle(&settlements).await?))
 }
 
 async fn get_map(State(state): State<Arc<PeerState>>) -> Answer<Response> {

@@ -24,7 +24,7 @@ use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
 use super::{Repair, RepairConfig, batches, entry_size};
-use crate::drive::{DriveError, ObjectRef};
+use crate::drive::{DriveError, ObjectRef, Settlement};
 use crate::error::{Error, Result};
 use crate::store::queue::{HealCause, HealEntry};
 use crate::store::record::{ObjectRecord, VersionId, now_ms};
@@ -401,6 +401,17 @@ async fn cross_check(r: &Arc<Repair>, records: &[ObjectRecord], levels: &mut BTr
                 if first.is_some_and(|d| *d == me) {
                     *levels.entry(spare).or_default() += 1;
                 }
+                // Readable, so settled: a version this drive kept for its write is not
+                // needed any more (the write's coordinator did not say so, or not yet).
+                let done = Settlement {
+                    bucket: rec.bucket.clone(),
+                    key: rec.key.clone(),
+                    version_id: v,
+                    stored: true,
+                };
+                if let Err(e) = r.store.settle(&done) {
+                    tracing::debug!(error = %e, "settling a write");
+                }
             }
             Some(v) if v > rec.version_id => {
                 // This drive missed a newer version: its own shard of it.
@@ -429,17 +440,26 @@ async fn cross_check(r: &Arc<Repair>, records: &[ObjectRecord], levels: &mut BTr
     }
 }
 
-/// Removes this drive's record of a version no quorum holds (and, when an older version
-/// is current, queues this drive's shard of that one).
+/// Removes this drive's record of a version no quorum holds, as its coordinator would
+/// have had the write failed: the version it replaced, if kept here, is current again
+/// (and, when an older version is current, this drive's shard of that one is queued).
 async fn sweep_record(r: &Arc<Repair>, rec: &ObjectRecord, current: Option<VersionId>) {
-    match r
-        .store
-        .delete_object(&rec.bucket, &rec.key, Some(rec.version_id))
-        .await
-    {
-        Ok(()) => {
+    let failed = Settlement {
+        bucket: rec.bucket.clone(),
+        key: rec.key.clone(),
+        version_id: rec.version_id,
+        stored: false,
+    };
+    let store = r.store.clone();
+    match tokio::task::spawn_blocking(move || store.settle(&failed)).await {
+        Ok(Ok(false)) => return,
+        Ok(Ok(true)) => {
             r.scrub_stats.swept_records.fetch_add(1, Ordering::Relaxed);
             tracing::info!(bucket = %rec.bucket, key = %rec.key, version = %rec.version_id, "removed a version no quorum holds");
+        }
+        Ok(Err(e)) => {
+            tracing::debug!(error = %e, "sweeping a record");
+            return;
         }
         Err(e) => {
             tracing::debug!(error = %e, "sweeping a record");

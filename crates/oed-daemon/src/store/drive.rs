@@ -12,7 +12,7 @@ use super::Store;
 use super::record::{BucketRecord, ObjectRecord, VersionId};
 use crate::drive::{
     Drive, DriveError, DriveInfo, HealEntry, MAX_BATCH, MAX_LIST, ObjectRef, OpAnswer, OpRequest,
-    RecordPage, Relocation, ShardRead, ShardStream, ShardUpload, Stored,
+    RecordPage, Relocation, Settlement, ShardRead, ShardStream, ShardUpload, Stored,
 };
 use crate::error::{Error, Result};
 
@@ -207,6 +207,18 @@ impl Drive for Store {
             moves
                 .iter()
                 .map(|m| store.relocate(m))
+                .collect::<Result<Vec<_>>>()
+        })
+        .await?)
+    }
+
+    async fn settle(&self, settlements: &[Settlement]) -> Result<Vec<bool>, DriveError> {
+        check_batch(settlements.len())?;
+        let (store, settlements) = (self.clone(), settlements.to_vec());
+        Ok(blocking(move || {
+            settlements
+                .iter()
+                .map(|s| store.settle(s))
                 .collect::<Result<Vec<_>>>()
         })
         .await?)

@@ -25,7 +25,9 @@ pub(crate) const HEAL_LEGACY: &str = "heal";
 pub(crate) const QUEUE: &str = "heal_queue";
 /// The drive's own state: scrub progress, refill progress.
 const STATE: &str = "state";
-const FAMILIES: [&str; 7] = [
+/// Versions a client write replaced, kept until that write is settled ([`Kept`]).
+const KEPT: &str = "kept";
+const FAMILIES: [&str; 8] = [
     BUCKETS,
     OBJECTS,
     INLINE,
@@ -33,7 +35,50 @@ const FAMILIES: [&str; 7] = [
     HEAL_LEGACY,
     QUEUE,
     STATE,
+    KEPT,
 ];
+
+/// The version of a key that a client write replaced here, kept (record, and its shard
+/// bytes when they were stored inline; a shard file stays where it was) until that write
+/// is settled: dropped once it is known to have reached its write quorum, put back if it
+/// failed. At most one per key.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Kept {
+    /// The replaced version's record.
+    pub record: ObjectRecord,
+    /// Its shard bytes, when they were stored inline.
+    pub inline: Option<Vec<u8>>,
+}
+
+impl Kept {
+    /// Stored as the record's JSON length (4 bytes, little-endian), the JSON, then the
+    /// inline bytes if any.
+    fn encode(&self) -> Result<Vec<u8>> {
+        let json = serde_json::to_vec(&self.record)?;
+        let inline = self.inline.as_deref().unwrap_or_default();
+        let mut v = Vec::with_capacity(4 + json.len() + inline.len());
+        v.extend_from_slice(&(json.len() as u32).to_le_bytes());
+        v.extend_from_slice(&json);
+        v.extend_from_slice(inline);
+        Ok(v)
+    }
+
+    fn decode(v: &[u8]) -> Result<Self> {
+        let bad = || {
+            Error::Io(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                "a kept version's entry is damaged",
+            ))
+        };
+        let (len, rest) = v.split_at_checked(4).ok_or_else(bad)?;
+        let len = u32::from_le_bytes(len.try_into().map_err(|_| bad())?) as usize;
+        let (json, inline) = rest.split_at_checked(len).ok_or_else(bad)?;
+        Ok(Self {
+            record: serde_json::from_slice(json)?,
+            inline: (!inline.is_empty()).then(|| inline.to_vec()),
+        })
+    }
+}
 
 /// The RocksDB of one drive.
 pub struct MetaStore {
@@ -211,7 +256,8 @@ impl MetaStore {
     }
 
     /// Stores `record` (replacing the key's previous record) and, for a small shard, its
-    /// bytes, in one synced batch: both become visible together or not at all.
+    /// bytes, in one synced batch: both become visible together or not at all. The
+    /// key's kept version becomes `keep`, or is dropped.
     ///
     /// # Errors
     /// [`Error::Meta`] or [`Error::Record`]; nothing is changed then.
@@ -220,19 +266,15 @@ impl MetaStore {
         record: &ObjectRecord,
         previous: Option<&ObjectRecord>,
         inline: Option<&[u8]>,
+        keep: Option<&Kept>,
     ) -> Result<()> {
         let key = object_key(&record.bucket, &record.key);
         let mut batch = WriteBatch::default();
-        batch.put_cf(self.cf(OBJECTS), &key, serde_json::to_vec(record)?);
-        match inline {
-            Some(data) => {
-                let mut v = Vec::with_capacity(16 + data.len());
-                v.extend_from_slice(&record.version_id.0.to_le_bytes());
-                v.extend_from_slice(data);
-                batch.put_cf(self.cf(INLINE), &key, v);
-            }
-            None => batch.delete_cf(self.cf(INLINE), &key),
+        match keep {
+            Some(k) => batch.put_cf(self.cf(KEPT), &key, k.encode()?),
+            None => batch.delete_cf(self.cf(KEPT), &key),
         }
+        self.put_record(&mut batch, &key, record, inline)?;
         self.write(batch)?;
         if previous.is_none() {
             self.objects.fetch_add(1, Ordering::Relaxed);
@@ -256,7 +298,64 @@ impl MetaStore {
         self.write(batch)
     }
 
-    /// Removes the record (and inline bytes) of `bucket`/`key`.
+    /// The version of `bucket`/`key` kept here, if any.
+    ///
+    /// # Errors
+    /// [`Error::Meta`] or [`Error::Record`].
+    pub fn kept(&self, bucket: &str, key: &str) -> Result<Option<Kept>> {
+        self.db
+            .get_pinned_cf(self.cf(KEPT), object_key(bucket, key))?
+            .map(|v| Kept::decode(&v))
+            .transpose()
+    }
+
+    /// Makes the kept version of its key current again (record and inline bytes), in one
+    /// synced batch, replacing the current record.
+    ///
+    /// # Errors
+    /// [`Error::Meta`] or [`Error::Record`].
+    pub fn restore_kept(&self, kept: &Kept) -> Result<()> {
+        let r = &kept.record;
+        let key = object_key(&r.bucket, &r.key);
+        let mut batch = WriteBatch::default();
+        self.put_record(&mut batch, &key, r, kept.inline.as_deref())?;
+        batch.delete_cf(self.cf(KEPT), &key);
+        self.write(batch)
+    }
+
+    /// Adds to `batch` the record of `key` and its inline bytes (prefixed with their
+    /// version), or the removal of inline bytes it no longer has.
+    fn put_record(
+        &self,
+        batch: &mut WriteBatch,
+        key: &[u8],
+        record: &ObjectRecord,
+        inline: Option<&[u8]>,
+    ) -> Result<()> {
+        batch.put_cf(self.cf(OBJECTS), key, serde_json::to_vec(record)?);
+        match inline {
+            Some(data) => {
+                let mut v = Vec::with_capacity(16 + data.len());
+                v.extend_from_slice(&record.version_id.0.to_le_bytes());
+                v.extend_from_slice(data);
+                batch.put_cf(self.cf(INLINE), key, v);
+            }
+            None => batch.delete_cf(self.cf(INLINE), key),
+        }
+        Ok(())
+    }
+
+    /// Drops the kept version of `bucket`/`key` (its shard file, if any, is the caller's).
+    ///
+    /// # Errors
+    /// [`Error::Meta`].
+    pub fn drop_kept(&self, bucket: &str, key: &str) -> Result<()> {
+        let mut batch = WriteBatch::default();
+        batch.delete_cf(self.cf(KEPT), object_key(bucket, key));
+        self.write(batch)
+    }
+
+    /// Removes the record (and inline bytes, and kept version) of `bucket`/`key`.
     ///
     /// # Errors
     /// [`Error::Meta`].
@@ -265,6 +364,7 @@ impl MetaStore {
         let mut batch = WriteBatch::default();
         batch.delete_cf(self.cf(OBJECTS), &k);
         batch.delete_cf(self.cf(INLINE), &k);
+        batch.delete_cf(self.cf(KEPT), &k);
         // A heal entry of the object stays: the healer finds it obsolete and drops it.
         self.write(batch)?;
         self.objects.fetch_sub(1, Ordering::Relaxed);
@@ -297,13 +397,17 @@ impl MetaStore {
         Ok(out)
     }
 
-    /// Every object record, for the orphan sweep.
+    /// Every object record, kept versions' too: for the sweeps of files no record
+    /// points to.
     ///
     /// # Errors
     /// [`Error::Meta`] or [`Error::Record`].
     pub fn for_each_object(&self, mut f: impl FnMut(ObjectRecord)) -> Result<()> {
         for kv in self.db.iterator_cf(self.cf(OBJECTS), IteratorMode::Start) {
             f(serde_json::from_slice(&kv?.1)?);
+        }
+        for kv in self.db.iterator_cf(self.cf(KEPT), IteratorMode::Start) {
+            f(Kept::decode(&kv?.1)?.record);
         }
         Ok(())
     }
@@ -416,7 +520,7 @@ mod tests {
         {
             let meta = MetaStore::open(dir.path(), &config).unwrap();
             for key in ["a", "b", "c"] {
-                meta.commit_object(&record(key), None, None).unwrap();
+                meta.commit_object(&record(key), None, None, None).unwrap();
             }
             assert_eq!(meta.heal_backlog(), 0);
             meta.queue_corrupt(&record("a"), HealCause::ReadCorrupt)
@@ -441,7 +545,7 @@ mod tests {
         let config = Config::default();
         {
             let meta = MetaStore::open(dir.path(), &config).unwrap();
-            meta.commit_object(&record("a"), None, None).unwrap();
+            meta.commit_object(&record("a"), None, None, None).unwrap();
             meta.db
                 .put_cf(meta.cf(HEAL_LEGACY), object_key("bkt", "a"), b"{}")
                 .unwrap();

@@ -25,9 +25,9 @@ use sha2::{Digest, Sha256};
 use tokio::sync::mpsc;
 
 use crate::config::{Config, FsyncPolicy};
-use crate::drive::Stored;
+use crate::drive::{Settlement, Stored};
 use crate::error::{Error, Result};
-use meta::MetaStore;
+use meta::{Kept, MetaStore};
 use oed_meter::traffic::Traffic;
 use record::{BucketRecord, ObjectRecord, RecordTail, VersionId};
 
@@ -452,7 +452,7 @@ impl Store {
         // and the directory's fsync, the synced record. A request dropped meanwhile (its
         // client gone) does not stop it halfway.
         let store = self.clone();
-        tokio::task::spawn_blocking(move || store.commit_upload(record, upload))
+        tokio::task::spawn_blocking(move || store.commit_upload(record, upload, with_tail))
             .await
             .map_err(join_error)?
     }
@@ -461,8 +461,15 @@ impl Store {
     /// checked in full: a temp file gets its last batch and, by policy, an fsync, so its
     /// data is on disk before any name points to it; then, under the key's commit lock,
     /// the upload is placed and its record committed unless a newer version is stored.
-    /// A temp file not placed is removed when dropped.
-    fn commit_upload(&self, record: ObjectRecord, upload: Upload) -> Result<Stored> {
+    /// A temp file not placed is removed when dropped. With `keep_replaced` (a client
+    /// write), the version it replaces is kept until the write is settled
+    /// ([`Store::settle`]); any version kept before is dropped.
+    fn commit_upload(
+        &self,
+        record: ObjectRecord,
+        upload: Upload,
+        keep_replaced: bool,
+    ) -> Result<Stored> {
         let (inline, temp) = match upload {
             Upload::Inline(data) => (Some(data), None),
             Upload::File(mut temp) => {
@@ -486,15 +493,23 @@ impl Store {
         {
             return Err(Error::Superseded);
         }
+        let kept_before = self.meta.kept(&record.bucket, &record.key)?;
+        let keep = match &previous {
+            Some(p) if keep_replaced && p.version_id != record.version_id => Some(Kept {
+                record: p.clone(),
+                inline: self.meta.inline_shard(&p.bucket, &p.key, p.version_id)?,
+            }),
+            _ => None,
+        };
         let mut started = Instant::now();
         if let Some(temp) = temp {
             temp.place(&final_path, self.fsync)?;
             started = self.timed("place", started);
         }
         // Last step: the record. Until this synced write the new shard is invisible.
-        if let Err(e) = self
-            .meta
-            .commit_object(&record, previous.as_ref(), inline.as_deref())
+        if let Err(e) =
+            self.meta
+                .commit_object(&record, previous.as_ref(), inline.as_deref(), keep.as_ref())
         {
             if inline.is_none()
                 && previous
@@ -506,10 +521,12 @@ impl Store {
             return Err(e);
         }
         self.timed("record", started);
+        // Files no record names now: the replaced version's unless it is kept, and the
+        // version kept before.
         let mut replaced_parts = Vec::new();
         if let Some(prev) = previous {
             let old = self.shard_path(&prev.bucket, &prev.key, prev.version_id, prev.shard_index);
-            if old != final_path || inline.is_some() {
+            if keep.is_none() && (old != final_path || inline.is_some()) {
                 remove_file_if_exists(&old);
             }
             // The same version sent again keeps its parts.
@@ -517,10 +534,61 @@ impl Store {
                 replaced_parts = prev.parts;
             }
         }
+        if let Some(k) = kept_before {
+            let r = &k.record;
+            let old = self.shard_path(&r.bucket, &r.key, r.version_id, r.shard_index);
+            if old != final_path {
+                remove_file_if_exists(&old);
+            }
+        }
         Ok(Stored {
             record,
             replaced_parts,
+            kept: keep.is_some(),
         })
+    }
+
+    /// Settles a client write of this drive's: see [`crate::drive::Settlement`]. Returns
+    /// whether anything changed here.
+    ///
+    /// # Errors
+    /// [`Error::Meta`], [`Error::Record`].
+    pub fn settle(&self, s: &Settlement) -> Result<bool> {
+        let _guard = self.lock_for(&s.bucket, &s.key);
+        let current = self.meta.object(&s.bucket, &s.key)?;
+        let kept = self.meta.kept(&s.bucket, &s.key)?;
+        let path =
+            |r: &ObjectRecord| self.shard_path(&r.bucket, &r.key, r.version_id, r.shard_index);
+        if s.stored {
+            // The write reached its quorum: what it replaced is not needed any more.
+            let Some(k) = kept else { return Ok(false) };
+            if k.record.version_id >= s.version_id
+                || current.is_none_or(|c| c.version_id < s.version_id)
+            {
+                return Ok(false);
+            }
+            self.meta.drop_kept(&s.bucket, &s.key)?;
+            remove_file_if_exists(&path(&k.record));
+            return Ok(true);
+        }
+        // The write failed: its version goes, and the one it replaced comes back.
+        match (current, kept) {
+            (Some(c), kept) if c.version_id == s.version_id => {
+                match &kept {
+                    Some(k) => self.meta.restore_kept(k)?,
+                    None => self.meta.delete_object(&s.bucket, &s.key)?,
+                }
+                remove_file_if_exists(&path(&c));
+                Ok(true)
+            }
+            // A newer write has replaced it since, and keeps it: it is dropped.
+            (_, Some(k)) if k.record.version_id == s.version_id => {
+                self.meta.drop_kept(&s.bucket, &s.key)?;
+                remove_file_if_exists(&path(&k.record));
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
     }
 
     /// Applies one [`crate::drive::Relocation`] to the records here, under the key's
@@ -630,9 +698,14 @@ impl Store {
         if version.is_some_and(|v| rec.version_id > v) {
             return Err(Error::Superseded);
         }
+        let kept = self.meta.kept(bucket, key)?;
         // Record first: a crash after it leaves an orphan file, never a dangling record.
         self.meta.delete_object(bucket, key)?;
         remove_file_if_exists(&self.shard_path(bucket, key, rec.version_id, rec.shard_index));
+        if let Some(k) = kept {
+            let r = &k.record;
+            remove_file_if_exists(&self.shard_path(bucket, key, r.version_id, r.shard_index));
+        }
         Ok(())
     }
 
@@ -1313,6 +1386,50 @@ mod tests {
 
     fn tmp_files(store: &Store) -> usize {
         std::fs::read_dir(&store.tmp).unwrap().count()
+    }
+
+    /// A replaced version kept for its write's settlement is a wanted file: the orphan
+    /// sweep leaves it, and a restart keeps it kept.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn kept_versions_survive_the_orphan_sweep_and_a_restart() {
+        let dir = tempfile::tempdir().unwrap();
+        let tail = |v: u128| {
+            serde_json::to_vec(&RecordTail {
+                etag: format!("e{v}"),
+                ..RecordTail::default()
+            })
+            .unwrap()
+        };
+        {
+            let store = open_store(dir.path());
+            for v in [3, 4] {
+                let (rec, mut file) = shard(v, 9000);
+                file.extend(tail(v));
+                let body = futures_util::stream::iter([Ok::<_, std::io::Error>(Bytes::from(file))]);
+                let stored = store.put_shard(rec, body, true).await.unwrap();
+                assert_eq!(stored.kept, v == 4);
+            }
+            assert_eq!(store.sweep_orphans().unwrap(), 0);
+            store.flush().unwrap();
+        }
+        let store = open_store(dir.path());
+        let kept = store.meta.kept("bkt", "k").unwrap().unwrap();
+        assert_eq!(kept.record.version_id, VersionId(3));
+        let path = |v| store.shard_path("bkt", "k", VersionId(v), 0);
+        assert!(path(3).exists() && path(4).exists());
+        let failed = Settlement {
+            bucket: "bkt".into(),
+            key: "k".into(),
+            version_id: VersionId(4),
+            stored: false,
+        };
+        assert!(store.settle(&failed).unwrap());
+        assert_eq!(
+            store.meta.object("bkt", "k").unwrap().unwrap().version_id,
+            VersionId(3)
+        );
+        assert!(path(3).exists() && !path(4).exists());
+        assert!(store.meta.kept("bkt", "k").unwrap().is_none());
     }
 
     /// Shard files are stored byte for byte however their bodies are cut: in pieces of
