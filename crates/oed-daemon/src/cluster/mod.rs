@@ -16,6 +16,7 @@ pub mod list;
 pub mod map;
 pub mod md5;
 pub mod read;
+pub mod settle;
 pub mod stripes;
 pub mod write;
 
@@ -166,6 +167,8 @@ pub struct Cluster {
     pub traffic: oed_meter::traffic::Traffic,
     /// Work requests leave running.
     pub tasks: RequestTasks,
+    /// Settlements of stored writes waiting to be sent.
+    settler: settle::Settler,
 }
 
 impl Cluster {
@@ -213,6 +216,7 @@ impl Cluster {
             stats: ClusterStats::default(),
             traffic,
             tasks: RequestTasks::default(),
+            settler: settle::Settler::default(),
         })
     }
 

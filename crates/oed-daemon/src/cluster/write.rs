@@ -11,11 +11,11 @@
 //! rule), and every drive picks the same one (never a mix of the two bodies).
 //!
 //! A drive that commits a write keeps the version it replaced until the coordinator
-//! settles the write ([`Drive::settle`]): once the write quorum has stored it, the
-//! replaced version is dropped (after the client has its answer); when it fails, every
-//! drive removes it and makes the replaced version current again. An overwrite that fails
-//! therefore never takes the version it was to replace with it. When the coordinator
-//! dies before it settles, each drive's scrub does it. When the body is short,
+//! settles the write ([`Drive::settle`], [`super::settle`]): once the write quorum has
+//! stored it, the replaced version is dropped (after the client has its answer); when it
+//! fails, every drive removes it and makes the replaced version current again. An
+//! overwrite that fails therefore never takes the version it was to replace with it.
+//! When the coordinator dies before it settles, each drive's scrub does it. When the body is short,
 //! too long, fails its Content-MD5 or the client goes away, every upload is failed and
 //! nothing becomes visible.
 
@@ -33,7 +33,7 @@ use tokio::sync::mpsc;
 use super::Cluster;
 use super::budget::Budget;
 use super::md5::Md5Stream;
-use crate::drive::{Drive, DriveError, ErrorCode, Settlement, Stored};
+use crate::drive::{Drive, DriveError, ErrorCode, Stored};
 use crate::error::{Error, Result};
 use crate::store::queue::{HealCause, HealEntry};
 use crate::store::record::{ObjectRecord, PartRef, RecordTail, StoredChecksum, VersionId, now_ms};
@@ -278,26 +278,6 @@ impl<'a> Uploads<'a> {
     }
 }
 
-/// How the write of `record` ended, for its drives.
-fn settlement(record: &ObjectRecord, stored: bool) -> Settlement {
-    Settlement {
-        bucket: record.bucket.clone(),
-        key: record.key.clone(),
-        version_id: record.version_id,
-        stored,
-    }
-}
-
-/// Sends `s` to `drive`; a drive that does not answer in `timeout` has it done by its
-/// scrub.
-async fn settle_one(drive: &dyn Drive, s: &[Settlement], timeout: std::time::Duration) {
-    match tokio::time::timeout(timeout, drive.settle(s)).await {
-        Ok(Ok(_)) => {}
-        Ok(Err(e)) => tracing::warn!(key = %s[0].key, error = %e, "write not settled"),
-        Err(_) => tracing::warn!(key = %s[0].key, "write not settled in time"),
-    }
-}
-
 impl Cluster {
     /// Stores an object: see the module docs. Returns once all `k + m` shards are stored,
     /// or, with drives down, once the write quorum is ([`Cluster::write_quorum`]); then
@@ -491,30 +471,10 @@ impl Cluster {
                 .iter()
                 .filter_map(|&i| self.drive(&record.drives[i]))
                 .collect();
-            let s = settlement(&record, true);
-            let timeout = self.timeout;
-            self.tasks.spawn(async move {
-                let s = std::slice::from_ref(&s);
-                futures_util::future::join_all(
-                    drives.iter().map(|d| settle_one(d.as_ref(), s, timeout)),
-                )
-                .await;
-            });
+            let s = super::settle::settlement(&record, true);
+            self.settler.queue(&self.tasks, drives, &s, self.timeout);
         }
         Ok((Written { record, missing }, replaced))
-    }
-
-    /// Tells the drives of `record`'s shards `shards` how its write ended, and waits.
-    async fn settle(&self, record: &ObjectRecord, shards: &[usize], stored: bool) {
-        let s = [settlement(record, stored)];
-        let s = &s;
-        futures_util::future::join_all(
-            shards
-                .iter()
-                .filter_map(|&i| self.drive(&record.drives[i]))
-                .map(|d| async move { settle_one(d.as_ref(), s, self.timeout).await }),
-        )
-        .await;
     }
 
     /// Counts a degraded write and queues its missing shards for heal.

@@ -346,13 +346,16 @@ impl MetaStore {
     }
 
     /// Drops the kept version of `bucket`/`key` (its shard file, if any, is the caller's).
+    /// Not synced: a drop lost to a power cut brings the kept version back, and the scrub
+    /// drops it again (the current version is readable).
     ///
     /// # Errors
     /// [`Error::Meta`].
     pub fn drop_kept(&self, bucket: &str, key: &str) -> Result<()> {
         let mut batch = WriteBatch::default();
         batch.delete_cf(self.cf(KEPT), object_key(bucket, key));
-        self.write(batch)
+        self.db.write_opt(batch, &WriteOptions::default())?;
+        Ok(())
     }
 
     /// Removes the record (and inline bytes, and kept version) of `bucket`/`key`.
