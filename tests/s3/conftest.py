@@ -146,6 +146,28 @@ class Cluster:
         S3SigV4Auth(Credentials(ACCESS_KEY, self.secret), "s3", "us-east-1").add_auth(req)
         return dict(req.headers.items())
 
+    def raw(self, method, path, headers, body=b""):
+        """Sends a request to drive 0 on a raw socket, headers as given (plus Host), and
+        returns the answer as text. The drive may answer and close before the body is
+        sent (a request refused on its headers); that is not an error here."""
+        import socket
+        head = f"{method} {path} HTTP/1.1\r\nHost: {self.addrs[0]}\r\n"
+        head += "".join(f"{k}: {v}\r\n" for k, v in headers.items() if k.lower() != "host")
+        host, port = self.addrs[0].split(":")
+        with socket.create_connection((host, int(port)), timeout=30) as sock:
+            try:
+                sock.sendall(head.encode() + b"\r\n")
+                sock.sendall(body)
+            except (BrokenPipeError, ConnectionResetError):
+                pass
+            answer = b""
+            while b"</Error>" not in answer:
+                piece = sock.recv(65536)
+                if not piece:
+                    break
+                answer += piece
+        return answer.decode(errors="replace")
+
     def aws_env(self):
         env = dict(os.environ)
         env.update(

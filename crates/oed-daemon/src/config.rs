@@ -72,6 +72,15 @@ pub struct Config {
     /// How long another drive may take to accept or deliver one chunk before the
     /// coordinator goes on without it (parity covers it), in seconds. Default: 10.
     pub peer_timeout_seconds: u64,
+    /// How long a connection to the drive's listeners (S3 and peer, metrics) may take to
+    /// send a request's headers, counted from when it opened or its last answer was sent:
+    /// so also the longest it may idle between requests. A connection that does not is
+    /// closed. In seconds. Default: 20.
+    pub http_header_timeout_seconds: u64,
+    /// The most connections the S3 and peer listener keeps open at once; a connection
+    /// beyond it is answered `503` with `Retry-After: 1` and closed. The metrics listener
+    /// keeps at most 64. Default: 1024.
+    pub max_connections: usize,
     /// `ETag`s of single-part uploads are MD5 digests of the body, as S3 defines them and
     /// as some clients check. `false` uses a digest of the chunk CRC32Cs the drives compute
     /// anyway, which saves an MD5 pass over every byte (about a third of the CPU a PUT
@@ -171,6 +180,8 @@ impl Default for Config {
             s3_secret_key_file: None,
             region: "us-east-1".into(),
             peer_timeout_seconds: 10,
+            http_header_timeout_seconds: 20,
+            max_connections: 1024,
             md5_etags: true,
             coordinator_buffer_bytes: 12 << 20,
             coordinator_wait_seconds: 30,
@@ -314,6 +325,16 @@ impl Config {
         }
         if self.peer_timeout_seconds == 0 {
             return bad("peer_timeout_seconds must be at least 1".into());
+        }
+        if self.http_header_timeout_seconds < 16 {
+            return bad(
+                "http_header_timeout_seconds must be at least 16 (drives keep idle connections \
+                 to each other for 15 s)"
+                    .into(),
+            );
+        }
+        if self.max_connections < 16 {
+            return bad("max_connections must be at least 16".into());
         }
         if self.max_concurrent_ops == 0 || self.op_cpu_seconds == 0 || self.op_timeout_seconds == 0
         {

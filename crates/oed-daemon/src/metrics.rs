@@ -174,11 +174,12 @@ struct StateCollector {
     objects: Gauge,
     heal_backlog: Gauge,
     drives: Gauge,
+    connections: Gauge,
     epoch: Gauge,
     buffer: GaugeVec,
     info: GaugeVec,
     /// Counters kept as atomics on the hot path, copied here on scrape.
-    counters: [Counter; 8],
+    counters: [Counter; 9],
 }
 
 impl StateCollector {
@@ -221,6 +222,10 @@ impl StateCollector {
             drives: Gauge::with_opts(Opts::new(
                 "oed_cluster_drives",
                 "Drives in this drive's cluster map.",
+            ))?,
+            connections: Gauge::with_opts(Opts::new(
+                "oed_http_connections",
+                "Connections open on this drive's S3 and peer listener (at most max_connections).",
             ))?,
             epoch: Gauge::with_opts(Opts::new(
                 "oed_cluster_map_epoch",
@@ -267,6 +272,10 @@ impl StateCollector {
                     "oed_map_epoch_mismatch_total",
                     "Peer requests to this drive from drives that run another cluster map epoch (their shard writes are refused).",
                 )?,
+                counter(
+                    "oed_http_connections_refused_total",
+                    "Connections this drive's S3 and peer listener answered 503 and closed because max_connections were open.",
+                )?,
             ],
             store,
             cluster,
@@ -280,6 +289,7 @@ impl StateCollector {
             &self.objects,
             &self.heal_backlog,
             &self.drives,
+            &self.connections,
             &self.epoch,
             &self.buffer,
             &self.info,
@@ -322,7 +332,10 @@ impl StateCollector {
             budget.refused.load(Ordering::Relaxed),
             self.store.ops_cancelled(),
             self.peer.epoch_mismatches.load(Ordering::Relaxed),
+            stats.connections_refused.load(Ordering::Relaxed),
         ];
+        self.connections
+            .set(stats.connections_open.load(Ordering::Relaxed) as f64);
         for (c, n) in self.counters.iter().zip(now) {
             advance(c, n as f64);
         }

@@ -37,6 +37,8 @@ pub struct DriveServer {
     peer: Arc<PeerState>,
     s3: Option<s3s::service::S3Service>,
     grace: Duration,
+    header_timeout: Duration,
+    max_connections: usize,
     /// The drive's metrics registry.
     pub metrics: DriveMetrics,
     meter: oed_meter::Meter,
@@ -109,6 +111,8 @@ impl DriveServer {
             peer,
             s3,
             grace: Duration::from_secs(config.shutdown_grace_seconds),
+            header_timeout: Duration::from_secs(config.http_header_timeout_seconds),
+            max_connections: config.max_connections,
             metrics,
             meter,
             meter_period: Duration::from_millis(config.meter_period_ms),
@@ -140,7 +144,12 @@ impl DriveServer {
         tasks.spawn_blocking(move || sample(meter, period, &stopped));
         if let Some(l) = metrics_listener {
             let app = crate::metrics::router(self.metrics.clone());
-            tasks.spawn(serve_http(l, app, shutdown.child_token()));
+            let limits = Limits {
+                header_timeout: self.header_timeout,
+                max_connections: METRICS_CONNECTIONS,
+                counts: None,
+            };
+            tasks.spawn(serve_http(l, app, limits, shutdown.child_token()));
         }
         let store = self.store.clone();
         let sweep_token = shutdown.child_token();
@@ -179,8 +188,13 @@ impl DriveServer {
             ))
             .layer(axum::middleware::from_fn(close_if_continue_unread));
         let requests = self.cluster.tasks.clone();
+        let limits = Limits {
+            header_timeout: self.header_timeout,
+            max_connections: self.max_connections,
+            counts: Some(self.cluster.clone()),
+        };
         let served = async {
-            serve_http(listener, app, shutdown.clone()).await;
+            serve_http(listener, app, limits, shutdown.clone()).await;
             // Connections are closed; what their requests left running finishes too.
             requests.close_and_wait().await;
         };
@@ -248,15 +262,42 @@ pub(crate) fn record_map(store: &Store, map: &ClusterMap) -> Result<()> {
     )
 }
 
+/// Most connections the metrics listener keeps open.
+const METRICS_CONNECTIONS: usize = 64;
+
+/// What one listener allows its clients.
+struct Limits {
+    /// For a request's headers, and so for idling between requests.
+    header_timeout: Duration,
+    /// Connections open at once.
+    max_connections: usize,
+    /// Where open and refused connections are counted, if they are.
+    counts: Option<Arc<Cluster>>,
+}
+
+/// The answer to a connection past `max_connections`, before it is closed.
+const TOO_MANY: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\nRetry-After: 1\r\nConnection: close\r\nContent-Type: text/plain\r\nContent-Length: 52\r\n\r\nthe drive has as many connections open as it takes\r\n";
+
 /// Serves HTTP/1.1 on `listener` until `shutdown` is cancelled; then stops accepting,
 /// asks every connection to close after the request it is serving (idle ones close at
 /// once), and returns when they have. Each connection buffers at most
 /// [`crate::peer::client::READ_BUFFER_MAX`] of what it reads, as the drive's own
 /// connections to other drives do: a coordinator serves dozens of S3 and peer
-/// connections, and hyper's default lets each keep a buffer of about 400 KiB.
-async fn serve_http(listener: TcpListener, app: axum::Router, shutdown: CancellationToken) {
+/// connections, and hyper's default lets each keep a buffer of about 400 KiB. A
+/// connection must send each request's headers within `limits.header_timeout` (a client
+/// that sends half a header and stops holds nothing for long), and at most
+/// `limits.max_connections` are open at once.
+async fn serve_http(
+    listener: TcpListener,
+    app: axum::Router,
+    limits: Limits,
+    shutdown: CancellationToken,
+) {
     let mut http = hyper::server::conn::http1::Builder::new();
-    http.max_buf_size(crate::peer::client::READ_BUFFER_MAX);
+    http.max_buf_size(crate::peer::client::READ_BUFFER_MAX)
+        .timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(limits.header_timeout);
+    let slots = Arc::new(tokio::sync::Semaphore::new(limits.max_connections));
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     loop {
         let tcp = tokio::select! {
@@ -269,6 +310,13 @@ async fn serve_http(listener: TcpListener, app: axum::Router, shutdown: Cancella
                 }
             },
         };
+        let Ok(slot) = slots.clone().try_acquire_owned() else {
+            if let Some(c) = &limits.counts {
+                c.stats.connections_refused.fetch_add(1, Ordering::Relaxed);
+            }
+            tokio::spawn(refuse(tcp));
+            continue;
+        };
         // Without TCP_NODELAY a response's last small segment waits for the client's
         // delayed ACK: a single-stream shard read stalled about 40 ms at p90 on loopback.
         if let Err(e) = tcp.set_nodelay(true) {
@@ -277,14 +325,33 @@ async fn serve_http(listener: TcpListener, app: axum::Router, shutdown: Cancella
         let service = hyper_util::service::TowerToHyperService::new(app.clone());
         let conn =
             graceful.watch(http.serve_connection(hyper_util::rt::TokioIo::new(tcp), service));
+        let counts = limits.counts.clone();
         tokio::spawn(async move {
+            if let Some(c) = &counts {
+                c.stats.connections_open.fetch_add(1, Ordering::Relaxed);
+            }
             if let Err(e) = conn.await {
                 tracing::debug!(error = %e, "connection ended with an error");
             }
+            if let Some(c) = &counts {
+                c.stats.connections_open.fetch_sub(1, Ordering::Relaxed);
+            }
+            drop(slot);
         });
     }
     drop(listener);
     graceful.shutdown().await;
+}
+
+/// Answers a connection past the limit with [`TOO_MANY`] (at most 1 s spent on it) and
+/// closes it.
+async fn refuse(mut tcp: tokio::net::TcpStream) {
+    use tokio::io::AsyncWriteExt;
+    let _ = tokio::time::timeout(Duration::from_secs(1), async {
+        tcp.write_all(TOO_MANY).await?;
+        tcp.shutdown().await
+    })
+    .await;
 }
 
 /// A failed accept: a connection that went away before it was accepted is nothing; any

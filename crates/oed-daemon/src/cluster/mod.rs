@@ -99,6 +99,10 @@ pub struct ClusterStats {
     pub degraded_stripes: AtomicU64,
     /// Shards that failed while being written or read.
     pub shard_failures: AtomicU64,
+    /// Connections open on the S3 and peer listener.
+    pub connections_open: AtomicU64,
+    /// Connections refused because `max_connections` were open.
+    pub connections_refused: AtomicU64,
 }
 
 /// One cluster map, with a [`Drive`] for each of its drives (this drive's own store for

@@ -295,6 +295,12 @@ impl Cluster {
     {
         let started = std::time::Instant::now();
         let (record, placed, layout) = self.new_record(&obj)?;
+        // Refused here, before any shard moves, not by every drive as a failed write.
+        let shard_len = oed_ec::ShardHeader::new(0, 0, layout, record.size)?.file_len();
+        let most = self.store.max_shard_bytes();
+        if shard_len > most {
+            return Err(Error::TooLarge(most.saturating_mul(u64::from(record.k))));
+        }
         let _share = self.budget.take(write_share(&obj, layout)).await?;
         let mut up = Uploads::start(self, &record, &placed, layout)?;
         let (etag, checksum) = match self.stream_stripes(&mut up, &obj, layout, &mut body).await {

@@ -82,14 +82,16 @@ pub struct PeerHttp(std::sync::Arc<Client<HttpConnector, PeerBody>>);
 
 impl Default for PeerHttp {
     /// Connects within 2 s, with `TCP_NODELAY`, and keeps up to 16 idle connections per
-    /// drive for 30 s.
+    /// drive for 15 s: less than the shortest `http_header_timeout_seconds` (16), after
+    /// which the other drive closes an idle connection, so a request is not sent on one
+    /// being closed.
     fn default() -> Self {
         let mut connector = HttpConnector::new();
         connector.set_nodelay(true);
         connector.set_connect_timeout(Some(Duration::from_secs(2)));
         let client = Client::builder(TokioExecutor::new())
             .pool_timer(TokioTimer::new())
-            .pool_idle_timeout(Duration::from_secs(30))
+            .pool_idle_timeout(Duration::from_secs(15))
             .pool_max_idle_per_host(16)
             .http1_max_buf_size(READ_BUFFER_MAX)
             .build(connector);

@@ -125,13 +125,16 @@ impl s3s::access::S3Access for NameOperation {
 
 /// What S3 refuses before it looks at a request's signature, answered as S3 answers it:
 /// a presigned URL whose `X-Amz-Expires` is not a number of seconds from 1 to 604800 (a
-/// week) is `AuthorizationQueryParametersError` (400). The peer API's routes pass.
+/// week) is `AuthorizationQueryParametersError` (400), and a request whose headers take
+/// more than [`MAX_HEADER_SECTION`] bytes is `RequestHeaderSectionTooLarge` (400). The
+/// peer API's routes pass.
 pub async fn precheck(
     req: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> axum::response::Response {
     if !req.uri().path().starts_with("/_oed/")
-        && let Some(e) = presigned_expires(req.uri())
+        && let Some(e) =
+            presigned_expires(req.uri()).or_else(|| header_section_too_large(req.headers()))
     {
         return match e.to_http_response() {
             Ok(r) => r.map(axum::body::Body::new),
@@ -139,6 +142,27 @@ pub async fn precheck(
         };
     }
     next.run(req).await
+}
+
+/// The most bytes a request's headers may take (names, values, and `: ` and CRLF
+/// each), as S3 states it for PUT: 8 KB.
+pub const MAX_HEADER_SECTION: usize = 8 * 1024;
+
+/// The error for headers larger than [`MAX_HEADER_SECTION`], if they are.
+fn header_section_too_large(headers: &http::HeaderMap) -> Option<S3Error> {
+    let size: usize = headers
+        .iter()
+        .map(|(k, v)| k.as_str().len() + v.len() + 4)
+        .sum();
+    (size > MAX_HEADER_SECTION).then(|| {
+        err(
+            S3ErrorCode::RequestHeaderSectionTooLarge,
+            format!(
+                "Your request header section exceeds the maximum allowed size: {size} bytes, \
+                 at most {MAX_HEADER_SECTION}"
+            ),
+        )
+    })
 }
 
 /// The error for a presigned URL's `X-Amz-Expires` out of range, if it is.

@@ -110,7 +110,7 @@ pub(crate) async fn create(
         bucket: input.bucket.clone(),
         key: upload_key(&input.key, &upload_id),
         content_type: input.content_type,
-        user_meta: user_meta(input.metadata),
+        user_meta: user_meta(input.metadata)?,
         headers: super::object::stored_headers(
             input.cache_control,
             input.content_disposition,

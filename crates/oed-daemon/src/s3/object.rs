@@ -13,7 +13,7 @@ use s3s::dto::{
     GetObjectOutput, HeadObjectInput, HeadObjectOutput, PutObjectInput, PutObjectOutput,
     StreamingBlob, Timestamp,
 };
-use s3s::{S3ErrorCode, S3Request, S3Response, S3Result};
+use s3s::{S3Error, S3ErrorCode, S3Request, S3Response, S3Result};
 
 use super::{OrS3, check_user_key, err, etag, need_bucket, timestamp};
 use crate::cluster::Cluster;
@@ -33,8 +33,26 @@ pub(crate) fn body_length(len: Option<i64>) -> S3Result<u64> {
             "the request needs a Content-Length",
         )
     })?;
-    u64::try_from(len).map_err(|_| err(S3ErrorCode::InvalidArgument, "negative Content-Length"))
+    let len = u64::try_from(len)
+        .map_err(|_| err(S3ErrorCode::InvalidArgument, "negative Content-Length"))?;
+    if len > MAX_BODY {
+        return Err(err(
+            S3ErrorCode::EntityTooLarge,
+            format!(
+                "Your proposed upload exceeds the maximum allowed size: {len} bytes; one PUT or \
+                 part takes at most {MAX_BODY} (5 GiB), a multipart upload up to 5 TiB"
+            ),
+        ));
+    }
+    Ok(len)
 }
+
+/// The largest body of one PUT or one part, as S3 states it: 5 GiB.
+pub(crate) const MAX_BODY: u64 = 5 << 30;
+
+/// The most user metadata an object may carry, as S3 states it: 2 KB, counted as the
+/// UTF-8 bytes of every name (without `x-amz-meta-`) and value.
+pub(crate) const MAX_USER_META: usize = 2048;
 
 /// A Content-MD5 header sent empty is `InvalidDigest`, as S3 answers it (the parsed
 /// input does not tell it from none).
@@ -70,11 +88,26 @@ pub(crate) fn content_md5(header: Option<&str>) -> S3Result<Option<[u8; 16]>> {
 }
 
 /// User metadata with lower-cased names.
-pub(crate) fn user_meta(meta: Option<s3s::dto::Metadata>) -> BTreeMap<String, String> {
-    meta.into_iter()
+///
+/// # Errors
+/// `MetadataTooLarge` beyond [`MAX_USER_META`] bytes.
+pub(crate) fn user_meta(meta: Option<s3s::dto::Metadata>) -> S3Result<BTreeMap<String, String>> {
+    let meta: BTreeMap<String, String> = meta
+        .into_iter()
         .flatten()
         .map(|(k, v)| (k.to_ascii_lowercase(), v))
-        .collect()
+        .collect();
+    let size: usize = meta.iter().map(|(k, v)| k.len() + v.len()).sum();
+    if size > MAX_USER_META {
+        return Err(err(
+            S3ErrorCode::MetadataTooLarge,
+            format!(
+                "Your metadata headers exceed the maximum allowed metadata size: {size} bytes of \
+                 x-amz-meta-* names and values, at most {MAX_USER_META}"
+            ),
+        ));
+    }
+    Ok(meta)
 }
 
 /// The standard headers a PUT, a copy that replaces metadata, or a
@@ -194,7 +227,7 @@ pub(crate) async fn put(
         key: input.key,
         size: body_length(input.content_length)?,
         content_type: input.content_type,
-        user_meta: user_meta(input.metadata),
+        user_meta: user_meta(input.metadata)?,
         headers: stored_headers(
             input.cache_control,
             input.content_disposition,
@@ -344,6 +377,22 @@ fn part_range(rec: &ObjectRecord, n: i32) -> S3Result<std::ops::Range<u64>> {
     Err(unsatisfiable())
 }
 
+/// `InvalidRange` (416) for a range that starts past the object's end, with the
+/// `Content-Range: bytes */SIZE` HTTP asks for.
+fn unsatisfiable(size: u64) -> S3Error {
+    let mut e = err(
+        S3ErrorCode::InvalidRange,
+        format!("The requested range is not satisfiable: the object has {size} bytes"),
+    );
+    let mut h = http::HeaderMap::new();
+    h.insert(
+        http::header::CONTENT_RANGE,
+        http::HeaderValue::from_str(&format!("bytes */{size}")).expect("ASCII digits"),
+    );
+    e.set_headers(h);
+    e
+}
+
 /// What a GET or HEAD asks for.
 struct Wanted {
     /// The bytes.
@@ -369,7 +418,7 @@ fn wanted(
                 "Cannot specify both Range header and partNumber query parameter",
             ));
         }
-        (Some(r), None) => (r.check(size)?, true),
+        (Some(r), None) => (r.check(size).map_err(|_| unsatisfiable(size))?, true),
         (None, Some(n)) => (part_range(rec, n)?, !rec.parts.is_empty()),
         (None, None) => (0..size, false),
     };
@@ -620,7 +669,7 @@ pub(crate) async fn copy(
             input.content_language,
             input.expires.as_ref(),
         );
-        (input.content_type, user_meta(input.metadata), headers)
+        (input.content_type, user_meta(input.metadata)?, headers)
     } else {
         (
             src.content_type.clone(),

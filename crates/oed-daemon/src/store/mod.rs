@@ -264,6 +264,12 @@ impl Store {
         now
     }
 
+    /// The largest shard file this drive takes (`max_shard_bytes`).
+    #[must_use]
+    pub fn max_shard_bytes(&self) -> u64 {
+        self.max_shard_bytes
+    }
+
     /// This drive's id.
     #[must_use]
     pub fn drive_id(&self) -> &str {

@@ -1,0 +1,90 @@
+"""Careless and hostile clients against a real cluster: connections that send half a
+request header and then nothing are closed within `http_header_timeout_seconds`, while
+normal requests go on; past `max_connections`, a connection is answered 503 and closed."""
+
+import hashlib
+import socket
+import time
+
+import pytest
+
+from conftest import Cluster
+
+HEADER_TIMEOUT = 16
+MAX_CONNECTIONS = 400
+
+
+@pytest.fixture(scope="module")
+def guarded():
+    c = Cluster(extra=lambda i: [
+        f"http_header_timeout_seconds={HEADER_TIMEOUT}",
+        f"max_connections={MAX_CONNECTIONS}",
+    ])
+    yield c
+    c.stop()
+
+
+def half_requests(cluster, n):
+    """`n` connections to drive 0, each with half a request header sent."""
+    host, port = cluster.addrs[0].split(":")
+    socks = []
+    for i in range(n):
+        s = socket.create_connection((host, int(port)), timeout=5)
+        s.sendall(f"GET /half-{i} HTTP/1.1\r\nHost: {cluster.addrs[0]}\r\nX-Slow: ".encode())
+        socks.append(s)
+    return socks
+
+
+def closed(sock, deadline):
+    """Whether the drive closed `sock` (or answered it) before `deadline`."""
+    sock.settimeout(max(0.01, deadline - time.time()))
+    try:
+        return sock.recv(4096) is not None
+    except (ConnectionResetError, BrokenPipeError):
+        return True
+    except socket.timeout:
+        return False
+
+
+def test_half_requests_are_closed_in_time_and_requests_go_on(guarded):
+    s3 = guarded.client(0)
+    s3.create_bucket(Bucket="slow")
+    body = hashlib.shake_256(b"slow").digest(1 << 20)
+    s3.put_object(Bucket="slow", Key="o", Body=body)
+    started = time.time()
+    socks = half_requests(guarded, 300)
+    try:
+        # Normal requests through the same listener meanwhile.
+        for _ in range(20):
+            assert s3.get_object(Bucket="slow", Key="o")["Body"].read() == body
+        assert guarded.metric(0, "oed_http_connections") >= 300
+        deadline = started + HEADER_TIMEOUT + 10
+        still_open = [s for s in socks if not closed(s, deadline)]
+        assert not still_open, f"{len(still_open)} half requests still open after {HEADER_TIMEOUT + 10} s"
+    finally:
+        for s in socks:
+            s.close()
+    assert s3.get_object(Bucket="slow", Key="o")["Body"].read() == body
+    guarded.wait_for("the connections closed", lambda: guarded.metric(0, "oed_http_connections") < 20, timeout=10)
+
+
+def test_connections_past_the_limit_are_refused_with_503(guarded):
+    s3 = guarded.client(0)
+    socks = half_requests(guarded, MAX_CONNECTIONS)
+    try:
+        host, port = guarded.addrs[0].split(":")
+        extra = socket.create_connection((host, int(port)), timeout=5)
+        answer = extra.recv(4096).decode()
+        extra.close()
+        assert answer.startswith("HTTP/1.1 503") and "Retry-After: 1" in answer, answer
+        assert guarded.metric(0, "oed_http_connections_refused_total") >= 1
+    finally:
+        for s in socks:
+            s.close()
+    # Once they are gone, requests are served again.
+    guarded.wait_for(
+        "a free connection slot",
+        lambda: guarded.metric(0, "oed_http_connections") < MAX_CONNECTIONS - 50,
+        timeout=10,
+    )
+    s3.list_buckets()
