@@ -1,6 +1,7 @@
 """Careless and hostile clients against a real cluster: connections that send half a
 request header and then nothing are closed within `http_header_timeout_seconds`, while
-normal requests go on; past `max_connections`, a connection is answered 503 and closed."""
+normal requests go on; past `max_connections`, a connection is answered 503 and closed;
+a body sent a byte a second is cut with RequestTimeout after one window."""
 
 import hashlib
 import socket
@@ -88,3 +89,36 @@ def test_connections_past_the_limit_are_refused_with_503(guarded):
         timeout=10,
     )
     s3.list_buckets()
+
+
+def test_a_body_sent_a_byte_a_second_is_cut_with_request_timeout(guarded):
+    s3 = guarded.client(0)
+    s3.create_bucket(Bucket="trickle")
+    h = guarded.signed_headers("PUT", "/trickle/t", headers={"x-amz-content-sha256": "UNSIGNED-PAYLOAD"})
+    h["Content-Length"] = str(1 << 20)
+    host, port = guarded.addrs[0].split(":")
+    started = time.time()
+    with socket.create_connection((host, int(port)), timeout=5) as sock:
+        head = f"PUT /trickle/t HTTP/1.1\r\nHost: {guarded.addrs[0]}\r\n"
+        head += "".join(f"{k}: {v}\r\n" for k, v in h.items())
+        sock.sendall(head.encode() + b"\r\n")
+        answer = b""
+        sock.settimeout(1)
+        while time.time() - started < HEADER_TIMEOUT + 15 and b"</Error>" not in answer:
+            try:
+                sock.sendall(b"x")
+            except (BrokenPipeError, ConnectionResetError):
+                pass
+            try:
+                piece = sock.recv(4096)
+                if not piece:
+                    break
+                answer += piece
+            except socket.timeout:
+                pass
+    text = answer.decode(errors="replace")
+    assert " 400 " in text.split("\r\n")[0] and "<Code>RequestTimeout</Code>" in text, text
+    # The memory it held is free again, and nothing was stored.
+    held = guarded.metric(0, "oed_coordinator_buffer_bytes", '{what="held"}')
+    assert held == 0
+    assert "Contents" not in s3.list_objects_v2(Bucket="trickle")

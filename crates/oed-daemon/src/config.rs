@@ -77,6 +77,10 @@ pub struct Config {
     /// so also the longest it may idle between requests. A connection that does not is
     /// closed. In seconds. Default: 20.
     pub http_header_timeout_seconds: u64,
+    /// The slowest a client may send a PUT's or part's body, in bytes per second, over
+    /// every `http_header_timeout_seconds` of waiting for it; a slower one is answered
+    /// `400 RequestTimeout`. 0: no floor. Default: 1024.
+    pub min_body_bytes_per_second: u64,
     /// The most connections the S3 and peer listener keeps open at once; a connection
     /// beyond it is answered `503` with `Retry-After: 1` and closed. The metrics listener
     /// keeps at most 64. Default: 1024.
@@ -182,6 +186,7 @@ impl Default for Config {
             peer_timeout_seconds: 10,
             http_header_timeout_seconds: 20,
             max_connections: 1024,
+            min_body_bytes_per_second: 1024,
             md5_etags: true,
             coordinator_buffer_bytes: 12 << 20,
             coordinator_wait_seconds: 30,

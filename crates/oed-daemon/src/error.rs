@@ -74,6 +74,9 @@ pub enum Error {
     /// The request body broke off (the client or peer went away, or sent bad framing).
     #[error("the request body broke off: {0}")]
     BodyBroken(String),
+    /// The client sent its body slower than the drive takes ([`crate::s3::RateFloor`]).
+    #[error("{0}")]
+    TooSlow(String),
     /// The body does not match the Content-MD5 the client sent.
     #[error("the body does not match its Content-MD5")]
     BadDigest,
@@ -229,7 +232,8 @@ impl Error {
             Error::BodySignature { .. } => C::SignatureDoesNotMatch,
             Error::Shard(Ec::Truncated { .. })
             | Error::IncompleteBody { .. }
-            | Error::BodyBroken(_) => C::IncompleteBody,
+            | Error::BodyBroken(_)
+            | Error::TooSlow(_) => C::IncompleteBody,
             Error::Shard(Ec::CorruptChunk { .. })
             | Error::BadDigest
             | Error::ChecksumMismatch(_) => C::BadDigest,
@@ -320,6 +324,7 @@ pub fn s3_error(e: Error) -> S3Error {
         Error::BucketNotEmpty => (C::BucketNotEmpty, None),
         Error::TooLarge(_) => (C::EntityTooLarge, None),
         Error::IncompleteBody { .. } | Error::BodyBroken(_) => (C::IncompleteBody, None),
+        Error::TooSlow(_) => (C::RequestTimeout, None),
         // S3 answers a payload-hash mismatch with 400; the body is not the one signed,
         // so OED refuses it as it refuses any other signature failure.
         Error::BodySignature { chunk: true } => (C::SignatureDoesNotMatch, None),

@@ -173,6 +173,11 @@ pub struct Cluster {
     pub tasks: RequestTasks,
     /// Settlements of stored writes waiting to be sent.
     settler: settle::Settler,
+    /// A client's body must deliver `min_body_rate` bytes per second over every window
+    /// this long of waiting for it ([`crate::s3::RateFloor`]).
+    pub body_window: Duration,
+    /// See `body_window`.
+    pub min_body_rate: u64,
 }
 
 impl Cluster {
@@ -221,6 +226,8 @@ impl Cluster {
             traffic,
             tasks: RequestTasks::default(),
             settler: settle::Settler::default(),
+            body_window: Duration::from_secs(config.http_header_timeout_seconds),
+            min_body_rate: config.min_body_bytes_per_second,
         })
     }
 

@@ -14,6 +14,9 @@ pub mod list;
 pub mod multipart;
 pub mod object;
 pub mod op;
+mod rate;
+
+pub use rate::RateFloor;
 
 use std::sync::Arc;
 

@@ -183,7 +183,7 @@ pub(crate) async fn upload_part(
         ..Default::default()
     };
     let written = cluster
-        .put_object(obj, body_stream(input.body))
+        .put_object(obj, body_stream(input.body, cluster))
         .await
         .or_s3()?;
     let mut out = UploadPartOutput {

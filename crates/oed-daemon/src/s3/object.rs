@@ -166,9 +166,15 @@ macro_rules! fill_headers {
 /// signature, a body that fails its `x-amz-content-sha256`, or one that broke off.
 pub(crate) fn body_stream(
     body: Option<StreamingBlob>,
+    cluster: &Cluster,
 ) -> futures_util::stream::BoxStream<'static, Result<Bytes, Error>> {
     match body {
-        Some(b) => b.map(|r| r.map_err(|e| body_error(&*e))).boxed(),
+        Some(b) => super::RateFloor::new(
+            b.map(|r| r.map_err(|e| body_error(&*e))),
+            cluster.body_window,
+            cluster.min_body_rate,
+        )
+        .boxed(),
         None => futures_util::stream::empty().boxed(),
     }
 }
@@ -240,7 +246,7 @@ pub(crate) async fn put(
         ..Default::default()
     };
     let written = cluster
-        .put_object(obj, body_stream(input.body))
+        .put_object(obj, body_stream(input.body, cluster))
         .await
         .or_s3()?;
     let mut out = PutObjectOutput {
