@@ -122,3 +122,36 @@ def test_a_body_sent_a_byte_a_second_is_cut_with_request_timeout(guarded):
     held = guarded.metric(0, "oed_coordinator_buffer_bytes", '{what="held"}')
     assert held == 0
     assert "Contents" not in s3.list_objects_v2(Bucket="trickle")
+
+
+def test_the_drive_raises_its_open_file_limit_to_the_hard_one(tmp_path):
+    """A drive started with a low soft limit on open files (a shell's `ulimit -Sn 512`)
+    raises it to the hard limit, so `max_connections` (1024 by default) fit."""
+    import os
+    import resource
+    import subprocess
+    import threading
+
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    if hard != resource.RLIM_INFINITY and hard <= 512:
+        pytest.skip(f"the hard limit here is {hard}: nothing to raise")
+    binary = os.environ.get("OED_TEST_OEDD_BIN", "target/debug/oedd")
+    p = subprocess.Popen(
+        [binary, "serve", "--data-dir", str(tmp_path), "--listen", "127.0.0.1:0", "--drive-id", "lone"],
+        env=dict(os.environ, OED_CLUSTER_SECRET="0" * 32, OED_LOG="error"),
+        stdout=subprocess.PIPE, text=True,
+        preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (512, hard)),
+    )
+    try:
+        ready = threading.Event()
+        threading.Thread(
+            target=lambda: [ready.set() for line in p.stdout if line.startswith("oedd: listening on")],
+            daemon=True,
+        ).start()
+        assert ready.wait(60), "the drive did not start"
+        limits = open(f"/proc/{p.pid}/limits").read()
+        soft = next(line.split()[3] for line in limits.splitlines() if line.startswith("Max open files"))
+        assert soft == ("unlimited" if hard == resource.RLIM_INFINITY else str(hard)), limits
+    finally:
+        p.terminate()
+        p.wait(20)

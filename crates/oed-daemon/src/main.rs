@@ -416,6 +416,33 @@ fn limit_malloc_arenas() {
 #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
 fn limit_malloc_arenas() {}
 
+/// Raises the soft limit on open files to the hard one: each connection takes a
+/// descriptor, and so do shard files and RocksDB. Warns when `max_connections` would not
+/// leave 256 of them for the rest.
+fn raise_open_files(max_connections: usize) {
+    use rustix::process::{Resource, getrlimit, setrlimit};
+    let mut lim = getrlimit(Resource::Nofile);
+    if lim
+        .maximum
+        .is_some_and(|hard| lim.current.is_some_and(|soft| soft < hard))
+    {
+        lim.current = lim.maximum;
+        if let Err(e) = setrlimit(Resource::Nofile, lim) {
+            tracing::debug!(error = %e, "cannot raise the open-file limit");
+        }
+    }
+    if let Some(soft) = getrlimit(Resource::Nofile).current
+        && max_connections as u64 + 256 > soft
+    {
+        tracing::warn!(
+            open_files = soft,
+            max_connections,
+            "the open-file limit leaves too little room for max_connections plus 256 for \
+             shard files and RocksDB; raise it (LimitNOFILE, ulimit -n) or lower max_connections"
+        );
+    }
+}
+
 fn meter(args: MeterArgs) -> anyhow::Result<()> {
     init_tracing();
     let overrides = parse_sets(args.set)?;
@@ -513,6 +540,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
     }
     overrides.extend(parse_sets(args.set)?);
     let config = Config::load(args.config.as_deref(), std::env::vars(), &overrides)?;
+    raise_open_files(config.max_connections);
     let secret = config.cluster_secret(std::env::var("OED_CLUSTER_SECRET").ok())?;
     let s3_secret = config.s3_secret(std::env::var("OED_S3_SECRET_KEY").ok())?;
     if s3_secret.is_none() {
