@@ -155,3 +155,44 @@ def test_the_drive_raises_its_open_file_limit_to_the_hard_one(tmp_path):
     finally:
         p.terminate()
         p.wait(20)
+
+
+def test_a_client_that_stops_reading_its_answer_is_dropped(guarded):
+    """A GET of 8 MiB whose client reads nothing: after `http_header_timeout_seconds` of
+    the drive's writes waiting, the connection is dropped, and the memory and drive reads
+    behind the answer with it."""
+    s3 = guarded.client(0)
+    s3.create_bucket(Bucket="stall")
+    size = 8 << 20
+    s3.put_object(Bucket="stall", Key="o", Body=hashlib.shake_256(b"stall").digest(size))
+    h = guarded.signed_headers("GET", "/stall/o")
+    host, port = guarded.addrs[0].split(":")
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16384)
+    sock.settimeout(5)
+    sock.connect((host, int(port)))
+    try:
+        head = f"GET /stall/o HTTP/1.1\r\nHost: {guarded.addrs[0]}\r\n"
+        head += "".join(f"{k}: {v}\r\n" for k, v in h.items())
+        sock.sendall(head.encode() + b"\r\n")
+        time.sleep(2)
+        assert guarded.metric(0, "oed_coordinator_buffer_bytes", '{what="held"}') > 0
+        guarded.wait_for(
+            "the stalled answer's memory freed",
+            lambda: guarded.metric(0, "oed_coordinator_buffer_bytes", '{what="held"}') == 0,
+            timeout=HEADER_TIMEOUT + 15,
+        )
+        # What was sent before the drop can still be read; then the connection ends.
+        got, deadline = 0, time.time() + 30
+        while time.time() < deadline:
+            try:
+                piece = sock.recv(1 << 20)
+            except (ConnectionResetError, socket.timeout):
+                break
+            if not piece:
+                break
+            got += len(piece)
+        assert got < size, "the whole answer arrived: the connection was not dropped"
+    finally:
+        sock.close()
+    assert s3.get_object(Bucket="stall", Key="o")["Body"].read() == hashlib.shake_256(b"stall").digest(size)

@@ -47,6 +47,7 @@ pub mod peer;
 pub mod repair;
 pub mod s3;
 pub mod server;
+mod stall;
 pub mod store;
 pub mod uri;
 

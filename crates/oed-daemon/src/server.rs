@@ -323,8 +323,13 @@ async fn serve_http(
             tracing::debug!(error = %e, "cannot set TCP_NODELAY on a connection");
         }
         let service = hyper_util::service::TowerToHyperService::new(app.clone());
-        let conn =
-            graceful.watch(http.serve_connection(hyper_util::rt::TokioIo::new(tcp), service));
+        let conn = graceful.watch(http.serve_connection(
+            hyper_util::rt::TokioIo::new(crate::stall::WriteDeadline::new(
+                tcp,
+                limits.header_timeout,
+            )),
+            service,
+        ));
         let counts = limits.counts.clone();
         tokio::spawn(async move {
             if let Some(c) = &counts {
