@@ -157,6 +157,21 @@ pub struct RecordPage {
 /// Most objects one [`Drive::versions`] call takes.
 pub const MAX_BATCH: usize = 1000;
 
+/// `BadRequest` for a batch of more than [`MAX_BATCH`] items: refused alike by a drive
+/// and, before it builds a body too large for the drive, by the peer client.
+///
+/// # Errors
+/// As said.
+pub fn check_batch(n: usize) -> Result<(), DriveError> {
+    if n > MAX_BATCH {
+        return Err(DriveError::new(
+            ErrorCode::BadRequest,
+            format!("{n} objects in one batch; at most {MAX_BATCH}"),
+        ));
+    }
+    Ok(())
+}
+
 /// A near-data operation on the data chunks of one shard a drive holds
 /// ([`Drive::run_op`]): the coordinator plans it once for the whole object and sends the
 /// same plan to every data drive.

@@ -16,8 +16,10 @@ use tokio::time::{Instant, Sleep};
 pub struct WriteDeadline<T> {
     inner: T,
     limit: Duration,
-    /// Armed while a write waits.
-    timer: Option<Pin<Box<Sleep>>>,
+    /// Reset when a write starts to wait (one timer per connection, not one per wait).
+    timer: Pin<Box<Sleep>>,
+    /// Whether a write is waiting, and `timer` runs for it.
+    waiting: bool,
 }
 
 impl<T> WriteDeadline<T> {
@@ -26,21 +28,27 @@ impl<T> WriteDeadline<T> {
         Self {
             inner,
             limit,
-            timer: None,
+            timer: Box::pin(tokio::time::sleep(limit)),
+            waiting: false,
         }
     }
 
-    /// After a write that waits: the error once it has waited `limit`.
-    fn waiting(&mut self, cx: &mut Context<'_>) -> Poll<io::Error> {
-        let limit = self.limit;
-        let timer = self
-            .timer
-            .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(Instant::now() + limit)));
-        timer.as_mut().poll(cx).map(|()| {
-            io::Error::new(
+    /// What a write (or flush) of the inner connection came to: while it waits, the
+    /// error once it has waited `limit`.
+    fn watch<R>(&mut self, cx: &mut Context<'_>, done: Poll<io::Result<R>>) -> Poll<io::Result<R>> {
+        if done.is_ready() {
+            self.waiting = false;
+            return done;
+        }
+        if !self.waiting {
+            self.waiting = true;
+            self.timer.as_mut().reset(Instant::now() + self.limit);
+        }
+        self.timer.as_mut().poll(cx).map(|()| {
+            Err(io::Error::new(
                 io::ErrorKind::TimedOut,
                 "the client read nothing of the answer for too long",
-            )
+            ))
         })
     }
 }
@@ -61,13 +69,8 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for WriteDeadline<T> {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        match Pin::new(&mut self.inner).poll_write(cx, buf) {
-            Poll::Pending => self.waiting(cx).map(Err),
-            done @ Poll::Ready(_) => {
-                self.timer = None;
-                done
-            }
-        }
+        let done = Pin::new(&mut self.inner).poll_write(cx, buf);
+        self.watch(cx, done)
     }
 
     fn poll_write_vectored(
@@ -75,13 +78,8 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for WriteDeadline<T> {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        match Pin::new(&mut self.inner).poll_write_vectored(cx, bufs) {
-            Poll::Pending => self.waiting(cx).map(Err),
-            done @ Poll::Ready(_) => {
-                self.timer = None;
-                done
-            }
-        }
+        let done = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
+        self.watch(cx, done)
     }
 
     fn is_write_vectored(&self) -> bool {
@@ -89,13 +87,8 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for WriteDeadline<T> {
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match Pin::new(&mut self.inner).poll_flush(cx) {
-            Poll::Pending => self.waiting(cx).map(Err),
-            done @ Poll::Ready(_) => {
-                self.timer = None;
-                done
-            }
-        }
+        let done = Pin::new(&mut self.inner).poll_flush(cx);
+        self.watch(cx, done)
     }
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {

@@ -23,8 +23,8 @@ use hyper_util::rt::{TokioExecutor, TokioTimer};
 use super::PeerOp;
 use super::auth::{self, PeerKey};
 use crate::drive::{
-    Drive, DriveError, DriveInfo, ErrorCode, HealEntry, MAX_BATCH, ObjectRef, OpAnswer, OpRequest,
-    RecordPage, Relocation, Settlement, ShardRead, ShardStream, ShardUpload, Stored,
+    Drive, DriveError, DriveInfo, ErrorCode, HealEntry, ObjectRef, OpAnswer, OpRequest, RecordPage,
+    Relocation, Settlement, ShardRead, ShardStream, ShardUpload, Stored,
 };
 use crate::store::record::{BucketRecord, ObjectRecord, VersionId};
 use crate::uri::encode as q;
@@ -495,26 +495,12 @@ impl Drive for PeerClient {
     }
 
     async fn relocate(&self, moves: &[Relocation]) -> Result<Vec<bool>, DriveError> {
-        // Refused here as the drive would, before a body too large for it is built.
-        if moves.len() > MAX_BATCH {
-            return Err(DriveError::new(
-                ErrorCode::BadRequest,
-                format!("{} objects in one batch; at most {MAX_BATCH}", moves.len()),
-            ));
-        }
+        crate::drive::check_batch(moves.len())?;
         self.post_json(PeerOp::Relocate, "", moves).await
     }
 
     async fn settle(&self, settlements: &[Settlement]) -> Result<Vec<bool>, DriveError> {
-        if settlements.len() > MAX_BATCH {
-            return Err(DriveError::new(
-                ErrorCode::BadRequest,
-                format!(
-                    "{} objects in one batch; at most {MAX_BATCH}",
-                    settlements.len()
-                ),
-            ));
-        }
+        crate::drive::check_batch(settlements.len())?;
         self.post_json(PeerOp::Settle, "", settlements).await
     }
 }

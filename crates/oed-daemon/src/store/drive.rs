@@ -11,8 +11,8 @@ use futures_util::StreamExt as _;
 use super::Store;
 use super::record::{BucketRecord, ObjectRecord, VersionId};
 use crate::drive::{
-    Drive, DriveError, DriveInfo, HealEntry, MAX_BATCH, MAX_LIST, ObjectRef, OpAnswer, OpRequest,
-    RecordPage, Relocation, Settlement, ShardRead, ShardStream, ShardUpload, Stored,
+    Drive, DriveError, DriveInfo, HealEntry, MAX_LIST, ObjectRef, OpAnswer, OpRequest, RecordPage,
+    Relocation, Settlement, ShardRead, ShardStream, ShardUpload, Stored, check_batch,
 };
 use crate::error::{Error, Result};
 
@@ -201,37 +201,29 @@ impl Drive for Store {
     }
 
     async fn relocate(&self, moves: &[Relocation]) -> Result<Vec<bool>, DriveError> {
-        check_batch(moves.len())?;
-        let (store, moves) = (self.clone(), moves.to_vec());
-        Ok(blocking(move || {
-            moves
-                .iter()
-                .map(|m| store.relocate(m))
-                .collect::<Result<Vec<_>>>()
-        })
-        .await?)
+        self.each(moves, Store::relocate).await
     }
 
     async fn settle(&self, settlements: &[Settlement]) -> Result<Vec<bool>, DriveError> {
-        check_batch(settlements.len())?;
-        let (store, settlements) = (self.clone(), settlements.to_vec());
-        Ok(blocking(move || {
-            settlements
-                .iter()
-                .map(|s| store.settle(s))
-                .collect::<Result<Vec<_>>>()
-        })
-        .await?)
+        self.each(settlements, Store::settle).await
     }
 }
 
-fn check_batch(n: usize) -> Result<()> {
-    if n > MAX_BATCH {
-        return Err(Error::BadRequest(format!(
-            "{n} objects in one batch; at most {MAX_BATCH}"
-        )));
+impl Store {
+    /// `f` applied to each of a batch of `items`, in order, on one blocking thread.
+    async fn each<T, R>(
+        &self,
+        items: &[T],
+        f: fn(&Store, &T) -> Result<R>,
+    ) -> Result<Vec<R>, DriveError>
+    where
+        T: Clone + Send + 'static,
+        R: Send + 'static,
+    {
+        check_batch(items.len())?;
+        let (store, items) = (self.clone(), items.to_vec());
+        Ok(blocking(move || items.iter().map(|i| f(&store, i)).collect()).await?)
     }
-    Ok(())
 }
 
 /// Runs `f` (RocksDB reads and writes) on a blocking thread.

@@ -270,6 +270,16 @@ impl Store {
         self.max_shard_bytes
     }
 
+    /// Where the shard file of `record` (this drive's shard of its version) is.
+    fn record_path(&self, record: &ObjectRecord) -> PathBuf {
+        self.shard_path(
+            &record.bucket,
+            &record.key,
+            record.version_id,
+            record.shard_index,
+        )
+    }
+
     /// This drive's id.
     #[must_use]
     pub fn drive_id(&self) -> &str {
@@ -531,7 +541,7 @@ impl Store {
         // version kept before.
         let mut replaced_parts = Vec::new();
         if let Some(prev) = previous {
-            let old = self.shard_path(&prev.bucket, &prev.key, prev.version_id, prev.shard_index);
+            let old = self.record_path(&prev);
             if keep.is_none() && (old != final_path || inline.is_some()) {
                 remove_file_if_exists(&old);
             }
@@ -541,8 +551,7 @@ impl Store {
             }
         }
         if let Some(k) = kept_before {
-            let r = &k.record;
-            let old = self.shard_path(&r.bucket, &r.key, r.version_id, r.shard_index);
+            let old = self.record_path(&k.record);
             if old != final_path {
                 remove_file_if_exists(&old);
             }
@@ -561,10 +570,13 @@ impl Store {
     /// [`Error::Meta`], [`Error::Record`].
     pub fn settle(&self, s: &Settlement) -> Result<bool> {
         let _guard = self.lock_for(&s.bucket, &s.key);
-        let current = self.meta.object(&s.bucket, &s.key)?;
         let kept = self.meta.kept(&s.bucket, &s.key)?;
-        let path =
-            |r: &ObjectRecord| self.shard_path(&r.bucket, &r.key, r.version_id, r.shard_index);
+        // A stored write with nothing kept (the common case: the scrub asks for every
+        // readable object) needs nothing more read.
+        if s.stored && kept.is_none() {
+            return Ok(false);
+        }
+        let current = self.meta.object(&s.bucket, &s.key)?;
         if s.stored {
             // The write reached its quorum: what it replaced is not needed any more.
             let Some(k) = kept else { return Ok(false) };
@@ -574,7 +586,7 @@ impl Store {
                 return Ok(false);
             }
             self.meta.drop_kept(&s.bucket, &s.key)?;
-            remove_file_if_exists(&path(&k.record));
+            remove_file_if_exists(&self.record_path(&k.record));
             return Ok(true);
         }
         // The write failed: its version goes, and the one it replaced comes back.
@@ -584,13 +596,13 @@ impl Store {
                     Some(k) => self.meta.restore_kept(k)?,
                     None => self.meta.delete_object(&s.bucket, &s.key)?,
                 }
-                remove_file_if_exists(&path(&c));
+                remove_file_if_exists(&self.record_path(&c));
                 Ok(true)
             }
             // A newer write has replaced it since, and keeps it: it is dropped.
             (_, Some(k)) if k.record.version_id == s.version_id => {
                 self.meta.drop_kept(&s.bucket, &s.key)?;
-                remove_file_if_exists(&path(&k.record));
+                remove_file_if_exists(&self.record_path(&k.record));
                 Ok(true)
             }
             _ => Ok(false),
@@ -707,10 +719,9 @@ impl Store {
         let kept = self.meta.kept(bucket, key)?;
         // Record first: a crash after it leaves an orphan file, never a dangling record.
         self.meta.delete_object(bucket, key)?;
-        remove_file_if_exists(&self.shard_path(bucket, key, rec.version_id, rec.shard_index));
+        remove_file_if_exists(&self.record_path(&rec));
         if let Some(k) = kept {
-            let r = &k.record;
-            remove_file_if_exists(&self.shard_path(bucket, key, r.version_id, r.shard_index));
+            remove_file_if_exists(&self.record_path(&k.record));
         }
         Ok(())
     }
@@ -723,7 +734,7 @@ impl Store {
     pub fn sweep_orphans(&self) -> Result<u64> {
         let mut wanted = std::collections::HashSet::new();
         self.meta.for_each_object(|r| {
-            wanted.insert(self.shard_path(&r.bucket, &r.key, r.version_id, r.shard_index));
+            wanted.insert(self.record_path(&r));
         })?;
         let mut removed = 0;
         for a in std::fs::read_dir(&self.shards)? {
@@ -809,7 +820,7 @@ impl Store {
         // never removes a shard.
         let mut wanted = std::collections::HashSet::new();
         self.meta.for_each_object(|r| {
-            let p = self.shard_path(&r.bucket, &r.key, r.version_id, r.shard_index);
+            let p = self.record_path(&r);
             wanted.insert(name_prefix(&p));
         })?;
         let mut files = 0;
