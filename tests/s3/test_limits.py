@@ -5,6 +5,9 @@ it, never a 503, and is not counted against the drives."""
 
 import hashlib
 
+import urllib.error
+import urllib.request
+
 import pytest
 from botocore.exceptions import ClientError
 
@@ -102,3 +105,37 @@ def test_a_range_past_the_end_is_416_with_the_object_size(cluster, s3, bucket):
     # A range that starts inside and runs past the end is cut at the end.
     got = s3.get_object(Bucket=bucket, Key="r", Range="bytes=5-20")
     assert got["Body"].read() == b"56789" and got["ContentRange"] == "bytes 5-9/10"
+
+
+@pytest.mark.parametrize("header", ["bytes=5-1", "bytes=0-1,3-4", "bytes=x-2", "items=0-3", "bytes=", "0-3"])
+def test_a_range_that_cannot_be_used_is_ignored(cluster, s3, bucket, header):
+    """S3 and HTTP send the whole object for a Range header they cannot use (signed
+    requests, with the header signed, and presigned URLs)."""
+    s3.put_object(Bucket=bucket, Key="whole", Body=b"0123456789")
+    got = s3.get_object(Bucket=bucket, Key="whole", Range=header)
+    assert got["ResponseMetadata"]["HTTPStatusCode"] == 200
+    assert got["Body"].read() == b"0123456789" and "ContentRange" not in got
+    head = s3.head_object(Bucket=bucket, Key="whole", Range=header)
+    assert head["ResponseMetadata"]["HTTPStatusCode"] == 200 and head["ContentLength"] == 10
+    for signer in (s3, cluster.client(signature_version="s3v4")):  # SigV2 and SigV4 URLs
+        url = signer.generate_presigned_url("get_object", Params={"Bucket": bucket, "Key": "whole"})
+        with urllib.request.urlopen(urllib.request.Request(url, headers={"Range": header}), timeout=30) as r:
+            assert (r.status, r.read()) == (200, b"0123456789")
+        # The signature is still checked: a forged one is refused.
+        at = url.index("Signature=") + len("Signature=")
+        forged = url[:at] + ("1" if url[at] == "0" else "0") + url[at + 1 :]
+        with pytest.raises(urllib.error.HTTPError) as e:
+            urllib.request.urlopen(urllib.request.Request(forged, headers={"Range": header}), timeout=30)
+        assert e.value.code == 403
+    # A usable range on the same object still answers 206.
+    assert s3.get_object(Bucket=bucket, Key="whole", Range="bytes=2-3")["Body"].read() == b"23"
+
+
+def test_an_ignored_range_still_answers_missing_keys_and_conditions(cluster, s3, bucket):
+    s3.put_object(Bucket=bucket, Key="cond", Body=b"abc")
+    with pytest.raises(ClientError) as e:
+        s3.get_object(Bucket=bucket, Key="nope", Range="bytes=5-1")
+    assert code(e) == ("NoSuchKey", 404)
+    with pytest.raises(ClientError) as e:
+        s3.get_object(Bucket=bucket, Key="cond", Range="bytes=5-1", IfMatch='"0000"')
+    assert code(e) == ("PreconditionFailed", 412)

@@ -14,6 +14,7 @@ pub mod list;
 pub mod multipart;
 pub mod object;
 pub mod op;
+mod range;
 mod rate;
 
 pub use rate::RateFloor;
@@ -36,6 +37,7 @@ use s3s::dto::{
 use s3s::{S3, S3Error, S3ErrorCode, S3Request, S3Response, S3Result};
 
 use axum::response::IntoResponse as _;
+use s3s::route::S3Route;
 
 use crate::cluster::Cluster;
 use crate::error::Error;
@@ -77,8 +79,60 @@ pub fn service(
     b.set_access(NameOperation {
         region: region.to_owned(),
     });
-    b.set_route(op::OpRoute::new(cluster));
+    let plain = s3s::service::S3ServiceBuilder::new(OedS3::new(cluster.clone(), region)).build();
+    b.set_route(Routes {
+        op: op::OpRoute::new(cluster),
+        range: range::IgnoreRange::new(plain, region),
+    });
     b.build()
+}
+
+/// OED's routes beside the S3 operations: near-data operations ([`op`]), and reads whose
+/// `Range` is to be ignored ([`range`]).
+struct Routes {
+    op: op::OpRoute,
+    range: range::IgnoreRange,
+}
+
+/// Which of [`Routes`] a request took, kept in its extensions between the match and the
+/// call.
+#[derive(Clone, Copy)]
+struct TookRange;
+
+#[async_trait::async_trait]
+impl S3Route for Routes {
+    fn is_match(
+        &self,
+        method: &http::Method,
+        uri: &http::Uri,
+        headers: &http::HeaderMap,
+        extensions: &mut http::Extensions,
+    ) -> bool {
+        if self.op.is_match(method, uri, headers, extensions) {
+            return true;
+        }
+        let unusable = range::unusable(method, headers);
+        if unusable {
+            extensions.insert(TookRange);
+        }
+        unusable
+    }
+
+    async fn check_access(&self, req: &mut S3Request<s3s::Body>) -> S3Result<()> {
+        if req.extensions.get::<TookRange>().is_some() {
+            self.range.check_access(req)
+        } else {
+            self.op.check_access(req).await
+        }
+    }
+
+    async fn call(&self, mut req: S3Request<s3s::Body>) -> S3Result<S3Response<s3s::Body>> {
+        if req.extensions.remove::<TookRange>().is_some() {
+            self.range.call(req).await
+        } else {
+            self.op.call(req).await
+        }
+    }
 }
 
 /// The access check `s3s` runs once it has verified a request's signature and resolved
@@ -98,32 +152,39 @@ impl s3s::access::S3Access for NameOperation {
         if let Some(slot) = cx.extensions_mut().get::<OpName>() {
             slot.set(&name);
         }
-        if let Some((region, presigned)) = signed_region(cx.headers(), cx.uri())
-            && region != self.region
-        {
-            return Err(if presigned {
-                err(
-                    S3ErrorCode::AuthorizationQueryParametersError,
-                    format!(
-                        "Error parsing the X-Amz-Credential parameter; the region '{region}' is wrong; expecting '{}'",
-                        self.region
-                    ),
-                )
-            } else {
-                err(
-                    S3ErrorCode::AuthorizationHeaderMalformed,
-                    format!(
-                        "The authorization header is malformed; the region '{region}' is wrong; expecting '{}'",
-                        self.region
-                    ),
-                )
-            });
-        }
+        check_region(cx.headers(), cx.uri(), &self.region)?;
         match cx.credentials() {
             Some(_) => Ok(()),
             None => Err(err(S3ErrorCode::AccessDenied, "Signature is required")),
         }
     }
+}
+
+/// Refuses a request signed for another region than `expected`, as S3 does:
+/// `AuthorizationHeaderMalformed`, or `AuthorizationQueryParametersError` for a presigned
+/// URL.
+fn check_region(headers: &http::HeaderMap, uri: &http::Uri, expected: &str) -> S3Result<()> {
+    let Some((region, presigned)) = signed_region(headers, uri) else {
+        return Ok(());
+    };
+    if region == expected {
+        return Ok(());
+    }
+    Err(if presigned {
+        err(
+            S3ErrorCode::AuthorizationQueryParametersError,
+            format!(
+                "Error parsing the X-Amz-Credential parameter; the region '{region}' is wrong; expecting '{expected}'"
+            ),
+        )
+    } else {
+        err(
+            S3ErrorCode::AuthorizationHeaderMalformed,
+            format!(
+                "The authorization header is malformed; the region '{region}' is wrong; expecting '{expected}'"
+            ),
+        )
+    })
 }
 
 /// What S3 refuses before it looks at a request's signature, answered as S3 answers it:
