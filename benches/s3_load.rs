@@ -62,6 +62,10 @@ struct Args {
     /// Only PUT.
     #[arg(long)]
     put_only: bool,
+    /// A CA certificate (PEM) to trust for an `https://` endpoint (`oedd dev --tls`
+    /// prints its CA).
+    #[arg(long)]
+    ca_file: Option<std::path::PathBuf>,
     /// Only GET (objects an earlier run wrote).
     #[arg(long)]
     get_only: bool,
@@ -316,11 +320,15 @@ async fn main() -> anyhow::Result<()> {
         (Some(h), None) => h.to_owned(),
         _ => anyhow::bail!("--endpoint has no host"),
     };
+    let mut http = reqwest::Client::builder()
+        .pool_max_idle_per_host(args.concurrency)
+        .tcp_nodelay(true);
+    if let Some(ca) = &args.ca_file {
+        let pem = std::fs::read(ca).with_context(|| format!("reading {}", ca.display()))?;
+        http = http.add_root_certificate(reqwest::Certificate::from_pem(&pem)?);
+    }
     let client = Arc::new(Client {
-        http: reqwest::Client::builder()
-            .pool_max_idle_per_host(args.concurrency)
-            .tcp_nodelay(true)
-            .build()?,
+        http: http.build()?,
         endpoint: args.endpoint.trim_end_matches('/').to_owned(),
         signer: Signer {
             access: args.access_key.clone(),

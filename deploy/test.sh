@@ -72,6 +72,8 @@ fi
 missing=()
 command -v promtool >/dev/null || [ -x /usr/bin/promtool ] || missing+=(prometheus)
 command -v rclone >/dev/null || missing+=(rclone)
+# The TLS tests make certificates as docs/drive.md tells operators to, with openssl.
+command -v openssl >/dev/null || missing+=(openssl)
 if ((${#missing[@]})) || ! command -v s3fs >/dev/null; then
   sudo=(); [ "$(id -u)" -eq 0 ] || sudo=(sudo)
   "${sudo[@]}" apt-get update -qq

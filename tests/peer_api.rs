@@ -279,3 +279,65 @@ fn shard_writes_from_another_map_epoch_are_refused() {
         assert!(newer.stat("epochs", "k").await.unwrap().is_some());
     });
 }
+
+/// A drive with `tls_cert_file`, in a cluster whose map says `tls = true`, serves its peer
+/// API over TLS only. A peer client reaches it only when it trusts the CA that signed its
+/// certificate: not with another CA, not with none, and not in plain HTTP. Shards go
+/// through whole.
+#[test]
+fn the_peer_api_over_tls_trusts_the_cluster_ca_only() {
+    use oed_daemon::peer::auth::PeerKey;
+    use oed_daemon::peer::client::PeerHttp;
+    use oed_daemon::tls::{DevPki, client_config};
+    let dir = tempfile::tempdir().unwrap();
+    let pki = DevPki::create(&dir.path().join("tls"), &["test-drive".into()]).unwrap();
+    let other = DevPki::create(&dir.path().join("other"), &["test-drive".into()]).unwrap();
+    let (cert, key) = &pki.drives[0];
+    // A map with `tls = true`: the drives talk to each other over TLS only.
+    let map = dir.path().join("cluster.toml");
+    std::fs::write(
+        &map,
+        "cluster_id = \"t\"\ntls = true\n[profile]\nk = 1\nm = 0\n\
+         [[drives]]\nid = \"test-drive\"\naddress = \"127.0.0.1:9\"\n",
+    )
+    .unwrap();
+    let setting =
+        |name: &str, path: &std::path::Path| format!("{name}={:?}", path.display().to_string());
+    let d = Daemon::start(
+        &dir.path().join("data"),
+        &[
+            &setting("tls_cert_file", cert),
+            &setting("tls_key_file", key),
+            &setting("tls_ca_file", &pki.ca),
+            &setting("cluster_map", &map),
+        ],
+    );
+    let url = d.url.replacen("http://", "https://", 1);
+    let key = PeerKey::derive(oed_tests::SECRET.as_bytes());
+    let with_ca = |ca: &std::path::Path| {
+        PeerClient::with_http(
+            &url,
+            key.clone(),
+            PeerHttp::with_tls(&client_config(Some(ca)).unwrap()),
+        )
+    };
+    rt().block_on(async {
+        let c = with_ca(&pki.ca);
+        c.create_bucket("tls").await.unwrap();
+        let data = bytes(3 * 4 * 4096 + 99, 5);
+        let rec = record("tls", "obj", 7, data.len() as u64, 4, 2, 4);
+        let file = shard_file(&rec, &data);
+        c.put_shard(&rec, upload(&file, 10_000), false)
+            .await
+            .unwrap();
+        assert_eq!(read_shard(&c, "tls", "obj").await, chunk_bytes(&file));
+        for (what, refused) in [
+            ("another CA", with_ca(&other.ca)),
+            ("no CA", PeerClient::new(&url, key.clone())),
+            ("plain HTTP", d.client()),
+        ] {
+            let e = refused.buckets().await.expect_err(what);
+            assert_eq!(e.code, ErrorCode::Unreachable, "{what}: {e}");
+        }
+    });
+}

@@ -33,16 +33,23 @@ def small():
     c.stop()
 
 
-def stalled_get(url):
-    """Sends a GET and reads only the status line: the body stays unread."""
+def send_get(url, source="127.0.0.1", timeout=10):
+    """Sends a GET from `source` on a socket whose receive buffer is tiny; returns it."""
     parts = urlsplit(url)
     s = socket.socket()
     s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-    s.settimeout(10)
+    s.settimeout(timeout)
+    s.bind((source, 0))
     s.connect((parts.hostname, parts.port))
     s.sendall(
         f"GET {parts.path}?{parts.query} HTTP/1.1\r\nHost: {parts.netloc}\r\n\r\n".encode()
     )
+    return s
+
+
+def stalled_get(url, source="127.0.0.1"):
+    """Sends a GET and reads only the status line: the body stays unread."""
+    s = send_get(url, source)
     status = s.recv(64).decode(errors="replace")
     assert status.startswith("HTTP/1.1 200"), status
     return s
@@ -71,12 +78,13 @@ def test_requests_past_the_budget_get_slowdown_and_change_nothing(small):
         assert e.value.response["Error"]["Code"] == "SlowDown"
         assert e.value.response["ResponseMetadata"]["HTTPStatusCode"] == 503
         assert "retry" in e.value.response["Error"]["Message"]
+        assert e.value.response["ResponseMetadata"]["HTTPHeaders"]["retry-after"] == "1"
         assert time.time() - started >= 1.9
         with pytest.raises(ClientError) as e:
             s3.put_object(Bucket="budget", Key="other", Body=b"x" * 100_000)
         assert e.value.response["Error"]["Code"] == "SlowDown"
         # botocore retries a SlowDown once more here; every refusal is counted.
-        assert small.metric(0, "oed_slowdown_total") >= 2
+        assert small.metric(0, "oed_slowdown_total", '{reason="memory_wait"}') >= 2
 
         # Requests that need no share of object data go on meanwhile.
         s3.head_object(Bucket="budget", Key="big")
@@ -98,3 +106,81 @@ def test_requests_past_the_budget_get_slowdown_and_change_nothing(small):
     assert s3.get_object(Bucket="budget", Key="other")["Body"].read() == b"kept"
     s3.put_object(Bucket="budget", Key="other", Body=b"y" * MIB)
     assert s3.get_object(Bucket="budget", Key="other")["Body"].read() == b"y" * MIB
+
+
+@pytest.fixture(scope="module")
+def fair():
+    # As `small`, with a long wait and at most 3 requests waiting per client.
+    c = Cluster(
+        n=3,
+        k=2,
+        m=1,
+        extra=lambda i: [
+            "coordinator_buffer_bytes=1048576",
+            "coordinator_wait_seconds=30",
+            "max_waiting_per_client=3",
+        ],
+    )
+    yield c
+    c.stop()
+
+
+def test_a_client_with_many_requests_does_not_keep_another_waiting(fair):
+    """Client A (127.0.0.1) holds the whole budget with stalled GETs and queues three
+    more; client B (127.0.0.2) asks once. The first share A gives back goes to B, who
+    holds nothing, not to A's queue; A's fourth waiting request is refused at once with
+    SlowDown and Retry-After."""
+    s3 = fair.client()
+    s3.create_bucket(Bucket="fair")
+    body = bytes(range(256)) * (SIZE // 256)
+    s3.put_object(Bucket="fair", Key="big", Body=body)
+    url = s3.generate_presigned_url("get_object", Params={"Bucket": "fair", "Key": "big"})
+    held = [stalled_get(url) for _ in range(4)]
+    queued = [send_get(url, timeout=60) for _ in range(3)]
+    got_status = {}
+
+    def status_of(name, sock):
+        try:
+            got_status[name] = (time.time(), sock.recv(64).decode(errors="replace"))
+        except OSError as e:
+            got_status[name] = (time.time(), f"error {e}")
+
+    import threading
+    threads = [threading.Thread(target=status_of, args=(f"a{i}", q), daemon=True) for i, q in enumerate(queued)]
+    for t in threads:
+        t.start()
+    try:
+        deadline = time.time() + 10
+        while fair.metric(0, "oed_coordinator_buffer_bytes", '{what="held"}') < MIB and time.time() < deadline:
+            time.sleep(0.1)
+        time.sleep(0.5)  # A's three requests reach the queue
+        # A fourth request of A's waiting: refused at once.
+        over = send_get(url)
+        answer = over.recv(4096).decode(errors="replace")
+        over.close()
+        assert answer.startswith("HTTP/1.1 503"), answer
+        assert "<Code>SlowDown</Code>" in answer and "retry-after: 1" in answer.lower()
+        assert fair.metric(0, "oed_slowdown_total", '{reason="client_waiting"}') == 1
+
+        b = send_get(url, source="127.0.0.2", timeout=60)
+        b_thread = threading.Thread(target=status_of, args=("b", b), daemon=True)
+        b_thread.start()
+        time.sleep(0.5)  # B's request reaches the queue, behind A's three
+        assert not got_status, got_status
+        held.pop().close()  # A gives back one share
+        b_thread.join(20)
+        assert "b" in got_status and got_status["b"][1].startswith("HTTP/1.1 200"), got_status
+        # A's queue still waits: B came first.
+        assert not any(k.startswith("a") for k in got_status), got_status
+        b.close()  # B gives its share back: A's first waiting request goes on
+        deadline = time.time() + 20
+        while "a0" not in got_status and time.time() < deadline:
+            time.sleep(0.1)
+        assert got_status.get("a0", (0, ""))[1].startswith("HTTP/1.1 200"), got_status
+    finally:
+        for s in held + queued:
+            s.close()
+    deadline = time.time() + 20
+    while fair.metric(0, "oed_coordinator_buffer_bytes", '{what="held"}') > 0 and time.time() < deadline:
+        time.sleep(0.1)
+    assert fair.metric(0, "oed_coordinator_buffer_bytes", '{what="held"}') == 0

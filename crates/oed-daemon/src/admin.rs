@@ -28,7 +28,7 @@ use crate::drive::DriveError;
 use crate::error::{Error, Result};
 use crate::peer::PeerOp;
 use crate::peer::auth::PeerKey;
-use crate::peer::client::PeerClient;
+use crate::peer::client::{PeerClient, PeerHttp};
 use crate::repair::RepairStatus;
 
 /// One drive's answer.
@@ -44,19 +44,47 @@ pub struct DriveAnswer {
     pub error: Option<String>,
 }
 
-fn client(map: &ClusterMap, secret: &[u8], id: &str) -> Result<PeerClient> {
+/// What `oedd admin` reaches drives with: the key derived from the cluster secret, and
+/// connections that trust the cluster CA (for a map with `tls = true`).
+#[derive(Clone, Debug)]
+pub struct Access {
+    key: PeerKey,
+    http: PeerHttp,
+}
+
+impl Access {
+    /// Access with the cluster `secret`, trusting the certificates in `ca` (PEM) for
+    /// drives served over TLS.
+    ///
+    /// # Errors
+    /// [`Error::Config`] for a CA file that does not load.
+    pub fn new(secret: &[u8], ca: Option<&std::path::Path>) -> Result<Self> {
+        Ok(Self {
+            key: PeerKey::derive(secret),
+            http: PeerHttp::with_tls(&crate::tls::client_config(ca)?),
+        })
+    }
+
+    /// A client of drive `d` of `map`.
+    #[must_use]
+    pub fn client(&self, map: &ClusterMap, d: &crate::cluster::map::DriveEntry) -> PeerClient {
+        PeerClient::with_http(&d.url(map.tls), self.key.clone(), self.http.clone())
+    }
+}
+
+fn client(map: &ClusterMap, access: &Access, id: &str) -> Result<PeerClient> {
     let d = map
         .drives
         .iter()
         .find(|d| d.id == id)
         .ok_or_else(|| Error::Config(format!("drive {id:?} is not in the cluster map")))?;
-    Ok(PeerClient::new(&d.url(), PeerKey::derive(secret)))
+    Ok(access.client(map, d))
 }
 
 /// Every drive's status, in map order.
-pub async fn statuses(map: &ClusterMap, secret: &[u8]) -> Vec<DriveAnswer> {
+pub async fn statuses(map: &ClusterMap, access: &Access) -> Vec<DriveAnswer> {
     join_all(map.drives.iter().map(|d| async move {
-        let c = PeerClient::new(&d.url(), PeerKey::derive(secret));
+        let c = access.client(map, d);
         let got = tokio::time::timeout(
             Duration::from_secs(10),
             c.get_json::<RepairStatus>(PeerOp::AdminStatus, ""),
@@ -83,13 +111,13 @@ pub async fn statuses(map: &ClusterMap, secret: &[u8]) -> Vec<DriveAnswer> {
 /// [`Error::Config`] for a drive the map does not list.
 pub async fn act(
     map: &ClusterMap,
-    secret: &[u8],
+    access: &Access,
     action: &str,
     drives: &[String],
 ) -> Result<String> {
     let mut out = String::new();
     for id in drives {
-        let c = client(map, secret, id)?;
+        let c = client(map, access, id)?;
         let got: std::result::Result<serde_json::Value, DriveError> = c
             .post_json(PeerOp::AdminAction, &format!("do={action}"), &())
             .await;
@@ -106,12 +134,12 @@ pub async fn act(
 }
 
 /// Pushes `map` to every drive it lists; returns a line per drive.
-pub async fn push(map: &ClusterMap, secret: &[u8]) -> String {
+pub async fn push(map: &ClusterMap, access: &Access) -> String {
     let text = toml::to_string(map).unwrap_or_default();
     let answers = join_all(map.drives.iter().map(|d| {
         let text = text.clone();
         async move {
-            let c = PeerClient::new(&d.url(), PeerKey::derive(secret));
+            let c = access.client(map, d);
             let got = tokio::time::timeout(
                 Duration::from_secs(10),
                 c.post_text::<serde_json::Value>(PeerOp::PutMap, text),
@@ -179,8 +207,8 @@ pub fn set_state(
 ///
 /// # Errors
 /// [`Error::Config`] saying what is missing.
-pub async fn check_drained(map: &ClusterMap, secret: &[u8], id: &str) -> Result<()> {
-    let c = client(map, secret, id)?;
+pub async fn check_drained(map: &ClusterMap, access: &Access, id: &str) -> Result<()> {
+    let c = client(map, access, id)?;
     let s: RepairStatus = tokio::time::timeout(
         Duration::from_secs(10),
         c.get_json(PeerOp::AdminStatus, ""),

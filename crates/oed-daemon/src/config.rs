@@ -85,6 +85,16 @@ pub struct Config {
     /// beyond it is answered `503` with `Retry-After: 1` and closed. The metrics listener
     /// keeps at most 64. Default: 1024.
     pub max_connections: usize,
+    /// PEM file with the certificate chain the S3 and peer listener serves over TLS
+    /// (the drive's certificate first). With `tls_key_file`, the listener speaks only
+    /// TLS; both are read again on SIGHUP. Default: none (plain HTTP).
+    pub tls_cert_file: Option<PathBuf>,
+    /// PEM file with the private key of `tls_cert_file`. Default: none.
+    pub tls_key_file: Option<PathBuf>,
+    /// PEM file with the cluster CA: the certificates the drive trusts when it connects
+    /// to other drives over TLS (a cluster map with `tls = true`). The system's roots are
+    /// never trusted for this. Default: none.
+    pub tls_ca_file: Option<PathBuf>,
     /// `ETag`s of single-part uploads are MD5 digests of the body, as S3 defines them and
     /// as some clients check. `false` uses a digest of the chunk CRC32Cs the drives compute
     /// anyway, which saves an MD5 pass over every byte (about a third of the CPU a PUT
@@ -98,6 +108,11 @@ pub struct Config {
     /// How long a request may wait for its share of `coordinator_buffer_bytes` before it
     /// is refused with 503 `SlowDown` (clients retry it later), in seconds. Default: 30.
     pub coordinator_wait_seconds: u64,
+    /// Requests of one client (one source address) that may wait for a share of
+    /// `coordinator_buffer_bytes` at once; one more is refused at once with 503
+    /// `SlowDown`. Shares that come free go to the waiting client that holds least.
+    /// Default: 64.
+    pub max_waiting_per_client: usize,
     /// Near-data operations this drive runs over its own shards at once; more wait for a
     /// turn. Each takes one thread while it runs, so S3 traffic keeps the others.
     /// Default: 1.
@@ -186,10 +201,14 @@ impl Default for Config {
             peer_timeout_seconds: 10,
             http_header_timeout_seconds: 20,
             max_connections: 1024,
+            tls_cert_file: None,
+            tls_key_file: None,
+            tls_ca_file: None,
             min_body_bytes_per_second: 1024,
             md5_etags: true,
             coordinator_buffer_bytes: 12 << 20,
             coordinator_wait_seconds: 30,
+            max_waiting_per_client: 64,
             max_concurrent_ops: 1,
             op_cpu_seconds: 300,
             op_timeout_seconds: 600,
@@ -325,6 +344,9 @@ impl Config {
         if self.coordinator_buffer_bytes < 1 << 20 {
             return bad("coordinator_buffer_bytes must be at least 1 MiB (1048576)".into());
         }
+        if self.max_waiting_per_client == 0 {
+            return bad("max_waiting_per_client must be at least 1".into());
+        }
         if self.coordinator_wait_seconds == 0 {
             return bad("coordinator_wait_seconds must be at least 1".into());
         }
@@ -340,6 +362,9 @@ impl Config {
         }
         if self.max_connections < 16 {
             return bad("max_connections must be at least 16".into());
+        }
+        if self.tls_cert_file.is_some() != self.tls_key_file.is_some() {
+            return bad("tls_cert_file and tls_key_file are set together, or neither".into());
         }
         if self.max_concurrent_ops == 0 || self.op_cpu_seconds == 0 || self.op_timeout_seconds == 0
         {

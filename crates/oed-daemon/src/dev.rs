@@ -30,6 +30,11 @@ pub struct DevOptions {
     pub fsync: bool,
     /// The `oedd` binary to start for each drive.
     pub oedd: PathBuf,
+    /// Serve S3 and the peer API over TLS, with a throwaway CA made for this cluster.
+    pub tls: bool,
+    /// With `tls`, the drives still talk to each other in the clear (the map's `tls` is
+    /// false): S3 clients get TLS, the back network is trusted.
+    pub clear_peers: bool,
 }
 
 /// One running drive.
@@ -53,6 +58,8 @@ pub struct DevCluster {
     pub metrics: Vec<String>,
     /// The data directory.
     pub dir: PathBuf,
+    /// The CA that signed the drives' certificates, with `--tls`: what clients trust.
+    pub ca: Option<PathBuf>,
     remove_dir: bool,
 }
 
@@ -100,6 +107,12 @@ impl DevCluster {
         let (ports, metric_ports) = all_ports.split_at(opts.drives);
         let map_path = dir.join("cluster.toml");
         let map = write_map(opts, ports, &map_path)?;
+        let pki = if opts.tls {
+            let ids: Vec<String> = map.drives.iter().map(|d| d.id.clone()).collect();
+            Some(crate::tls::DevPki::create(&dir.join("tls"), &ids)?)
+        } else {
+            None
+        };
         let cluster_secret = random_hex(16);
         // For `oedd admin`; readable by this user only.
         let secret_path = dir.join("cluster.secret");
@@ -121,6 +134,7 @@ impl DevCluster {
             access_key: "oed".into(),
             secret_key,
             dir: dir.clone(),
+            ca: pki.as_ref().map(|p| p.ca.clone()),
             remove_dir,
         };
         std::fs::write(
@@ -128,7 +142,7 @@ impl DevCluster {
             scrape_config(&map, metric_ports),
         )?;
         let mut waiting = Vec::new();
-        for (d, metrics_port) in map.drives.iter().zip(metric_ports) {
+        for (i, (d, metrics_port)) in map.drives.iter().zip(metric_ports).enumerate() {
             let (child, rx) = spawn_drive(
                 opts,
                 d,
@@ -137,6 +151,8 @@ impl DevCluster {
                 &map_path,
                 &cluster_secret,
                 (&cluster.access_key, &cluster.secret_key),
+                pki.as_ref()
+                    .map(|p| (&p.drives[i].0, &p.drives[i].1, &p.ca)),
             )?;
             waiting.push(rx);
             cluster.drives.push(DriveProcess {
@@ -154,7 +170,7 @@ impl DevCluster {
                     d.id
                 ))));
             }
-            cluster.endpoints.push(d.url());
+            cluster.endpoints.push(d.url(opts.tls));
         }
         cluster.endpoint = cluster.endpoints[0].clone();
         Ok(cluster)
@@ -163,16 +179,28 @@ impl DevCluster {
     /// What a user needs: the endpoint, the credentials and a line to paste.
     #[must_use]
     pub fn banner(&self) -> String {
+        let (ca_line, ca_env, ca_flag) = match &self.ca {
+            Some(ca) => (
+                format!(
+                    "oedd dev: TLS    the drives' certificates are signed by the throwaway CA {}\n",
+                    ca.display()
+                ),
+                format!(" AWS_CA_BUNDLE={}", ca.display()),
+                format!(" --ca-file {}", ca.display()),
+            ),
+            None => (String::new(), String::new(), String::new()),
+        };
         format!(
             "oedd dev: {n} drives, data in {dir}\n\
              oedd dev: endpoint {ep}\n\
              oedd dev: access key {ak}\n\
              oedd dev: secret key {sk}\n\
              oedd dev: metrics {metrics} (one per drive; Prometheus scrape config in {dir}/prometheus.yml)\n\
-             oedd dev: health  oedd admin --map {dir}/cluster.toml --secret-file {dir}/cluster.secret status\n\
+             {ca_line}\
+             oedd dev: health  oedd admin --map {dir}/cluster.toml --secret-file {dir}/cluster.secret{ca_flag} status\n\
              \n\
              Every drive serves S3 (also {others}). Try:\n\
-             \n  export AWS_ACCESS_KEY_ID={ak} AWS_SECRET_ACCESS_KEY={sk} AWS_DEFAULT_REGION=us-east-1\n  \
+             \n  export AWS_ACCESS_KEY_ID={ak} AWS_SECRET_ACCESS_KEY={sk} AWS_DEFAULT_REGION=us-east-1{ca_env}\n  \
              aws --endpoint-url {ep} s3 mb s3://demo\n  \
              aws --endpoint-url {ep} s3 cp ./some-file s3://demo/\n  \
              aws --endpoint-url {ep} s3 ls s3://demo\n\
@@ -257,6 +285,7 @@ fn write_map(opts: &DevOptions, ports: &[u16], path: &Path) -> Result<ClusterMap
     let map = ClusterMap {
         cluster_id: "dev".into(),
         epoch: old.as_ref().map_or(1, |old| old.epoch + 1),
+        tls: opts.tls && !opts.clear_peers,
         profile: Profile {
             k: opts.k,
             m: opts.m,
@@ -285,6 +314,8 @@ fn write_map(opts: &DevOptions, ports: &[u16], path: &Path) -> Result<ClusterMap
 }
 
 /// Starts one drive's `oedd serve`; the receiver gets its address once it listens.
+/// `tls` names its certificate, its key and the cluster CA.
+#[allow(clippy::too_many_arguments)]
 fn spawn_drive(
     opts: &DevOptions,
     d: &DriveEntry,
@@ -293,6 +324,7 @@ fn spawn_drive(
     map_path: &Path,
     cluster_secret: &str,
     (access_key, secret_key): (&str, &str),
+    tls: Option<(&PathBuf, &PathBuf, &PathBuf)>,
 ) -> Result<(Child, std::sync::mpsc::Receiver<String>)> {
     let mut cmd = Command::new(&opts.oedd);
     cmd.arg("serve")
@@ -317,6 +349,16 @@ fn spawn_drive(
         // Several drives share one disk here: keep the reserve small.
         .arg("--set")
         .arg("reserve_bytes=67108864")
+        .args(tls.into_iter().flat_map(|(cert, key, ca)| {
+            [
+                ("tls_cert_file", cert),
+                ("tls_key_file", key),
+                ("tls_ca_file", ca),
+            ]
+            .map(|(name, path)| ["--set".to_owned(), format!("{name}={}", toml_str(path))])
+            .into_iter()
+            .flatten()
+        }))
         .env("OED_CLUSTER_SECRET", cluster_secret)
         .env("OED_S3_SECRET_KEY", secret_key)
         .stdout(Stdio::piped())

@@ -344,9 +344,20 @@ pub fn s3_error(e: Error) -> S3Error {
             return S3Error::with_message(C::InternalError, "internal error; see the drive's log");
         }
     };
+    let retry = matches!(code, C::SlowDown | C::ServiceUnavailable);
     let mut err = S3Error::with_message(code, msg);
     if let Some(s) = status {
         err.set_status_code(s);
+    }
+    if retry {
+        // When to try again: a second is about how long a drive's shares take to turn
+        // over, and what clients that honour Retry-After wait.
+        let mut h = http::HeaderMap::new();
+        h.insert(
+            http::header::RETRY_AFTER,
+            http::HeaderValue::from_static("1"),
+        );
+        err.set_headers(h);
     }
     err
 }

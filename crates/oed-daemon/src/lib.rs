@@ -49,6 +49,7 @@ pub mod s3;
 pub mod server;
 mod stall;
 pub mod store;
+pub mod tls;
 pub mod uri;
 
 pub use error::{Error, Result};

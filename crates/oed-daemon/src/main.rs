@@ -116,6 +116,9 @@ struct AdminArgs {
     /// File holding the cluster secret; by default OED_CLUSTER_SECRET.
     #[arg(long)]
     secret_file: Option<PathBuf>,
+    /// The cluster CA (PEM), to reach drives of a map with `tls = true`.
+    #[arg(long, env = "OED_TLS_CA_FILE")]
+    ca_file: Option<PathBuf>,
     #[command(subcommand)]
     action: AdminAction,
 }
@@ -212,6 +215,14 @@ struct DevArgs {
     /// Do not fsync writes (faster on one shared disk; data may be lost on a crash).
     #[arg(long)]
     no_fsync: bool,
+    /// Serve S3 and the peer API over TLS: a throwaway CA signs a certificate for each
+    /// drive (127.0.0.1 and localhost), and clients trust the CA file printed.
+    #[arg(long)]
+    tls: bool,
+    /// As --tls for S3 clients, while the drives talk to each other in the clear (a
+    /// trusted back network: the map's `tls` is false).
+    #[arg(long)]
+    tls_clear_peers: bool,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -235,6 +246,7 @@ fn admin(args: AdminArgs) -> anyhow::Result<()> {
         ..Config::default()
     };
     let secret = config.cluster_secret(std::env::var("OED_CLUSTER_SECRET").ok())?;
+    let access = admin::Access::new(&secret, args.ca_file.as_deref())?;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
@@ -247,7 +259,7 @@ fn admin(args: AdminArgs) -> anyhow::Result<()> {
     };
     match args.action {
         AdminAction::Status { json } => {
-            let answers = rt.block_on(admin::statuses(&map, &secret));
+            let answers = rt.block_on(admin::statuses(&map, &access));
             if json {
                 println!("{}", serde_json::to_string_pretty(&answers)?);
             } else {
@@ -257,22 +269,22 @@ fn admin(args: AdminArgs) -> anyhow::Result<()> {
         AdminAction::Scrub { drive } => {
             print!(
                 "{}",
-                rt.block_on(admin::act(&map, &secret, "scrub", &all(drive)))?
+                rt.block_on(admin::act(&map, &access, "scrub", &all(drive)))?
             );
         }
         AdminAction::Refill { drive } => {
             print!(
                 "{}",
-                rt.block_on(admin::act(&map, &secret, "refill", &[drive]))?
+                rt.block_on(admin::act(&map, &access, "refill", &[drive]))?
             );
         }
         AdminAction::Retry { drive } => {
             print!(
                 "{}",
-                rt.block_on(admin::act(&map, &secret, "retry", &all(drive)))?
+                rt.block_on(admin::act(&map, &access, "retry", &all(drive)))?
             );
         }
-        action => admin_map(&args.map, &map, &secret, action, &rt)?,
+        action => admin_map(&args.map, &map, &access, action, &rt)?,
     }
     Ok(())
 }
@@ -281,7 +293,7 @@ fn admin(args: AdminArgs) -> anyhow::Result<()> {
 fn admin_map(
     path: &std::path::Path,
     map: &oed_daemon::cluster::map::ClusterMap,
-    secret: &[u8],
+    access: &oed_daemon::admin::Access,
     action: AdminAction,
     rt: &tokio::runtime::Runtime,
 ) -> anyhow::Result<()> {
@@ -291,7 +303,7 @@ fn admin_map(
     let mark = |id: &str, state: DriveState| -> anyhow::Result<()> {
         let new = admin::change_map(path, |m| admin::set_state(m, id, state))?;
         println!("{id} is {} from epoch {}", state.label(), new.epoch);
-        print!("{}", rt.block_on(admin::push(&new, secret)));
+        print!("{}", rt.block_on(admin::push(&new, access)));
         Ok(())
     };
     match action {
@@ -306,11 +318,11 @@ fn admin_map(
             let map = oed_daemon::cluster::map::ClusterMap::load(path)?;
             print!(
                 "{}",
-                rt.block_on(admin::act(&map, secret, "drain", &[drive]))?
+                rt.block_on(admin::act(&map, access, "drain", &[drive]))?
             );
         }
         AdminAction::Remove { drive } => {
-            rt.block_on(admin::check_drained(map, secret, &drive))?;
+            rt.block_on(admin::check_drained(map, access, &drive))?;
             let new = admin::change_map(path, |m| {
                 m.drives.retain(|d| d.id != drive);
                 Ok(())
@@ -319,9 +331,9 @@ fn admin_map(
                 "{drive} is removed from epoch {}; stop its oedd now",
                 new.epoch
             );
-            print!("{}", rt.block_on(admin::push(&new, secret)));
+            print!("{}", rt.block_on(admin::push(&new, access)));
         }
-        AdminAction::Push => print!("{}", rt.block_on(admin::push(map, secret))),
+        AdminAction::Push => print!("{}", rt.block_on(admin::push(map, access))),
         AdminAction::Status { .. }
         | AdminAction::Scrub { .. }
         | AdminAction::Refill { .. }
@@ -375,6 +387,8 @@ fn dev(args: DevArgs) -> anyhow::Result<()> {
         dir: args.dir,
         fsync: !args.no_fsync,
         oedd: std::env::current_exe().context("locating the oedd binary")?,
+        tls: args.tls || args.tls_clear_peers,
+        clear_peers: args.tls_clear_peers,
     };
     let cluster = oed_daemon::dev::DevCluster::start(&opts)?;
     println!("{}", cluster.banner());
@@ -561,6 +575,18 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
             .with_context(|| format!("listen: cannot bind {}", config.listen))?;
         let addr = listener.local_addr()?;
         tracing::info!(%addr, drive = %config.drive_id, "serving");
+        if drive.tls.is_some() {
+            let suites = oed_daemon::tls::suite_order();
+            println!(
+                "oedd: TLS on (certificate {}; reloaded on SIGHUP); suites preferred: {}",
+                config
+                    .tls_cert_file
+                    .as_deref()
+                    .unwrap_or(std::path::Path::new(""))
+                    .display(),
+                suites[..2.min(suites.len())].join(", ")
+            );
+        }
         // Scripts and tests read the bound address (the port may have been 0) from here.
         println!("oedd: listening on {addr}");
         let shutdown = CancellationToken::new();

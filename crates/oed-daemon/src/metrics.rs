@@ -18,7 +18,7 @@ use axum::response::{IntoResponse, Response};
 use oed_meter::process::{AtScrape, ProcessCollector, ScrapeTime, advance};
 use oed_meter::traffic::Traffic;
 use prometheus::core::Collector;
-use prometheus::{Counter, Gauge, GaugeVec, Opts, Registry, TextEncoder};
+use prometheus::{Counter, CounterVec, Gauge, GaugeVec, Opts, Registry, TextEncoder};
 
 use crate::cluster::Cluster;
 use crate::error::{Error, Result};
@@ -178,6 +178,8 @@ struct StateCollector {
     epoch: Gauge,
     buffer: GaugeVec,
     info: GaugeVec,
+    /// Requests refused with `SlowDown`, by reason.
+    slowdown: CounterVec,
     /// Counters kept as atomics on the hot path, copied here on scrape.
     counters: [Counter; 9],
 }
@@ -239,6 +241,13 @@ impl StateCollector {
                 &["what"],
             )?,
             info,
+            slowdown: CounterVec::new(
+                Opts::new(
+                    "oed_slowdown_total",
+                    "Requests this drive refused with 503 SlowDown, by reason: memory_wait (no share of coordinator_buffer_bytes came free within coordinator_wait_seconds), client_waiting (the client already had max_waiting_per_client requests waiting).",
+                ),
+                &["reason"],
+            )?,
             counters: [
                 counter(
                     "oed_degraded_writes_total",
@@ -261,10 +270,6 @@ impl StateCollector {
                     "Shards on this drive found failing their CRC32C check (by reads now, by the scrubber when it runs); each is queued for heal.",
                 )?,
                 counter(
-                    "oed_slowdown_total",
-                    "Requests this drive refused with 503 SlowDown: no share of coordinator_buffer_bytes came free within coordinator_wait_seconds.",
-                )?,
-                counter(
                     "oed_ops_cancelled_total",
                     "Near-data operations this drive stopped because their caller went away.",
                 )?,
@@ -275,6 +280,10 @@ impl StateCollector {
                 counter(
                     "oed_http_connections_refused_total",
                     "Connections this drive's S3 and peer listener answered 503 and closed because max_connections were open.",
+                )?,
+                counter(
+                    "oed_tls_handshake_failures_total",
+                    "Connections to this drive's TLS listener closed because their handshake failed (an untrusted or wrong certificate, not TLS at all) or did not finish within http_header_timeout_seconds.",
                 )?,
             ],
             store,
@@ -293,6 +302,7 @@ impl StateCollector {
             &self.epoch,
             &self.buffer,
             &self.info,
+            &self.slowdown,
         ];
         v.extend(self.counters.iter().map(|c| c as &dyn Collector));
         v
@@ -322,6 +332,12 @@ impl StateCollector {
         ] {
             self.buffer.with_label_values(&[what]).set(v as f64);
         }
+        for (why, n) in crate::cluster::budget::Refusal::ALL
+            .iter()
+            .zip(budget.refusals())
+        {
+            advance(&self.slowdown.with_label_values(&[why.label()]), n as f64);
+        }
         let stats = &self.cluster.stats;
         let now = [
             stats.degraded_writes.load(Ordering::Relaxed),
@@ -329,10 +345,10 @@ impl StateCollector {
             stats.shard_failures.load(Ordering::Relaxed),
             self.peer.auth_failures.load(Ordering::Relaxed),
             self.store.checksum_failures(),
-            budget.refused.load(Ordering::Relaxed),
             self.store.ops_cancelled(),
             self.peer.epoch_mismatches.load(Ordering::Relaxed),
             stats.connections_refused.load(Ordering::Relaxed),
+            stats.tls_handshake_failures.load(Ordering::Relaxed),
         ];
         self.connections
             .set(stats.connections_open.load(Ordering::Relaxed) as f64);

@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use http::HeaderValue;
 use http_body::{Body as HttpBody, Frame, SizeHint};
+use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
@@ -45,6 +46,11 @@ pub struct DriveServer {
     meter_period: Duration,
     /// Heal, scrub and refill.
     pub repair: Arc<crate::repair::Repair>,
+    /// The listener's TLS, when `tls_cert_file` is set.
+    pub tls: Option<Arc<crate::tls::ServerTls>>,
+    /// Whether the drives reach each other over TLS (the map's `tls`). When they do not
+    /// and the listener has TLS, it also takes the peer API in the clear.
+    peer_tls: bool,
 }
 
 impl DriveServer {
@@ -60,6 +66,7 @@ impl DriveServer {
             Some(path) => ClusterMap::load(path)?,
             None => ClusterMap::single(&config.drive_id, &config.listen.to_string()),
         };
+        let peer_tls = map.tls;
         if config.drive_id.is_empty() {
             return Err(Error::Config("drive_id must be set".into()));
         }
@@ -103,6 +110,10 @@ impl DriveServer {
             peer.clone(),
             &config.drive_id,
         )?;
+        let tls = match (&config.tls_cert_file, &config.tls_key_file) {
+            (Some(cert), Some(key)) => Some(Arc::new(crate::tls::ServerTls::load(cert, key)?)),
+            _ => None,
+        };
         let meter = oed_meter::Meter::new(&meter_config(config)?, &metrics.registry)?;
         store.attach_energy(meter.energy_reader());
         Ok(Self {
@@ -117,6 +128,8 @@ impl DriveServer {
             meter,
             meter_period: Duration::from_millis(config.meter_period_ms),
             repair,
+            tls,
+            peer_tls,
         })
     }
 
@@ -148,6 +161,7 @@ impl DriveServer {
                 header_timeout: self.header_timeout,
                 max_connections: METRICS_CONNECTIONS,
                 counts: None,
+                tls: None,
             };
             tasks.spawn(serve_http(l, app, limits, shutdown.child_token()));
         }
@@ -188,10 +202,18 @@ impl DriveServer {
             ))
             .layer(axum::middleware::from_fn(close_if_continue_unread));
         let requests = self.cluster.tasks.clone();
+        if let Some(tls) = self.tls.clone() {
+            tasks.spawn(reload_on_hangup(tls, shutdown.child_token()));
+        }
         let limits = Limits {
             header_timeout: self.header_timeout,
             max_connections: self.max_connections,
             counts: Some(self.cluster.clone()),
+            tls: self.tls.as_ref().map(|t| ListenerTls {
+                acceptor: t.acceptor(),
+                clear: (!self.peer_tls)
+                    .then(|| app.clone().layer(axum::middleware::from_fn(peer_api_only))),
+            }),
         };
         let served = async {
             serve_http(listener, app, limits, shutdown.clone()).await;
@@ -273,6 +295,65 @@ struct Limits {
     max_connections: usize,
     /// Where open and refused connections are counted, if they are.
     counts: Option<Arc<Cluster>>,
+    /// TLS to run on every connection before HTTP, if the listener speaks it.
+    tls: Option<ListenerTls>,
+}
+
+/// A listener's TLS: the acceptor for connections that open with a TLS handshake and,
+/// when the drives talk to each other in the clear, the routes served to connections
+/// that open with plain HTTP (the peer API only).
+struct ListenerTls {
+    acceptor: tokio_rustls::TlsAcceptor,
+    clear: Option<axum::Router>,
+}
+
+/// The first byte of a TLS connection: a handshake record.
+const TLS_HANDSHAKE: u8 = 0x16;
+
+/// Refuses S3 on a connection in the clear to a drive that serves TLS: such a drive
+/// takes only the peer API (`/_oed/`) that way, as S3 refuses requests a bucket policy
+/// keeps to TLS (`403 AccessDenied`).
+async fn peer_api_only(
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    use axum::response::IntoResponse as _;
+    if req.uri().path().starts_with("/_oed/") {
+        return next.run(req).await;
+    }
+    let e = s3s::S3Error::with_message(
+        s3s::S3ErrorCode::AccessDenied,
+        "This drive takes S3 requests over TLS only: use https://",
+    );
+    match e.to_http_response() {
+        Ok(r) => r.map(axum::body::Body::new),
+        Err(_) => http::StatusCode::FORBIDDEN.into_response(),
+    }
+}
+
+/// Reads the listener's certificate files again on each SIGHUP, until `shutdown`.
+async fn reload_on_hangup(tls: Arc<crate::tls::ServerTls>, shutdown: CancellationToken) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut hangups = match signal(SignalKind::hangup()) {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot watch SIGHUP; certificates are not reloaded");
+            return;
+        }
+    };
+    loop {
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            got = hangups.recv() => if got.is_none() { return },
+        }
+        match tls.reload() {
+            Ok(()) => tracing::info!("SIGHUP: TLS certificate reloaded; new connections get it"),
+            Err(e) => tracing::error!(
+                error = %e,
+                "SIGHUP: TLS certificate not reloaded; the old one is still served"
+            ),
+        }
+    }
 }
 
 /// The answer to a connection past `max_connections`, before it is closed.
@@ -300,10 +381,10 @@ async fn serve_http(
     let slots = Arc::new(tokio::sync::Semaphore::new(limits.max_connections));
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     loop {
-        let tcp = tokio::select! {
+        let (tcp, client) = tokio::select! {
             () = shutdown.cancelled() => break,
             accepted = listener.accept() => match accepted {
-                Ok((tcp, _)) => tcp,
+                Ok((tcp, from)) => (tcp, from.ip()),
                 Err(e) => {
                     accept_failed(&e).await;
                     continue;
@@ -322,20 +403,70 @@ async fn serve_http(
         if let Err(e) = tcp.set_nodelay(true) {
             tracing::debug!(error = %e, "cannot set TCP_NODELAY on a connection");
         }
-        let service = hyper_util::service::TowerToHyperService::new(app.clone());
-        let conn = graceful.watch(http.serve_connection(
-            hyper_util::rt::TokioIo::new(crate::stall::WriteDeadline::new(
-                tcp,
-                limits.header_timeout,
-            )),
-            service,
-        ));
-        let counts = limits.counts.clone();
+        let service = for_client(app.clone(), client);
+        let (http, watcher, counts) = (http.clone(), graceful.watcher(), limits.counts.clone());
+        let tls = limits.tls.as_ref().map(|t| ListenerTls {
+            acceptor: t.acceptor.clone(),
+            clear: t.clear.clone(),
+        });
+        let handshake_timeout = limits.header_timeout;
         tokio::spawn(async move {
             if let Some(c) = &counts {
                 c.stats.connections_open.fetch_add(1, Ordering::Relaxed);
             }
-            if let Err(e) = conn.await {
+            let served = match tls {
+                None => {
+                    let io = crate::stall::WriteDeadline::new(tcp, handshake_timeout);
+                    watcher
+                        .watch(http.serve_connection(TokioIo::new(io), service))
+                        .await
+                }
+                // The first byte has the time a request's headers have, and so has the
+                // handshake: a client that opens a connection and stalls in it holds it
+                // no longer.
+                Some(tls) => {
+                    let mut first = [0u8; 1];
+                    let peeked =
+                        tokio::time::timeout(handshake_timeout, tcp.peek(&mut first)).await;
+                    let io = crate::stall::WriteDeadline::new(tcp, handshake_timeout);
+                    match (peeked, tls.clear) {
+                        (Ok(Ok(1..)), _) if first[0] == TLS_HANDSHAKE => {
+                            match tokio::time::timeout(handshake_timeout, tls.acceptor.accept(io))
+                                .await
+                            {
+                                Ok(Ok(io)) => {
+                                    let io = TokioIo::new(crate::tls::Coalesce::new(io));
+                                    watcher.watch(http.serve_connection(io, service)).await
+                                }
+                                Ok(Err(e)) => {
+                                    tracing::debug!(error = %e, "TLS handshake failed");
+                                    tls_failed(counts.as_ref());
+                                    Ok(())
+                                }
+                                Err(_) => {
+                                    tracing::debug!("TLS handshake timed out");
+                                    tls_failed(counts.as_ref());
+                                    Ok(())
+                                }
+                            }
+                        }
+                        (Ok(Ok(1..)), Some(clear)) => {
+                            let service = for_client(clear, client);
+                            watcher
+                                .watch(http.serve_connection(TokioIo::new(io), service))
+                                .await
+                        }
+                        _ => {
+                            tracing::debug!(
+                                "a connection to the TLS listener did not start a TLS handshake"
+                            );
+                            tls_failed(counts.as_ref());
+                            Ok(())
+                        }
+                    }
+                }
+            };
+            if let Err(e) = served {
                 tracing::debug!(error = %e, "connection ended with an error");
             }
             if let Some(c) = &counts {
@@ -346,6 +477,45 @@ async fn serve_http(
     }
     drop(listener);
     graceful.shutdown().await;
+}
+
+/// `app`, answering the requests of a connection from `client` with the client in scope
+/// for the coordinator's budget ([`crate::cluster::budget::CLIENT`]), which shares its
+/// memory fairly between clients.
+fn for_client(app: axum::Router, client: std::net::IpAddr) -> ForClient {
+    ForClient { app, client }
+}
+
+/// See [`for_client`].
+struct ForClient {
+    app: axum::Router,
+    client: std::net::IpAddr,
+}
+
+impl hyper::service::Service<http::Request<hyper::body::Incoming>> for ForClient {
+    type Response = axum::response::Response;
+    type Error = std::convert::Infallible;
+    type Future = tokio::task::futures::TaskLocalFuture<
+        Option<std::net::IpAddr>,
+        axum::routing::future::RouteFuture<std::convert::Infallible>,
+    >;
+
+    fn call(&self, req: http::Request<hyper::body::Incoming>) -> Self::Future {
+        let mut app = self.app.clone();
+        crate::cluster::budget::CLIENT.scope(
+            Some(self.client),
+            tower_service::Service::call(&mut app, req),
+        )
+    }
+}
+
+/// Counts a connection whose TLS handshake failed or timed out.
+fn tls_failed(counts: Option<&Arc<Cluster>>) {
+    if let Some(c) = counts {
+        c.stats
+            .tls_handshake_failures
+            .fetch_add(1, Ordering::Relaxed);
+    }
 }
 
 /// Answers a connection past the limit with [`TOO_MANY`] (at most 1 s spent on it) and

@@ -84,10 +84,11 @@ impl DriveEntry {
         self.domain.as_deref().unwrap_or(&self.id)
     }
 
-    /// `http://address`.
+    /// `https://address` with `tls`, else `http://address`.
     #[must_use]
-    pub fn url(&self) -> String {
-        format!("http://{}", self.address)
+    pub fn url(&self, tls: bool) -> String {
+        let scheme = if tls { "https" } else { "http" };
+        format!("{scheme}://{}", self.address)
     }
 }
 
@@ -102,6 +103,11 @@ pub struct ClusterMap {
     /// drives refuse shard writes placed by a map of another epoch. Default: 1.
     #[serde(default = "first_epoch")]
     pub epoch: u64,
+    /// Whether the drives serve S3 and the peer API over TLS, and so reach each other
+    /// with `https://` (each drive needs `tls_cert_file`, `tls_key_file` and
+    /// `tls_ca_file`). Default: false.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub tls: bool,
     /// Profile of new objects.
     pub profile: Profile,
     /// Every drive, at least `k + m` of them.
@@ -131,6 +137,7 @@ impl ClusterMap {
         Self {
             cluster_id: "single".into(),
             epoch: first_epoch(),
+            tls: false,
             profile: Profile {
                 k: 1,
                 m: 0,
@@ -315,6 +322,7 @@ mod tests {
 
     fn map(drives: &[(&str, &str)], k: u16, m: u16) -> ClusterMap {
         ClusterMap {
+            tls: false,
             epoch: 1,
             cluster_id: "t".into(),
             profile: Profile {

@@ -103,6 +103,9 @@ pub struct ClusterStats {
     pub connections_open: AtomicU64,
     /// Connections refused because `max_connections` were open.
     pub connections_refused: AtomicU64,
+    /// Connections closed because their TLS handshake failed or did not finish within
+    /// `http_header_timeout_seconds`.
+    pub tls_handshake_failures: AtomicU64,
 }
 
 /// One cluster map, with a [`Drive`] for each of its drives (this drive's own store for
@@ -200,7 +203,16 @@ impl Cluster {
                 "drive_id {drive_id:?} is not one of the cluster map's drives"
             ))
         })?;
-        let http = crate::peer::client::PeerHttp::default();
+        if map.tls && (config.tls_ca_file.is_none() || config.tls_cert_file.is_none()) {
+            return Err(Error::Config(
+                "the cluster map has tls = true: set tls_cert_file and tls_key_file (this \
+                 drive's certificate) and tls_ca_file (the cluster CA)"
+                    .into(),
+            ));
+        }
+        let http = crate::peer::client::PeerHttp::with_tls(&crate::tls::client_config(
+            config.tls_ca_file.as_deref(),
+        )?);
         let drives = handles(&map, local, &store, key, &http);
         Ok(Self {
             epoch: Arc::new(AtomicU64::new(map.epoch)),
@@ -221,6 +233,7 @@ impl Cluster {
             budget: budget::Budget::new(
                 config.coordinator_buffer_bytes,
                 Duration::from_secs(config.coordinator_wait_seconds),
+                config.max_waiting_per_client,
             ),
             stats: ClusterStats::default(),
             traffic,
@@ -609,7 +622,7 @@ fn handles(
                 Arc::new(store.clone())
             } else {
                 Arc::new(
-                    PeerClient::with_http(&d.url(), key.clone(), http.clone())
+                    PeerClient::with_http(&d.url(map.tls), key.clone(), http.clone())
                         .with_epoch(map.epoch),
                 )
             }

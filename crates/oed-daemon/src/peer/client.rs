@@ -54,8 +54,8 @@ pub enum PeerError {
     /// The request did not complete (connection refused, reset, a body cut short).
     #[error("peer request failed")]
     Transport(#[source] BoxError),
-    /// The drive's address is not an `http://host:port` URL.
-    #[error("peer address {0:?} is not an http://host:port URL")]
+    /// The drive's address is not an `http://host:port` or `https://host:port` URL.
+    #[error("peer address {0:?} is not an http://host:port or https://host:port URL")]
     BadAddress(String),
 }
 
@@ -78,17 +78,30 @@ pub type PeerBody = UnsyncBoxBody<Bytes, std::io::Error>;
 /// The HTTP connections to other drives: one pool, shared by the [`PeerClient`]s of a
 /// drive. Cheap to clone.
 #[derive(Clone, Debug)]
-pub struct PeerHttp(std::sync::Arc<Client<HttpConnector, PeerBody>>);
+pub struct PeerHttp(std::sync::Arc<Client<crate::tls::PeerConnector, PeerBody>>);
 
 impl Default for PeerHttp {
-    /// Connects within 2 s, with `TCP_NODELAY`, and keeps up to 16 idle connections per
-    /// drive for 15 s: less than the shortest `http_header_timeout_seconds` (16), after
-    /// which the other drive closes an idle connection, so a request is not sent on one
-    /// being closed.
+    /// A pool for `http://` drives only (`https://` ones are refused: no CA is trusted).
     fn default() -> Self {
-        let mut connector = HttpConnector::new();
-        connector.set_nodelay(true);
-        connector.set_connect_timeout(Some(Duration::from_secs(2)));
+        Self::with_tls(&crate::tls::client_config(None).unwrap_or_else(|_| {
+            unreachable!("a client configuration without a CA file always builds")
+        }))
+    }
+}
+
+impl PeerHttp {
+    /// A pool that reaches `http://` drives in the clear and `https://` ones over TLS,
+    /// verifying them with `tls` (see [`crate::tls::client_config`]). It connects within
+    /// 2 s, with `TCP_NODELAY`, and keeps up to 16 idle connections per drive for 15 s:
+    /// less than the shortest `http_header_timeout_seconds` (16), after which the other
+    /// drive closes an idle connection, so a request is not sent on one being closed.
+    #[must_use]
+    pub fn with_tls(tls: &rustls::ClientConfig) -> Self {
+        let mut http = HttpConnector::new();
+        http.set_nodelay(true);
+        http.set_connect_timeout(Some(Duration::from_secs(2)));
+        http.enforce_http(false);
+        let connector = crate::tls::PeerConnector::new(http, tls.clone());
         let client = Client::builder(TokioExecutor::new())
             .pool_timer(TokioTimer::new())
             .pool_idle_timeout(Duration::from_secs(15))
@@ -118,7 +131,9 @@ impl Base {
     fn parse(text: &str) -> Option<Self> {
         let uri: Uri = text.parse().ok()?;
         let parts = uri.into_parts();
-        let scheme = parts.scheme.filter(|s| *s == http::uri::Scheme::HTTP)?;
+        let scheme = parts
+            .scheme
+            .filter(|s| *s == http::uri::Scheme::HTTP || *s == http::uri::Scheme::HTTPS)?;
         let authority = parts.authority?;
         let prefix = match parts.path_and_query {
             Some(p) if p.query().is_some() => return None,

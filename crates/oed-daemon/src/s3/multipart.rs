@@ -147,7 +147,7 @@ pub(crate) async fn upload_part(
         req.trailing_headers.as_ref(),
     )?;
     super::object::empty_md5(&req.headers)?;
-    let input = req.input;
+    let (input, headers) = (req.input, req.headers);
     check_part_number(input.part_number)?;
     let marker = upload(cluster, &input.bucket, &input.key, &input.upload_id).await?;
     // An upload with a checksum gets it on every part: checked when the part came with
@@ -177,7 +177,7 @@ pub(crate) async fn upload_part(
         parent: Some(input.key.clone()),
         bucket: input.bucket,
         key: part_key(&input.upload_id, input.part_number),
-        size: body_length(input.content_length)?,
+        size: body_length(input.content_length, &headers)?,
         content_md5: content_md5(input.content_md5.as_deref())?,
         checksum: sum,
         ..Default::default()

@@ -25,9 +25,32 @@ use crate::store::record::ObjectRecord;
 pub const DEGRADED_HEADER: &str = "x-oed-degraded";
 
 /// The request's declared body length: Content-Length, or for an aws-chunked body its
-/// decoded length (which `s3s` puts in its place).
-pub(crate) fn body_length(len: Option<i64>) -> S3Result<u64> {
-    let len = len.ok_or_else(|| {
+/// decoded length. `s3s` puts the decoded length in Content-Length's place when the
+/// request has one; an aws-chunked body may also come with `Transfer-Encoding: chunked`
+/// and no Content-Length (botocore and the aws CLI send checksums that way over HTTPS),
+/// and then `x-amz-decoded-content-length` is the length, as S3 takes it.
+pub(crate) fn body_length(len: Option<i64>, headers: &http::HeaderMap) -> S3Result<u64> {
+    let decoded = || {
+        let streaming = headers
+            .get("x-amz-content-sha256")
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.starts_with("STREAMING-"));
+        if !streaming {
+            return None;
+        }
+        headers
+            .get("x-amz-decoded-content-length")
+            .and_then(|v| v.to_str().ok())
+            .map(|v| {
+                v.parse::<i64>().map_err(|_| {
+                    err(
+                        S3ErrorCode::InvalidArgument,
+                        format!("x-amz-decoded-content-length {v:?} is not a number of bytes"),
+                    )
+                })
+            })
+    };
+    let len = len.map(Ok).or_else(decoded).transpose()?.ok_or_else(|| {
         err(
             S3ErrorCode::MissingContentLength,
             "the request needs a Content-Length",
@@ -210,7 +233,7 @@ pub(crate) async fn put(
         req.trailing_headers.as_ref(),
     )?;
     empty_md5(&req.headers)?;
-    let input = req.input;
+    let (input, headers) = (req.input, req.headers);
     check_user_key(&input.key)?;
     need_bucket(cluster, &input.bucket).await?;
     if input
@@ -231,7 +254,7 @@ pub(crate) async fn put(
     let obj = NewObject {
         bucket: input.bucket,
         key: input.key,
-        size: body_length(input.content_length)?,
+        size: body_length(input.content_length, &headers)?,
         content_type: input.content_type,
         user_meta: user_meta(input.metadata)?,
         headers: stored_headers(

@@ -107,10 +107,11 @@ impl IgnoreRange {
     }
 }
 
-/// Whether a query parameter belongs to a presigned URL's signature (SigV4's `X-Amz-*`,
-/// SigV2's `AWSAccessKeyId`, `Signature` and `Expires`).
+/// Whether a query parameter belongs to a presigned URL's signature (`SigV4`'s `X-Amz-*`,
+/// `SigV2`'s `AWSAccessKeyId`, `Signature` and `Expires`).
 fn is_signature_param(kv: &str) -> bool {
     let name = kv.split('=').next().unwrap_or(kv);
-    name.get(..6).is_some_and(|p| p.eq_ignore_ascii_case("x-amz-"))
+    name.get(..6)
+        .is_some_and(|p| p.eq_ignore_ascii_case("x-amz-"))
         || matches!(name, "AWSAccessKeyId" | "Signature" | "Expires")
 }
