@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # OED's whole test suite, from a fresh Debian 12 machine with only the Rust toolchain:
 #   1. installs what is missing (cross gcc, qemu-user, libclang; rust targets),
-#   2. runs every test of the workspace on this machine, then the S3 end-to-end tests
+#   2. runs every test of the workspace on this machine, then every fuzz target for
+#      FUZZ_SECONDS (30) each (deploy/fuzz.sh: nightly Rust and cargo-fuzz, installed when
+#      missing; a crash fails the run), then the S3 end-to-end tests
 #      (tests/s3: a real cluster driven by boto3, the aws CLI, curl and rclone, and
 #      scraped by Debian's Prometheus server; tests/sdk: the same with aws-sdk-s3 for
 #      Rust; Python packages go into ~/.cache/oed/venv, the prometheus, rclone and s3fs
@@ -46,6 +48,15 @@ step "host tests ($(uname -m), expecting the $host_kernel kernel)"
 OED_EXPECT_KERNEL=$host_kernel cargo_for "$host" test --workspace --locked
 
 target_root=${CARGO_TARGET_DIR:-target}
+
+step "fuzz targets, ${FUZZ_SECONDS:-30} s each (nightly Rust and cargo-fuzz, installed when missing)"
+rocksdb_status=0
+rocksdb_dir=$(bash deploy/rocksdb-unity.sh "$host") || rocksdb_status=$?
+case $rocksdb_status in
+  0) ROCKSDB_LIB_DIR=$rocksdb_dir ROCKSDB_STATIC=1 bash deploy/fuzz.sh ;;
+  2) (unset ROCKSDB_LIB_DIR ROCKSDB_STATIC && bash deploy/fuzz.sh) ;;
+  *) exit "$rocksdb_status" ;;
+esac
 
 step "S3 end-to-end tests (boto3, aws CLI, curl, rclone, s3fs)"
 # awscrt: botocore needs it for CRC32C and CRC64NVME checksums.

@@ -41,6 +41,8 @@ pub mod config;
 pub mod dev;
 pub mod drive;
 pub mod error;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod metrics;
 pub mod op_client;
 pub mod peer;

@@ -86,7 +86,7 @@ impl Cluster {
         let mut plan = Vec::new();
         for e in exts {
             let start = at;
-            at += e.size;
+            at = at.saturating_add(e.size);
             if start < range.end && at > range.start && e.size > 0 {
                 let local = range.start.saturating_sub(start)..(range.end - start).min(e.size);
                 plan.push((e, local));

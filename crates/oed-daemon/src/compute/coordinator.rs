@@ -229,7 +229,7 @@ pub(super) fn extent_stripes<'a>(
 ) -> impl Iterator<Item = (&'a PartRef, u64, Range<u64>)> + 'a {
     exts.iter().scan(0, move |base: &mut u64, ext| {
         let at = *base;
-        *base += ext.size;
+        *base = base.saturating_add(ext.size);
         let stripe_bytes = u64::from(ext.k) * u64::from(ext.chunk_size);
         Some((ext, at, plan.stripes(at, ext.size, stripe_bytes)))
     })

@@ -616,7 +616,7 @@ mod tests {
     fn a_base_that_is_no_http_url_fails_when_a_request_is_sent() {
         for bad in [
             "drive-3:9400",
-            "https://drive-3:9400",
+            "ftp://drive-3:9400",
             "http://",
             "http://h:1/?q=1",
             "",
@@ -634,7 +634,11 @@ mod tests {
                 .block_on(c.info())
                 .unwrap_err();
             assert_eq!(err.code, ErrorCode::Unreachable);
-            assert!(err.message.contains("not an http://host:port URL"), "{err}");
+            assert!(
+                err.message
+                    .contains("not an http://host:port or https://host:port URL"),
+                "{err}"
+            );
         }
     }
 }

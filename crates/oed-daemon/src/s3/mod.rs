@@ -14,7 +14,7 @@ pub mod list;
 pub mod multipart;
 pub mod object;
 pub mod op;
-mod range;
+pub(crate) mod range;
 mod rate;
 
 pub use rate::RateFloor;
@@ -163,7 +163,11 @@ impl s3s::access::S3Access for NameOperation {
 /// Refuses a request signed for another region than `expected`, as S3 does:
 /// `AuthorizationHeaderMalformed`, or `AuthorizationQueryParametersError` for a presigned
 /// URL.
-fn check_region(headers: &http::HeaderMap, uri: &http::Uri, expected: &str) -> S3Result<()> {
+pub(crate) fn check_region(
+    headers: &http::HeaderMap,
+    uri: &http::Uri,
+    expected: &str,
+) -> S3Result<()> {
     let Some((region, presigned)) = signed_region(headers, uri) else {
         return Ok(());
     };
@@ -213,7 +217,7 @@ pub async fn precheck(
 pub const MAX_HEADER_SECTION: usize = 8 * 1024;
 
 /// The error for headers larger than [`MAX_HEADER_SECTION`], if they are.
-fn header_section_too_large(headers: &http::HeaderMap) -> Option<S3Error> {
+pub(crate) fn header_section_too_large(headers: &http::HeaderMap) -> Option<S3Error> {
     let size: usize = headers
         .iter()
         .map(|(k, v)| k.as_str().len() + v.len() + 4)
@@ -230,7 +234,7 @@ fn header_section_too_large(headers: &http::HeaderMap) -> Option<S3Error> {
 }
 
 /// The error for a presigned URL's `X-Amz-Expires` out of range, if it is.
-fn presigned_expires(uri: &http::Uri) -> Option<S3Error> {
+pub(crate) fn presigned_expires(uri: &http::Uri) -> Option<S3Error> {
     let query = uri.query()?;
     if !query.contains("X-Amz-Credential=") {
         return None;

@@ -197,7 +197,7 @@ pub(crate) async fn upload_part(
 }
 
 /// `bytes=first-last` of an object of `size` bytes.
-fn copy_range(r: &str, size: u64) -> S3Result<std::ops::Range<u64>> {
+pub(crate) fn copy_range(r: &str, size: u64) -> S3Result<std::ops::Range<u64>> {
     let bad = || {
         err(
             S3ErrorCode::InvalidArgument,
@@ -264,7 +264,7 @@ pub(crate) async fn upload_part_copy(
 
 /// The parts a completion names, checked against those stored: ascending numbers,
 /// matching `ETag`s, every part but the last at least [`MIN_PART_SIZE`].
-fn resolve_parts(
+pub(crate) fn resolve_parts(
     asked: &[s3s::dto::CompletedPart],
     stored: &[ObjectRecord],
 ) -> S3Result<Vec<PartRef>> {

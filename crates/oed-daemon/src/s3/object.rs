@@ -377,7 +377,7 @@ pub(crate) fn check_conditions(
 ///
 /// # Errors
 /// `InvalidPartNumber` (416) for a part the object does not have.
-fn part_range(rec: &ObjectRecord, n: i32) -> S3Result<std::ops::Range<u64>> {
+pub(crate) fn part_range(rec: &ObjectRecord, n: i32) -> S3Result<std::ops::Range<u64>> {
     let unsatisfiable = || {
         let mut e = err(
             S3ErrorCode::Custom("InvalidPartNumber".into()),
@@ -396,12 +396,12 @@ fn part_range(rec: &ObjectRecord, n: i32) -> S3Result<std::ops::Range<u64>> {
             Err(unsatisfiable())
         };
     }
-    let mut start = 0;
+    let mut start: u64 = 0;
     for p in &rec.parts {
         if i64::from(p.number) == i64::from(n) {
-            return Ok(start..start + p.size);
+            return Ok(start..start.saturating_add(p.size));
         }
-        start += p.size;
+        start = start.saturating_add(p.size);
     }
     Err(unsatisfiable())
 }
@@ -423,7 +423,7 @@ fn unsatisfiable(size: u64) -> S3Error {
 }
 
 /// What a GET or HEAD asks for.
-struct Wanted {
+pub(crate) struct Wanted {
     /// The bytes.
     bytes: std::ops::Range<u64>,
     /// The `Content-Range` to answer.
@@ -434,7 +434,7 @@ struct Wanted {
 }
 
 /// The bytes a GET or HEAD asks for (a `Range`, a `partNumber`, or all).
-fn wanted(
+pub(crate) fn wanted(
     rec: &ObjectRecord,
     range: Option<&s3s::dto::Range>,
     part: Option<i32>,

@@ -63,7 +63,7 @@ impl Kept {
         Ok(v)
     }
 
-    fn decode(v: &[u8]) -> Result<Self> {
+    pub(crate) fn decode(v: &[u8]) -> Result<Self> {
         let bad = || {
             Error::Io(std::io::Error::new(
                 std::io::ErrorKind::InvalidData,

@@ -218,14 +218,21 @@ pub struct RecordTail {
 /// Largest accepted [`RecordTail`], encoded: room for 10,000 parts.
 pub const MAX_TAIL_BYTES: usize = 4 << 20;
 
+/// The largest object S3 stores, and so the largest a record may describe: 5 TiB.
+pub const MAX_OBJECT_BYTES: u64 = 5 << 40;
+
 impl ObjectRecord {
-    /// The object's length as clients see it: `size`, or the sum of the parts.
+    /// The object's length as clients see it: `size`, or the sum of the parts (which
+    /// [`ObjectRecord::validate`] keeps within [`MAX_OBJECT_BYTES`]; a damaged record's
+    /// sum stops at `u64::MAX` rather than wrap).
     #[must_use]
     pub fn object_size(&self) -> u64 {
         if self.parts.is_empty() {
             self.size
         } else {
-            self.parts.iter().map(|p| p.size).sum()
+            self.parts
+                .iter()
+                .fold(0, |sum, p| sum.saturating_add(p.size))
         }
     }
 
@@ -258,6 +265,12 @@ impl ObjectRecord {
                 "drives lists {} drives, k + m is {}",
                 self.drives.len(),
                 layout.total()
+            )));
+        }
+        if self.object_size() > MAX_OBJECT_BYTES {
+            return Err(Error::BadRequest(format!(
+                "the object's size {} is over 5 TiB",
+                self.object_size()
             )));
         }
         Ok(())
@@ -327,8 +340,8 @@ pub fn now_ms() -> u64 {
         .map_or(0, |d| d.as_millis() as u64)
 }
 
-/// A record of shard 0 of `bkt`/`key` with k = 2, m = 1 and 4 KiB chunks, for tests.
-#[cfg(test)]
+/// A record of shard 0 of `bkt`/`key` with k = 2, m = 1 and 4 KiB chunks, for tests (and
+/// the fuzz entry points).
 pub(crate) fn test_record(key: &str, version: u128, size: u64) -> ObjectRecord {
     ObjectRecord {
         parent: None,
