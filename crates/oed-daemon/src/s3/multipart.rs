@@ -321,6 +321,13 @@ pub(crate) fn resolve_parts(
         }
         parts.push(PartRef::of(n.unsigned_abs(), rec));
     }
+    let total = parts.iter().fold(0u64, |sum, p| sum.saturating_add(p.size));
+    if total > crate::store::record::MAX_OBJECT_BYTES {
+        return Err(err(
+            S3ErrorCode::EntityTooLarge,
+            format!("the parts add up to {total} bytes; an object takes at most 5 TiB"),
+        ));
+    }
     Ok(parts)
 }
 
@@ -588,5 +595,24 @@ mod tests {
         assert!(copy_range("bytes=0-9", 10).is_ok());
         assert!(copy_range("bytes=0-10", 10).is_err());
         assert!(copy_range("0-1", 10).is_err());
+    }
+
+    #[test]
+    fn parts_past_5_tib_are_refused() {
+        let big = |n: i32| {
+            let mut r = crate::store::record::test_record(&part_key("u", n), 1, 5 << 30);
+            r.etag = "e".into();
+            r
+        };
+        let stored: Vec<ObjectRecord> = (1..=1025).map(big).collect();
+        let asked = |n: i32| s3s::dto::CompletedPart {
+            part_number: Some(n),
+            ..Default::default()
+        };
+        let all: Vec<_> = (1..=1025).map(asked).collect();
+        let e = resolve_parts(&all, &stored).unwrap_err();
+        assert_eq!(*e.code(), S3ErrorCode::EntityTooLarge, "{e}");
+        // 1024 parts of 5 GiB are 5 TiB exactly: taken.
+        assert_eq!(resolve_parts(&all[..1024], &stored).unwrap().len(), 1024);
     }
 }
