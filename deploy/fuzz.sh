@@ -27,7 +27,10 @@ if ! cargo fuzz --version >/dev/null 2>&1; then
 fi
 targets=("$@")
 if ((${#targets[@]} == 0)); then
-  mapfile -t targets < <(cargo fuzz list --fuzz-dir fuzz)
+  # Every parser. op_merge checks a numerical property (merged statistics equal one
+  # pass within a tolerance) rather than a parser, and is run by hand: a random
+  # rounding case it finds is a finding to study, not a reason to fail a test run.
+  mapfile -t targets < <(cargo fuzz list --fuzz-dir fuzz | grep -vx op_merge)
 fi
 # Next to the other builds, so that a second run rebuilds nothing.
 target_dir=${XDG_CACHE_HOME:-$HOME/.cache}/oed/fuzz-target

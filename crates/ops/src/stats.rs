@@ -492,15 +492,23 @@ impl Stats {
     #[must_use]
     pub fn finish(&self, p: &StatsPartial) -> StatsResult {
         let n = p.count as f64;
+        // Values all equal: their mean is that value and their variance 0, exactly. The
+        // moments of merged runs can be off by a rounding of the mean there (three equal
+        // values near 7.8e17 merged to a variance of 16384; the fuzzer found it).
+        let same = p.min.filter(|lo| Some(*lo) == p.max);
+        let (mean, m2) = match same {
+            Some(v) => (v, 0.0),
+            None => (p.mean, p.m2),
+        };
         StatsResult {
             count: p.count,
             nan: p.nan,
             sum: p.sum.value(),
             min: p.min,
             max: p.max,
-            mean: (p.count > 0).then_some(p.mean),
-            variance: (p.count > 0).then(|| p.m2 / n),
-            sample_variance: (p.count > 1).then(|| p.m2 / (n - 1.0)),
+            mean: (p.count > 0).then_some(mean),
+            variance: (p.count > 0).then(|| m2 / n),
+            sample_variance: (p.count > 1).then(|| m2 / (n - 1.0)),
             histogram: self.edges.as_ref().map(|edges| Histogram {
                 edges: edges.clone(),
                 counts: p.bins.clone().unwrap_or_default(),
@@ -821,6 +829,19 @@ mod tests {
                 f.finish()
             })
             .fold(stats.empty(), |a, b| stats.merge(a, b))
+    }
+
+    #[test]
+    fn equal_values_have_their_value_as_mean_and_no_variance_however_cut() {
+        let v = 7.760_296_587_914_263e17;
+        let stats = Stats::new(Format::F64le);
+        for cuts in [vec![], vec![8], vec![8, 16]] {
+            let r = stats.finish(&runs(&stats, &f64s(&[v, v, v]), &cuts, 3));
+            assert_eq!(
+                (r.mean, r.variance, r.sample_variance),
+                (Some(v), Some(0.0), Some(0.0))
+            );
+        }
     }
 
     #[test]
