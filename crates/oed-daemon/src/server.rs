@@ -302,6 +302,7 @@ struct Limits {
 /// A listener's TLS: the acceptor for connections that open with a TLS handshake and,
 /// when the drives talk to each other in the clear, the routes served to connections
 /// that open with plain HTTP (the peer API only).
+#[derive(Clone)]
 struct ListenerTls {
     acceptor: tokio_rustls::TlsAcceptor,
     clear: Option<axum::Router>,
@@ -405,10 +406,7 @@ async fn serve_http(
         }
         let service = for_client(app.clone(), client);
         let (http, watcher, counts) = (http.clone(), graceful.watcher(), limits.counts.clone());
-        let tls = limits.tls.as_ref().map(|t| ListenerTls {
-            acceptor: t.acceptor.clone(),
-            clear: t.clear.clone(),
-        });
+        let tls = limits.tls.clone();
         let handshake_timeout = limits.header_timeout;
         tokio::spawn(async move {
             if let Some(c) = &counts {
@@ -421,50 +419,23 @@ async fn serve_http(
                         .watch(http.serve_connection(TokioIo::new(io), service))
                         .await
                 }
-                // The first byte has the time a request's headers have, and so has the
-                // handshake: a client that opens a connection and stalls in it holds it
-                // no longer.
-                Some(tls) => {
-                    let mut first = [0u8; 1];
-                    let peeked =
-                        tokio::time::timeout(handshake_timeout, tcp.peek(&mut first)).await;
-                    let io = crate::stall::WriteDeadline::new(tcp, handshake_timeout);
-                    match (peeked, tls.clear) {
-                        (Ok(Ok(1..)), _) if first[0] == TLS_HANDSHAKE => {
-                            match tokio::time::timeout(handshake_timeout, tls.acceptor.accept(io))
-                                .await
-                            {
-                                Ok(Ok(io)) => {
-                                    let io = TokioIo::new(crate::tls::Coalesce::new(io));
-                                    watcher.watch(http.serve_connection(io, service)).await
-                                }
-                                Ok(Err(e)) => {
-                                    tracing::debug!(error = %e, "TLS handshake failed");
-                                    tls_failed(counts.as_ref());
-                                    Ok(())
-                                }
-                                Err(_) => {
-                                    tracing::debug!("TLS handshake timed out");
-                                    tls_failed(counts.as_ref());
-                                    Ok(())
-                                }
-                            }
-                        }
-                        (Ok(Ok(1..)), Some(clear)) => {
-                            let service = for_client(clear, client);
-                            watcher
-                                .watch(http.serve_connection(TokioIo::new(io), service))
-                                .await
-                        }
-                        _ => {
-                            tracing::debug!(
-                                "a connection to the TLS listener did not start a TLS handshake"
-                            );
-                            tls_failed(counts.as_ref());
-                            Ok(())
-                        }
+                Some(tls) => match first_contact(tcp, tls, handshake_timeout).await {
+                    Contact::Tls(io) => {
+                        let io = TokioIo::new(crate::tls::Coalesce::new(io));
+                        watcher.watch(http.serve_connection(io, service)).await
                     }
-                }
+                    Contact::Clear(io, clear) => {
+                        let service = for_client(clear, client);
+                        watcher
+                            .watch(http.serve_connection(TokioIo::new(io), service))
+                            .await
+                    }
+                    Contact::Refused(why) => {
+                        tracing::debug!(why, "connection to the TLS listener closed");
+                        tls_failed(counts.as_ref());
+                        Ok(())
+                    }
+                },
             };
             if let Err(e) = served {
                 tracing::debug!(error = %e, "connection ended with an error");
@@ -506,6 +477,39 @@ impl hyper::service::Service<http::Request<hyper::body::Incoming>> for ForClient
             Some(self.client),
             tower_service::Service::call(&mut app, req),
         )
+    }
+}
+
+/// A connection to a TLS listener, once its first bytes have come.
+enum Contact {
+    /// It opened with a TLS handshake, done.
+    Tls(Box<tokio_rustls::server::TlsStream<crate::stall::WriteDeadline<tokio::net::TcpStream>>>),
+    /// It opened with plain HTTP, which the listener serves these routes.
+    Clear(
+        crate::stall::WriteDeadline<tokio::net::TcpStream>,
+        axum::Router,
+    ),
+    /// Neither, or not in time.
+    Refused(&'static str),
+}
+
+/// Tells a TLS handshake from plain HTTP by the connection's first byte, and does the
+/// handshake. The first byte has the time a request's headers have, and so has the
+/// handshake: a client that opens a connection and stalls in it holds it no longer.
+async fn first_contact(tcp: tokio::net::TcpStream, tls: ListenerTls, limit: Duration) -> Contact {
+    let mut first = [0u8; 1];
+    let peeked = tokio::time::timeout(limit, tcp.peek(&mut first)).await;
+    let io = crate::stall::WriteDeadline::new(tcp, limit);
+    match (peeked, tls.clear) {
+        (Ok(Ok(1..)), _) if first[0] == TLS_HANDSHAKE => {
+            match tokio::time::timeout(limit, tls.acceptor.accept(io)).await {
+                Ok(Ok(io)) => Contact::Tls(Box::new(io)),
+                Ok(Err(_)) => Contact::Refused("the TLS handshake failed"),
+                Err(_) => Contact::Refused("the TLS handshake timed out"),
+            }
+        }
+        (Ok(Ok(1..)), Some(clear)) => Contact::Clear(io, clear),
+        _ => Contact::Refused("it did not start a TLS handshake"),
     }
 }
 

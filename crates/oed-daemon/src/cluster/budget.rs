@@ -34,7 +34,7 @@ fn this_client() -> Option<IpAddr> {
     CLIENT.try_with(|c| *c).ok().flatten()
 }
 
-/// Why a request was refused with `SlowDown`.
+/// Why a request was refused with `SlowDown` (its value indexes [`Budget::refusals`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Refusal {
     /// No share came free within the wait.
@@ -206,10 +206,7 @@ impl Budget {
     /// Requests refused so far, for each [`Refusal`] of [`Refusal::ALL`].
     #[must_use]
     pub fn refusals(&self) -> [u64; 2] {
-        [
-            self.refused[0].load(Ordering::Relaxed),
-            self.refused[1].load(Ordering::Relaxed),
-        ]
+        Refusal::ALL.map(|r| self.refused[r as usize].load(Ordering::Relaxed))
     }
 
     /// The share of a read of `len` bytes of an object coded in stripes of `stripe_data`
@@ -230,8 +227,7 @@ impl Budget {
     }
 
     fn refuse(&self, why: Refusal, message: String) -> Error {
-        self.refused[Refusal::ALL.iter().position(|r| *r == why).unwrap_or(0)]
-            .fetch_add(1, Ordering::Relaxed);
+        self.refused[why as usize].fetch_add(1, Ordering::Relaxed);
         Error::SlowDown(message)
     }
 

@@ -152,11 +152,22 @@ impl s3s::access::S3Access for NameOperation {
         if let Some(slot) = cx.extensions_mut().get::<OpName>() {
             slot.set(&name);
         }
-        check_region(cx.headers(), cx.uri(), &self.region)?;
-        match cx.credentials() {
-            Some(_) => Ok(()),
-            None => Err(err(S3ErrorCode::AccessDenied, "Signature is required")),
-        }
+        signed_for(cx.credentials(), cx.headers(), cx.uri(), &self.region)
+    }
+}
+
+/// What the access check of every signed S3 route refuses: a request signed for another
+/// region than `region` ([`check_region`]), and anonymous requests.
+pub(crate) fn signed_for(
+    credentials: Option<&s3s::auth::Credentials>,
+    headers: &http::HeaderMap,
+    uri: &http::Uri,
+    region: &str,
+) -> S3Result<()> {
+    check_region(headers, uri, region)?;
+    match credentials {
+        Some(_) => Ok(()),
+        None => Err(err(S3ErrorCode::AccessDenied, "Signature is required")),
     }
 }
 

@@ -54,11 +54,12 @@ impl IgnoreRange {
                 "GetObject"
             });
         }
-        super::check_region(&req.headers, &req.uri, &self.region)?;
-        match req.credentials {
-            Some(_) => Ok(()),
-            None => Err(err(S3ErrorCode::AccessDenied, "Signature is required")),
-        }
+        super::signed_for(
+            req.credentials.as_ref(),
+            &req.headers,
+            &req.uri,
+            &self.region,
+        )
     }
 
     /// Answers the request as if it had no `Range`.
