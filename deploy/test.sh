@@ -7,7 +7,8 @@
 #      (tests/s3: a real cluster driven by boto3, the aws CLI, curl and rclone, and
 #      scraped by Debian's Prometheus server; tests/sdk: the same with aws-sdk-s3 for
 #      Rust; Python packages go into ~/.cache/oed/venv, the prometheus, rclone and s3fs
-#      packages come from apt, when missing),
+#      packages come from apt, when missing), and the drive lab's tests (tests/lab: its
+#      commands, and as root a real lab of namespaces and shaped links),
 #   3. builds for aarch64 and armv7 and runs the erasure-code tests there under qemu-user,
 #      so the ARM SIMD kernels are checked against the reference on every run, and the
 #      near-data kernels' tests (oed-ops: merges equal single passes, on 32-bit too),
@@ -85,6 +86,11 @@ command -v promtool >/dev/null || [ -x /usr/bin/promtool ] || missing+=(promethe
 command -v rclone >/dev/null || missing+=(rclone)
 # The TLS tests make certificates as docs/drive.md tells operators to, with openssl.
 command -v openssl >/dev/null || missing+=(openssl)
+# The drive lab's end-to-end tests (as root only) need ip and tc, and nsenter.
+if [ "$(id -u)" -eq 0 ]; then
+  command -v tc >/dev/null || missing+=(iproute2)
+  command -v nsenter >/dev/null || missing+=(util-linux)
+fi
 if ((${#missing[@]})) || ! command -v s3fs >/dev/null; then
   sudo=(); [ "$(id -u)" -eq 0 ] || sudo=(sudo)
   "${sudo[@]}" apt-get update -qq
@@ -98,6 +104,8 @@ if ((${#missing[@]})) || ! command -v s3fs >/dev/null; then
 fi
 cargo_for "$host" build --locked -p oed-daemon --bin oedd
 OED_TEST_OEDD_BIN="$(cd "$target_root" && pwd)/debug/oedd" python3 -m pytest -q -p no:cacheprovider tests/s3
+step "the drive lab (network namespaces and shaped links when run as root; its pure parts always)"
+OED_TEST_OEDD_BIN="$(cd "$target_root" && pwd)/debug/oedd" python3 -m pytest -q -rs -p no:cacheprovider tests/lab
 step "S3 end-to-end tests (aws-sdk-s3 for Rust)"
 OED_TEST_OEDD_BIN="$(cd "$target_root" && pwd)/debug/oedd" \
   cargo_for "$host" test --locked --manifest-path tests/sdk/Cargo.toml

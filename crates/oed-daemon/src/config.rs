@@ -241,7 +241,7 @@ const NOT_FIELDS: &[&str] = &[
     "expect_kernel",
     "bless",
 ];
-const NOT_FIELD_PREFIXES: &[&str] = &["test_", "bench_"];
+const NOT_FIELD_PREFIXES: &[&str] = &["test_", "bench_", "lab_"];
 
 /// Budget for RocksDB's block cache plus its (two) memtables.
 pub const ROCKSDB_MEMORY_LIMIT: usize = 64 << 20;

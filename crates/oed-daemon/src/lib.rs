@@ -33,8 +33,11 @@
 //! - [`uri`]: percent-encoding as S3, SigV4 and the peer API use it.
 //! - [`admin`]: `oedd admin`, cluster health and repair actions over the peer API.
 //! - [`op_client`]: `oedd op`, a near-data operation signed with SigV4 from a shell.
+//! - [`bench`]: `oedd bench`, an IOR-like benchmark of any S3 endpoint with the share of
+//!   the theoretical peak and the drives' energy per phase.
 
 pub mod admin;
+pub mod bench;
 pub mod cluster;
 pub mod compute;
 pub mod config;

@@ -6,6 +6,7 @@
 )]
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
@@ -51,6 +52,18 @@ enum Command {
     ///           oedd admin --map cluster.toml refill drive-3
     ///           oedd admin --map cluster.toml drain drive-3
     Admin(AdminArgs),
+    /// Benchmark an S3 endpoint (OED's or another's), IOR-like: write a fixed amount in
+    /// objects of one size with C clients, read it back, optionally run a near-data
+    /// operation on each object; repeat. Each phase reports MiB/s and MB/s, objects/s,
+    /// latency percentiles (and time to first byte for reads), errors, the share of the
+    /// theoretical peak with its formula, and, with --metrics, the drives' energy (J,
+    /// W, J/GiB, EDP) with its source (measured or modelled). Credentials from
+    /// AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY. docs/bench.md explains every figure.
+    ///
+    /// Example: oedd bench --endpoint http://10.77.0.1:9000 --endpoint http://10.77.0.2:9000
+    ///          --size 4MiB --total 2GiB --clients 16 --reps 3 --drives 6 --k 4 --m 2
+    ///          --drive-link 1gbit --metrics http://10.77.0.1:9410/metrics,... --json
+    Bench(Box<BenchArgs>),
     /// Print every setting with its default, as a TOML config file.
     ConfigDefaults,
     /// Print the version, target and the erasure-coding kernel this CPU runs.
@@ -198,6 +211,112 @@ struct OpArgs {
 }
 
 #[derive(Args)]
+#[allow(
+    clippy::struct_excessive_bools,
+    reason = "independent command-line switches"
+)]
+struct BenchArgs {
+    /// An S3 endpoint, http://host:port or https://host:port; repeat it, or separate
+    /// with commas, to send requests to several drives in turn (each a gateway).
+    #[arg(long, required = true, value_delimiter = ',')]
+    endpoint: Vec<String>,
+    /// The region to sign for.
+    #[arg(long, env = "AWS_DEFAULT_REGION", default_value = "us-east-1")]
+    region: String,
+    /// The bucket (made when missing).
+    #[arg(long, default_value = "oed-bench")]
+    bucket: String,
+    /// Object size: 4MiB, 64KiB, 1GB...
+    #[arg(long, default_value = "4MiB")]
+    size: String,
+    /// Data per phase (the number of objects is this over --size, rounded up).
+    #[arg(long, default_value = "1GiB")]
+    total: String,
+    /// Objects per phase, instead of --total.
+    #[arg(long)]
+    count: Option<u64>,
+    /// Requests in flight.
+    #[arg(long, default_value_t = 16)]
+    clients: usize,
+    /// Repetitions of the phases.
+    #[arg(long, default_value_t = 1)]
+    reps: u32,
+    /// Phases of each repetition: write, read, op (a near-data operation on each object).
+    #[arg(long, default_value = "write,read")]
+    phases: String,
+    /// The near-data operation of the op phase (JSON, docs/near-data.md).
+    #[arg(long, default_value = r#"{"op": "checksum", "algorithm": "crc32c"}"#)]
+    operation: String,
+    /// The drives' metrics URLs (http://host:9410/metrics), repeated or separated by
+    /// commas: their energy counters give each phase's energy.
+    #[arg(long, value_delimiter = ',')]
+    metrics: Vec<String>,
+    /// Drives in the cluster, for the peak (default: one per endpoint).
+    #[arg(long)]
+    drives: Option<u32>,
+    /// Data shards per stripe, for the peak.
+    #[arg(long, default_value_t = 4)]
+    k: u32,
+    /// Parity shards per stripe, for the peak.
+    #[arg(long, default_value_t = 2)]
+    m: u32,
+    /// Each drive's link rate on the wire, as tc writes it (1gbit, 100mbit), for the
+    /// peak.
+    #[arg(long)]
+    drive_link: Option<String>,
+    /// The client's link rate on the wire, for the peak.
+    #[arg(long)]
+    client_link: Option<String>,
+    /// The links' MTU, bytes.
+    #[arg(long, default_value_t = 1500)]
+    mtu: u32,
+    /// Disks behind the drives, for the peak (default: one per drive).
+    #[arg(long)]
+    disks: Option<u32>,
+    /// What each disk reads or writes sequentially, MB/s, for the peak.
+    #[arg(long)]
+    disk_mb_s: Option<f64>,
+    /// A shell command run before every phase but the first, e.g. to drop the page
+    /// cache: 'sync; echo 3 > /proc/sys/vm/drop_caches'.
+    #[arg(long)]
+    between_phases: Option<String>,
+    /// A JSON file describing the environment (what was emulated and what not), put
+    /// into the results as it is; the lab writes one.
+    #[arg(long)]
+    environment: Option<PathBuf>,
+    /// A CA certificate (PEM) to trust for https:// endpoints.
+    #[arg(long, env = "AWS_CA_BUNDLE")]
+    ca_file: Option<PathBuf>,
+    /// Keep the objects (they are deleted after each repetition otherwise).
+    #[arg(long)]
+    keep: bool,
+    /// Print the results as JSON on standard output (the table goes to standard error).
+    #[arg(long)]
+    json: bool,
+    /// Also write the JSON to this file.
+    #[arg(long)]
+    json_file: Option<PathBuf>,
+    /// Write a plot of throughput and power over the run (SVG) to this file.
+    #[arg(long)]
+    svg: Option<PathBuf>,
+    /// Worker threads of the client.
+    #[arg(long, default_value_t = 1)]
+    threads: usize,
+    /// A phase stops sending requests after this many seconds.
+    #[arg(long, default_value_t = 3600)]
+    max_phase_seconds: u64,
+    /// A request that takes longer fails.
+    #[arg(long, default_value_t = 120)]
+    request_timeout_seconds: u64,
+    /// Seconds between points of the timeline (throughput and power).
+    #[arg(long, default_value_t = 1.0)]
+    sample_seconds: f64,
+    /// No progress lines on standard error.
+    #[arg(long)]
+    quiet: bool,
+}
+
+#[derive(Args)]
 struct DevArgs {
     /// Drives to start.
     #[arg(long, default_value_t = 6)]
@@ -232,6 +351,7 @@ fn main() -> anyhow::Result<()> {
         Command::Serve(args) => serve(args)?,
         Command::Dev(args) => dev(args)?,
         Command::Op(args) => op(args)?,
+        Command::Bench(args) => bench(*args)?,
         Command::Admin(args) => admin(args)?,
         Command::Meter(args) => meter(args)?,
     }
@@ -376,6 +496,103 @@ fn op(args: OpArgs) -> anyhow::Result<()> {
         .and_then(|v| serde_json::to_string_pretty(&v))
         .unwrap_or(answer);
     println!("{pretty}");
+    Ok(())
+}
+
+fn bench(args: BenchArgs) -> anyhow::Result<()> {
+    use oed_daemon::bench::{self, peak};
+    use std::io::IsTerminal as _;
+    let var = |name: &str| {
+        std::env::var(name).with_context(|| format!("{name} is not set (the S3 credentials)"))
+    };
+    let bad = |e: String| anyhow::anyhow!(e);
+    let object_bytes = bench::parse_size(&args.size).map_err(bad)?;
+    let objects = match args.count {
+        Some(0) => anyhow::bail!("--count must be at least 1"),
+        Some(n) => n,
+        None => bench::parse_size(&args.total)
+            .map_err(bad)?
+            .div_ceil(object_bytes),
+    };
+    let rate = |r: &Option<String>| r.as_deref().map(peak::parse_rate).transpose().map_err(bad);
+    let endpoints = u32::try_from(args.endpoint.len()).unwrap_or(u32::MAX);
+    let drives = args.drives.unwrap_or(endpoints);
+    anyhow::ensure!(args.clients >= 1, "--clients must be at least 1");
+    anyhow::ensure!(args.threads >= 1, "--threads must be at least 1");
+    anyhow::ensure!(
+        args.sample_seconds >= 0.1,
+        "--sample-seconds must be at least 0.1"
+    );
+    let environment = args
+        .environment
+        .as_ref()
+        .map(|p| -> anyhow::Result<serde_json::Value> {
+            let text = std::fs::read_to_string(p)
+                .with_context(|| format!("--environment {}", p.display()))?;
+            serde_json::from_str(&text)
+                .with_context(|| format!("--environment {}: not JSON", p.display()))
+        })
+        .transpose()?;
+    let opts = bench::BenchOptions {
+        endpoints: args.endpoint,
+        access_key: var("AWS_ACCESS_KEY_ID")?,
+        secret_key: var("AWS_SECRET_ACCESS_KEY")?,
+        region: args.region,
+        bucket: args.bucket,
+        object_bytes,
+        objects,
+        clients: args.clients,
+        reps: args.reps.max(1),
+        phases: bench::parse_phases(&args.phases).map_err(bad)?,
+        operation: serde_json::from_str(&args.operation)
+            .with_context(|| "--operation is not JSON")?,
+        metrics: args.metrics,
+        peak: peak::PeakInputs {
+            drives,
+            k: args.k,
+            m: args.m,
+            gateways: endpoints,
+            drive_link_bit_s: rate(&args.drive_link)?,
+            client_link_bit_s: rate(&args.client_link)?,
+            mtu: args.mtu,
+            disks: args.disks.unwrap_or(drives),
+            disk_mb_s: args.disk_mb_s,
+        },
+        between_phases: args.between_phases,
+        environment,
+        ca_file: args.ca_file,
+        keep: args.keep,
+        max_phase: Duration::from_secs(args.max_phase_seconds),
+        request_timeout: Duration::from_secs(args.request_timeout_seconds),
+        sample_every: Duration::from_secs_f64(args.sample_seconds),
+        progress: !args.quiet && std::io::stderr().is_terminal(),
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(args.threads)
+        .enable_all()
+        .build()?;
+    let quiet = args.quiet;
+    let run = rt
+        .block_on(bench::run(&opts, |line| {
+            if !quiet {
+                eprintln!("oedd bench: {line}");
+            }
+        }))
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let json = serde_json::to_string_pretty(&run)?;
+    if let Some(path) = &args.json_file {
+        std::fs::write(path, &json).with_context(|| format!("--json-file {}", path.display()))?;
+    }
+    if let Some(path) = &args.svg {
+        std::fs::write(path, bench::svg::plot(&run))
+            .with_context(|| format!("--svg {}", path.display()))?;
+    }
+    if args.json {
+        eprint!("{}", run.table());
+        println!("{json}");
+    } else {
+        print!("{}", run.table());
+    }
     Ok(())
 }
 
