@@ -1,7 +1,8 @@
 # Sourced by the benchmark scripts. `release_bins [LOAD_TOOL...]` sets `bin` to a directory
-# holding the release `oedd` and the named load tools of oed-benches. They are built in the
-# same cache as CI and the other scripts (RocksDB's C++ is built once), unless BIN_DIR
-# names a directory of prebuilt ones, e.g. to compare two builds in turn.
+# holding the release `oedd` (with `oedd bench`, the S3 load) and the named load tools of
+# oed-benches. They are built in the same cache as CI and the other scripts (RocksDB's C++
+# is built once), unless BIN_DIR names a directory of prebuilt ones, e.g. to compare two
+# builds in turn.
 release_bins() {
   export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$HOME/.cache/oed/target}
   if [ -n "${BIN_DIR:-}" ]; then
@@ -15,4 +16,19 @@ release_bins() {
   fi
   cargo build --release --locked "${build[@]}" >&2
   bin=$CARGO_TARGET_DIR/release
+}
+
+# bench_phase PHASE ARGS...: one phase (write or read) of `oedd bench` from $bin on the
+# objects under the prefix "load" (kept between calls: a read finds what a write left, a
+# second write overwrites it), printed as one line:
+#   PUT: X MiB/s, Y objects/s, E errors; latency ms p50 A p90 B p99 C max D
+# (GET: for a read). ARGS go to oedd bench: --endpoint, --bucket, --size, --count,
+# --clients, --ca-file. Credentials from AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY.
+bench_phase() {
+  local phase=$1
+  shift
+  "$bin/oedd" bench --phases "$phase" --prefix load --keep --quiet "$@" |
+    awk -v p="$phase" '$1 == p && $2 ~ /^[0-9]+$/ {
+      printf "%s: %s MiB/s, %s objects/s, %s errors; latency ms p50 %s p90 %s p99 %s max %s\n",
+        (p == "write" ? "PUT" : "GET"), $3, $5, $11, $6, $7, $8, $9 }'
 }

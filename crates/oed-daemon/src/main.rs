@@ -290,6 +290,11 @@ struct BenchArgs {
     /// Keep the objects (they are deleted after each repetition otherwise).
     #[arg(long)]
     keep: bool,
+    /// The objects' key prefix (keys PREFIX/rREP/NNNNNNNN; a new one each run by
+    /// default). With it, a later run can read or overwrite the objects an earlier one
+    /// kept (--phases read or op need no write then).
+    #[arg(long)]
+    prefix: Option<String>,
     /// Print the results as JSON on standard output (the table goes to standard error).
     #[arg(long)]
     json: bool,
@@ -543,7 +548,7 @@ fn bench(args: BenchArgs) -> anyhow::Result<()> {
         objects,
         clients: args.clients,
         reps: args.reps.max(1),
-        phases: bench::parse_phases(&args.phases).map_err(bad)?,
+        phases: bench::parse_phases(&args.phases, args.prefix.is_some()).map_err(bad)?,
         operation: serde_json::from_str(&args.operation)
             .with_context(|| "--operation is not JSON")?,
         metrics: args.metrics,
@@ -562,6 +567,7 @@ fn bench(args: BenchArgs) -> anyhow::Result<()> {
         environment,
         ca_file: args.ca_file,
         keep: args.keep,
+        prefix: args.prefix,
         max_phase: Duration::from_secs(args.max_phase_seconds),
         request_timeout: Duration::from_secs(args.request_timeout_seconds),
         sample_every: Duration::from_secs_f64(args.sample_seconds),

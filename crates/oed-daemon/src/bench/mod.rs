@@ -77,6 +77,9 @@ pub struct BenchOptions {
     pub ca_file: Option<std::path::PathBuf>,
     /// Keep the objects after the run.
     pub keep: bool,
+    /// The objects' key prefix (`PREFIX/rREP/NNNNNNNN`); a new one for each run when
+    /// `None`. Naming it lets a later run read what an earlier one kept.
+    pub prefix: Option<String>,
     /// A phase stops issuing requests after this long.
     pub max_phase: Duration,
     /// A request that takes longer fails.
@@ -123,11 +126,12 @@ pub fn parse_size(s: &str) -> std::result::Result<u64, String> {
     Ok(bytes as u64)
 }
 
-/// Parses a list of phases, `write,read,op`.
+/// Parses a list of phases, `write,read,op`. Without `given_prefix` (objects of an earlier
+/// run kept with `--keep`), the phases start with `write`.
 ///
 /// # Errors
 /// An unknown phase, or phases that read before anything is written.
-pub fn parse_phases(s: &str) -> std::result::Result<Vec<Kind>, String> {
+pub fn parse_phases(s: &str, given_prefix: bool) -> std::result::Result<Vec<Kind>, String> {
     let phases = s
         .split(',')
         .map(|p| match p.trim() {
@@ -137,8 +141,12 @@ pub fn parse_phases(s: &str) -> std::result::Result<Vec<Kind>, String> {
             other => Err(format!("phase {other:?} is not write, read or op")),
         })
         .collect::<std::result::Result<Vec<_>, _>>()?;
-    if phases.first() != Some(&Kind::Write) {
-        return Err("the phases start with write: read and op work on what it wrote".into());
+    if !given_prefix && phases.first() != Some(&Kind::Write) {
+        return Err(
+            "the phases start with write: read and op work on what it wrote \
+             (or on the objects of an earlier run with --keep, named by its --prefix)"
+                .into(),
+        );
     }
     Ok(phases)
 }
@@ -374,6 +382,16 @@ struct Live {
     current: Mutex<(Option<Kind>, u32)>,
     done: AtomicU64,
     errors: AtomicU64,
+}
+
+impl Live {
+    /// Says which phase runs now (`None` between phases).
+    fn set(&self, phase: Option<Kind>, rep: u32) {
+        *self
+            .current
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = (phase, rep);
+    }
 }
 
 fn cpu_seconds() -> f64 {
@@ -732,11 +750,13 @@ pub async fn run(opts: &BenchOptions, mut progress: impl FnMut(&str)) -> Result<
     let s3 = Arc::new(S3::new(opts)?);
     make_bucket(&s3, &opts.bucket).await?;
     let started_at = time::OffsetDateTime::now_utc();
-    let prefix = format!(
-        "oedbench-{}-{}",
-        started_at.unix_timestamp(),
-        std::process::id()
-    );
+    let prefix = opts.prefix.clone().unwrap_or_else(|| {
+        format!(
+            "oedbench-{}-{}",
+            started_at.unix_timestamp(),
+            std::process::id()
+        )
+    });
     #[allow(
         clippy::cast_possible_truncation,
         reason = "checked to be at most 1 TiB above"
@@ -770,10 +790,7 @@ pub async fn run(opts: &BenchOptions, mut progress: impl FnMut(&str)) -> Result<
             }
             first = false;
             let e0 = read_meters(&s3, &opts.metrics).await;
-            *live
-                .current
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner) = (Some(kind), rep);
+            live.set(Some(kind), rep);
             let ticker = opts
                 .progress
                 .then(|| progress_line(live.clone(), kind, rep, opts.objects));
@@ -782,10 +799,7 @@ pub async fn run(opts: &BenchOptions, mut progress: impl FnMut(&str)) -> Result<
                 t.abort();
                 eprintln!();
             }
-            *live
-                .current
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner) = (None, rep);
+            live.set(None, rep);
             let e1 = read_meters(&s3, &opts.metrics).await;
             let energy = report::energy(&names, &e0, &e1, m.seconds, m.bytes);
             let peak = peaks
@@ -803,7 +817,8 @@ pub async fn run(opts: &BenchOptions, mut progress: impl FnMut(&str)) -> Result<
             ));
             results.push(r);
         }
-        if !opts.keep {
+        // Objects this run did not write (a named prefix read again) stay.
+        if !opts.keep && opts.phases.contains(&Kind::Write) {
             let failed = delete_all(&s3, opts, &rep_prefix).await;
             if failed > 0 {
                 progress(&format!(
@@ -882,11 +897,12 @@ mod tests {
     #[test]
     fn phases_start_with_a_write() {
         assert_eq!(
-            parse_phases("write,read,op"),
+            parse_phases("write,read,op", false),
             Ok(vec![Kind::Write, Kind::Read, Kind::Op])
         );
-        assert!(parse_phases("read").is_err());
-        assert!(parse_phases("write,scan").is_err());
+        assert!(parse_phases("read", false).is_err());
+        assert_eq!(parse_phases("read", true), Ok(vec![Kind::Read]));
+        assert!(parse_phases("write,scan", false).is_err());
     }
 
     #[test]
