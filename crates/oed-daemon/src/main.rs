@@ -273,9 +273,13 @@ struct BenchArgs {
     /// Disks behind the drives, for the peak (default: one per drive).
     #[arg(long)]
     disks: Option<u32>,
-    /// What each disk reads or writes sequentially, MB/s, for the peak.
+    /// What each disk writes sequentially, MB/s (and reads, unless --disk-read-mb-s),
+    /// for the peak.
     #[arg(long)]
     disk_mb_s: Option<f64>,
+    /// What each disk reads sequentially, MB/s, for the peak of reads and operations.
+    #[arg(long)]
+    disk_read_mb_s: Option<f64>,
     /// A shell command run before every phase but the first, e.g. to drop the page
     /// cache: 'sync; echo 3 > /proc/sys/vm/drop_caches'.
     #[arg(long)]
@@ -562,6 +566,7 @@ fn bench(args: BenchArgs) -> anyhow::Result<()> {
             mtu: args.mtu,
             disks: args.disks.unwrap_or(drives),
             disk_mb_s: args.disk_mb_s,
+            disk_read_mb_s: args.disk_read_mb_s,
         },
         between_phases: args.between_phases,
         environment,

@@ -385,6 +385,15 @@ struct Live {
 }
 
 impl Live {
+    fn new() -> Self {
+        Self {
+            bytes: AtomicU64::new(0),
+            current: Mutex::new((None, 0)),
+            done: AtomicU64::new(0),
+            errors: AtomicU64::new(0),
+        }
+    }
+
     /// Says which phase runs now (`None` between phases).
     fn set(&self, phase: Option<Kind>, rep: u32) {
         *self
@@ -669,13 +678,17 @@ async fn sample(
             (Some(a), Some(b)) if b >= a => Some((b - a) / dt),
             _ => None,
         };
-        out.push(Sample {
-            t,
-            phase,
-            rep,
-            mib_s,
-            watts,
-        });
+        // A last interval much shorter than the step is left out: its power, from a
+        // counter that moves once a meter period, would be noise.
+        if !last || out.is_empty() || dt >= every.as_secs_f64() / 2.0 {
+            out.push(Sample {
+                t,
+                phase,
+                rep,
+                mib_s,
+                watts,
+            });
+        }
         prev = (t, bytes, j);
         if last {
             return out;
@@ -764,12 +777,7 @@ pub async fn run(opts: &BenchOptions, mut progress: impl FnMut(&str)) -> Result<
     let pool = random_bytes((opts.object_bytes + WINDOW) as usize);
     let (peak_inputs, peaks, tpp) = peaks_of(opts);
     let names: Vec<String> = opts.metrics.clone();
-    let live = Arc::new(Live {
-        bytes: AtomicU64::new(0),
-        current: Mutex::new((None, 0)),
-        done: AtomicU64::new(0),
-        errors: AtomicU64::new(0),
-    });
+    let live = Arc::new(Live::new());
     let started = Instant::now();
     let stop = tokio_util::sync::CancellationToken::new();
     let sampler = tokio::spawn(sample(
@@ -794,7 +802,9 @@ pub async fn run(opts: &BenchOptions, mut progress: impl FnMut(&str)) -> Result<
             let ticker = opts
                 .progress
                 .then(|| progress_line(live.clone(), kind, rep, opts.objects));
+            let start_s = started.elapsed().as_secs_f64();
             let m = phase(&s3, opts, &live, kind, &rep_prefix, &pool).await;
+            let end_s = started.elapsed().as_secs_f64();
             if let Some(t) = ticker {
                 t.abort();
                 eprintln!();
@@ -806,7 +816,11 @@ pub async fn run(opts: &BenchOptions, mut progress: impl FnMut(&str)) -> Result<
                 .iter()
                 .find(|p| p.phase == kind)
                 .map_or_else(|| peak_inputs.oed(kind), |p| p.peak.clone());
-            let r = PhaseResult::new(kind, rep, m, &peak, &tpp, energy);
+            let r = PhaseResult {
+                start_s,
+                end_s,
+                ..PhaseResult::new(kind, rep, m, &peak, &tpp, energy)
+            };
             progress(&format!(
                 "{} {rep}: {:.1} MiB/s, {} errors{}",
                 report::kind_name(kind),

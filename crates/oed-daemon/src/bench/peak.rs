@@ -26,8 +26,10 @@ pub struct PeakInputs {
     pub mtu: u32,
     /// Disks behind the drives (the lab's drives share one disk: 1).
     pub disks: u32,
-    /// What each disk reads or writes sequentially, MB/s.
+    /// What each disk writes sequentially, MB/s (and reads, unless `disk_read_mb_s`).
     pub disk_mb_s: Option<f64>,
+    /// What each disk reads sequentially, MB/s, where it differs from `disk_mb_s`.
+    pub disk_read_mb_s: Option<f64>,
 }
 
 /// A phase's kind, for its peak.
@@ -104,8 +106,14 @@ impl PeakInputs {
         self.drive_link_bit_s.map(|b| goodput_mb_s(b, self.mtu))
     }
 
-    fn disks_term(&self, share: f64, how: &str) -> Option<Term> {
-        let d = self.disk_mb_s?;
+    /// The disks' bound on a phase that moves `share` of the object bytes through them,
+    /// reading or writing.
+    fn disks_term(&self, reads: bool, share: f64, how: &str) -> Option<Term> {
+        let d = if reads {
+            self.disk_read_mb_s.or(self.disk_mb_s)?
+        } else {
+            self.disk_mb_s?
+        };
         let total = f64::from(self.disks) * d;
         Some(Term {
             name: "disks",
@@ -224,7 +232,7 @@ impl PeakInputs {
             Kind::Write => f64::from(self.k) / f64::from((self.k + self.m).max(1)),
             Kind::Read | Kind::Op => 1.0,
         };
-        terms.extend(self.disks_term(share, "k/(k+m)"));
+        terms.extend(self.disks_term(kind != Kind::Write, share, "k/(k+m)"));
         Peak::of(terms)
     }
 
@@ -245,7 +253,7 @@ impl PeakInputs {
                 mb_s: f64::from(self.drives) * l,
             });
         }
-        terms.extend(self.disks_term(1.0, ""));
+        terms.extend(self.disks_term(false, 1.0, ""));
         Peak::of(terms)
     }
 }
@@ -305,6 +313,7 @@ mod tests {
             mtu: 1500,
             disks: 6,
             disk_mb_s: Some(200.0),
+            disk_read_mb_s: None,
         }
     }
 
@@ -374,6 +383,7 @@ mod tests {
             mtu: 1500,
             disks: 8,
             disk_mb_s: Some(115.0),
+            disk_read_mb_s: None,
         };
         assert!(close(study.tpp().mb_s.unwrap(), 920.0));
         let t = lab(6).tpp();
@@ -392,6 +402,19 @@ mod tests {
         assert_eq!(op.terms.len(), 1);
         assert!(close(op.mb_s.unwrap(), 1200.0));
         assert!(close(op.percent(600.0).unwrap(), 50.0));
+        // Disks that read faster than they write: reads and operations use that.
+        let fast_reads = PeakInputs {
+            disk_read_mb_s: Some(300.0),
+            ..lab(6)
+        };
+        assert!(close(fast_reads.oed(Kind::Op).mb_s.unwrap(), 1800.0));
+        assert!(
+            fast_reads
+                .oed(Kind::Write)
+                .terms
+                .iter()
+                .any(|t| t.name == "disks" && close(t.mb_s, 800.0))
+        );
     }
 
     #[test]

@@ -191,6 +191,11 @@ pub struct PhaseResult {
     pub client_cpu_seconds: f64,
     /// The benchmark's CPU seconds per GiB moved: its own cost (1.0 is 1 GiB/s per core).
     pub client_cpu_s_per_gib: Option<f64>,
+    /// When the phase started and ended, seconds since the run started (as the
+    /// timeline's `t`).
+    pub start_s: f64,
+    /// When it ended.
+    pub end_s: f64,
 }
 
 /// What a phase measured, before the arithmetic.
@@ -255,6 +260,8 @@ impl PhaseResult {
             energy,
             client_cpu_seconds: m.client_cpu_seconds,
             client_cpu_s_per_gib: (gib > 0.0).then(|| m.client_cpu_seconds / gib),
+            start_s: 0.0,
+            end_s: m.seconds,
         }
     }
 }
@@ -355,9 +362,11 @@ pub fn summarise(results: &[PhaseResult]) -> Vec<Summary> {
 /// One point of the run's timeline.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Sample {
-    /// Seconds since the run started.
+    /// Seconds since the run started, at the end of the interval the rates cover (from
+    /// the previous point, or the start).
     pub t: f64,
-    /// The phase running (`write`, `read`, `op`), or `None` between phases.
+    /// The phase running when the point was taken (`write`, `read`, `op`), or `None`
+    /// between phases.
     pub phase: Option<Kind>,
     /// The repetition.
     pub rep: u32,

@@ -4,7 +4,8 @@
 
 use std::fmt::Write as _;
 
-use super::report::{Run, Sample, human_bytes, kind_name};
+use super::peak::Kind;
+use super::report::{PhaseResult, Run, Sample, human_bytes, kind_name};
 
 const W: f64 = 900.0;
 const H: f64 = 420.0;
@@ -44,40 +45,26 @@ fn polyline(points: &[(f64, f64)], colour: &str) -> String {
     )
 }
 
-/// A shaded, named band for each phase, from the sample before its first to its last.
-fn bands(samples: &[Sample], x: &dyn Fn(f64) -> f64, ph: f64) -> String {
+/// A shaded, named band over each phase's time.
+fn bands(phases: &[PhaseResult], x: &dyn Fn(f64) -> f64, ph: f64) -> String {
     let mut s = String::new();
-    let mut i = 0;
-    while i < samples.len() {
-        let Some(kind) = samples[i].phase else {
-            i += 1;
-            continue;
+    for p in phases {
+        let fill = match p.phase {
+            Kind::Write => "#fde7d4",
+            Kind::Read => "#dcecf8",
+            Kind::Op => "#e3f3dc",
         };
-        let rep = samples[i].rep;
-        let start = if i > 0 { samples[i - 1].t } else { 0.0 };
-        let mut j = i;
-        while j + 1 < samples.len()
-            && samples[j + 1].phase == Some(kind)
-            && samples[j + 1].rep == rep
-        {
-            j += 1;
-        }
-        let fill = match kind_name(kind) {
-            "write" => "#fde7d4",
-            "read" => "#dcecf8",
-            _ => "#e3f3dc",
-        };
-        let (x0, x1) = (x(start), x(samples[j].t));
+        let (x0, x1) = (x(p.start_s), x(p.end_s));
         let _ = writeln!(
             s,
             "<rect x=\"{x0:.1}\" y=\"{TOP}\" width=\"{:.1}\" height=\"{ph}\" fill=\"{fill}\"/>\n\
-             <text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\" fill=\"#555\">{} {rep}</text>",
+             <text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\" fill=\"#555\">{} {}</text>",
             (x1 - x0).max(1.0),
             f64::midpoint(x0, x1),
             TOP + 14.0,
-            kind_name(kind),
+            kind_name(p.phase),
+            p.rep,
         );
-        i = j + 1;
     }
     s
 }
@@ -86,7 +73,10 @@ fn bands(samples: &[Sample], x: &dyn Fn(f64) -> f64, ph: f64) -> String {
 #[must_use]
 pub fn plot(run: &Run) -> String {
     let samples: &[Sample] = &run.timeline;
-    let t_end = samples.last().map_or(1.0, |s| s.t).max(1.0);
+    let t_end = samples
+        .last()
+        .map_or(1.0, |s| s.t)
+        .max(run.phases.last().map_or(1.0, |p| p.end_s));
     let mib_max = nice_max(samples.iter().map(|s| s.mib_s).fold(0.0, f64::max));
     let watts: Vec<f64> = samples.iter().filter_map(|s| s.watts).collect();
     let w_max = nice_max(watts.iter().copied().fold(0.0, f64::max));
@@ -97,7 +87,7 @@ pub fn plot(run: &Run) -> String {
         "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{W}\" height=\"{H}\" viewBox=\"0 0 {W} {H}\" font-family=\"sans-serif\" font-size=\"12\">\n\
          <rect width=\"{W}\" height=\"{H}\" fill=\"white\"/>\n"
     );
-    s.push_str(&bands(samples, &x, ph));
+    s.push_str(&bands(&run.phases, &x, ph));
     // Axes, grid and ticks.
     for k in 0..=5 {
         let f = f64::from(k) / 5.0;
@@ -162,14 +152,18 @@ pub fn plot(run: &Run) -> String {
         "<text x=\"{LEFT}\" y=\"28\" font-size=\"14\">{}</text>",
         escape(&title)
     );
+    // Each sample holds the rates over the interval before it: drawn at its middle.
+    let mid = |i: usize| f64::midpoint(if i == 0 { 0.0 } else { samples[i - 1].t }, samples[i].t);
     let thr: Vec<(f64, f64)> = samples
         .iter()
-        .map(|p| (x(p.t), y(p.mib_s, mib_max)))
+        .enumerate()
+        .map(|(i, p)| (x(mid(i)), y(p.mib_s, mib_max)))
         .collect();
     s.push_str(&polyline(&thr, "#1f5fa8"));
     let pow: Vec<(f64, f64)> = samples
         .iter()
-        .filter_map(|p| p.watts.map(|w| (x(p.t), y(w, w_max))))
+        .enumerate()
+        .filter_map(|(i, p)| p.watts.map(|w| (x(mid(i)), y(w, w_max))))
         .collect();
     if !pow.is_empty() {
         s.push_str(&polyline(&pow, "#c0502a"));
@@ -189,6 +183,67 @@ mod tests {
         assert!((nice_max(117.0) - 200.0).abs() < 1e-9);
         assert!((nice_max(500.0) - 500.0).abs() < 1e-9);
         assert!((nice_max(501.0) - 1000.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn phases_are_bands_over_their_own_time() {
+        use crate::bench::peak::{Peak, PeakInputs};
+        use crate::bench::report::Measured;
+        let none = Peak {
+            mb_s: None,
+            terms: vec![],
+        };
+        let phase = |kind, start_s, end_s| PhaseResult {
+            start_s,
+            end_s,
+            ..PhaseResult::new(kind, 1, Measured::default(), &none, &none, None)
+        };
+        let run = Run {
+            tool: "t".into(),
+            started: String::new(),
+            endpoints: vec![],
+            bucket: "b".into(),
+            object_bytes: 1 << 20,
+            objects: 1,
+            clients: 1,
+            reps: 1,
+            operation: None,
+            peak_inputs: PeakInputs {
+                drives: 1,
+                k: 1,
+                m: 0,
+                gateways: 1,
+                drive_link_bit_s: None,
+                client_link_bit_s: None,
+                mtu: 1500,
+                disks: 1,
+                disk_mb_s: None,
+                disk_read_mb_s: None,
+            },
+            peaks: vec![],
+            tpp: none.clone(),
+            energy_source: None,
+            meters: vec![],
+            between_phases: None,
+            environment: None,
+            phases: vec![phase(Kind::Write, 0.0, 7.5), phase(Kind::Op, 7.5, 10.0)],
+            summary: vec![],
+            timeline: vec![],
+        };
+        let svg = plot(&run);
+        // 760 px of plot for 10 s: the write band is 570 px wide, the op band 190 px
+        // from x = 640.
+        assert!(
+            svg.contains("<rect x=\"70.0\" y=\"50\" width=\"570.0\""),
+            "{svg}"
+        );
+        assert!(
+            svg.contains("<rect x=\"640.0\" y=\"50\" width=\"190.0\""),
+            "{svg}"
+        );
+        assert!(svg.contains(">op 1</text>"));
+        // No power line without meters.
+        assert!(!svg.contains("#c0502a\" stroke-width"));
     }
 
     #[test]
