@@ -142,6 +142,18 @@ def test_cgroup_commands_for_v1_and_v2(tmp_path):
         lab.cgroup_writes(none, p, p.drives[0])
 
 
+def test_the_drive_command():
+    p = lab.Plan(name="x", drives_n=2, k=1, m=1, workdir=lab.Path("/w"),
+                 settings=["md5_etags=false"])
+    cmd = lab.drive_command(p, p.drives[1], "/bin/oedd", fsync=False)
+    assert cmd[:5] == ["nsenter", "--net=/run/netns/x-d2", "--", "/bin/oedd", "serve"]
+    text = " ".join(cmd)
+    assert "--listen 10.77.0.2:9000 --drive-id drive-2" in text
+    assert '--set metrics_listen="10.77.0.2:9410"' in text
+    assert '--set fsync="never"' in text and '--set cluster_map="/w/cluster.toml"' in text
+    assert cmd[-2:] == ["--set", "md5_etags=false"]
+
+
 def test_the_cluster_map():
     text = lab.map_toml(lab.Plan(name="x", drives_n=3, k=2, m=1))
     assert 'cluster_id = "x"' in text and "k = 2" in text and "m = 1" in text
