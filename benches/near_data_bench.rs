@@ -140,7 +140,8 @@ fn own_cpu() -> f64 {
     drive_cpu(&[std::process::id()])
 }
 
-/// The drives' energy counters summed, and how they were had.
+/// The drives' energy counters summed, and how they were had (the pages parsed as
+/// `oedd bench` parses them).
 async fn energy(http: &reqwest::Client, urls: &[String]) -> (f64, String) {
     let mut joules = 0.0;
     let mut methods = std::collections::BTreeSet::new();
@@ -149,16 +150,9 @@ async fn energy(http: &reqwest::Client, urls: &[String]) -> (f64, String) {
             continue;
         };
         let Ok(text) = r.text().await else { continue };
-        for line in text
-            .lines()
-            .filter(|l| l.starts_with("oed_energy_joules_total{"))
-        {
-            if let Some((labels, v)) = line.rsplit_once(' ') {
-                joules += v.parse::<f64>().unwrap_or(0.0);
-                if let Some(m) = labels.split("method=\"").nth(1) {
-                    methods.insert(m.split('"').next().unwrap_or("").to_owned());
-                }
-            }
+        if let Some(reading) = oed_daemon::bench::meters::parse(&text) {
+            joules += reading.joules;
+            methods.insert(reading.method);
         }
     }
     let method = match methods.len() {
