@@ -776,7 +776,6 @@ pub async fn run(opts: &BenchOptions, mut progress: impl FnMut(&str)) -> Result<
     )]
     let pool = random_bytes((opts.object_bytes + WINDOW) as usize);
     let (peak_inputs, peaks, tpp) = peaks_of(opts);
-    let names: Vec<String> = opts.metrics.clone();
     let live = Arc::new(Live::new());
     let started = Instant::now();
     let stop = tokio_util::sync::CancellationToken::new();
@@ -811,7 +810,7 @@ pub async fn run(opts: &BenchOptions, mut progress: impl FnMut(&str)) -> Result<
             }
             live.set(None, rep);
             let e1 = read_meters(&s3, &opts.metrics).await;
-            let energy = report::energy(&names, &e0, &e1, m.seconds, m.bytes);
+            let energy = report::energy(&opts.metrics, &e0, &e1, m.seconds, m.bytes);
             let peak = peaks
                 .iter()
                 .find(|p| p.phase == kind)
