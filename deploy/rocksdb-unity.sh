@@ -1,20 +1,28 @@
 #!/usr/bin/env bash
-# RocksDB's C++ for the debug builds of the test suite, compiled as two "unity" translation
-# units (each #includes half of RocksDB's sources) instead of 340 files: each file of
-# RocksDB spends most of its -O0 compile parsing the same standard and RocksDB headers,
-# which a unity unit parses once. RocksDB keeps its sources unity-clean (its Makefile's
-# `unity.a` target).
+# RocksDB's C++ compiled as two "unity" translation units (each #includes half of
+# RocksDB's sources) instead of 340 files: each file of RocksDB spends most of its compile
+# parsing the same standard and RocksDB headers, which a unity unit parses once. RocksDB
+# keeps its sources unity-clean (its Makefile's `unity.a` target).
 #
-#   deploy/rocksdb-unity.sh TARGET    prints the directory holding librocksdb.a for TARGET;
-#                                     exits with 2 for a target it has no flags for
+#   deploy/rocksdb-unity.sh TARGET [debug|release]
+#       prints the directory holding librocksdb.a for TARGET; exits with 2 for a target
+#       it has no flags for. debug (the default): -O0, for the test suite and
+#       deploy/dev.sh; release: -Os, for packages (deploy/package.sh).
 #
-# The flags, defines and sources are those librocksdb-sys's build.rs gives cc for a debug
-# build (opt-level 0, no debug info: Cargo.toml), so the library is the same code. The
-# result is kept under $CARGO_TARGET_DIR/rocksdb-unity/, keyed by the librocksdb-sys
-# version and this script's text. deploy/test.sh points librocksdb-sys at it
-# (ROCKSDB_LIB_DIR, ROCKSDB_STATIC); release builds compile RocksDB through cargo as usual.
+# The flags, defines and sources are those librocksdb-sys's build.rs gives cc for that
+# profile in Cargo.toml (opt-level 0 for dev, "s" for release; no debug info either way),
+# so the library is the same code. The result is kept under
+# $CARGO_TARGET_DIR/rocksdb-unity/, keyed by the librocksdb-sys version, the flags and
+# this script's text. deploy/test.sh, deploy/dev.sh and deploy/package.sh point
+# librocksdb-sys at it (ROCKSDB_LIB_DIR, ROCKSDB_STATIC).
 set -euo pipefail
 target=$1
+mode=${2:-debug}
+case $mode in
+  debug) opt=-O0 ;;
+  release) opt=-Os ;;
+  *) echo "rocksdb-unity: mode is debug or release, not $mode" >&2; exit 1 ;;
+esac
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 target_root=${CARGO_TARGET_DIR:-$root/target}
 # The cross ar (AR_<target>) and armv7's header forced into every C++ file
@@ -45,14 +53,14 @@ ar=${!ar_var:-ar}
 extra_var="CXXFLAGS_${target//-/_}"
 # shellcheck disable=SC2206 # the variable holds flags, split as cc splits them
 extra=(${!extra_var:-})
-flags=(-O0 -ffunction-sections -fdata-sections -fPIC "${arch[@]}" -I rocksdb/include/ -I rocksdb/
+flags=("$opt" -ffunction-sections -fdata-sections -fPIC "${arch[@]}" -I rocksdb/include/ -I rocksdb/
        -I rocksdb/third-party/gtest-1.8.1/fused-src/ -I . -std=c++20 -w -include cstdint
        "${defines[@]}" "${extra[@]}")
 
 key=$( (cat "${BASH_SOURCE[0]}"; echo "${flags[*]}"; "$cxx" --version | head -1) | sha256sum | cut -c1-16)
 out=$target_root/rocksdb-unity/$target/$version-$key
 if [ ! -f "$out/librocksdb.a" ]; then
-  echo "rocksdb-unity: compiling RocksDB ($version) for $target" >&2
+  echo "rocksdb-unity: compiling RocksDB ($version, $mode) for $target" >&2
   rm -rf "$out" && mkdir -p "$out"
   mapfile -t sources < <(grep -v '^util/build_version.cc$' "$src/rocksdb_lib_sources.txt" |
     sed 's/^[[:space:]]*//; s/[[:space:]]*$//' | grep . | sed 's|^|rocksdb/|')
@@ -69,6 +77,6 @@ if [ ! -f "$out/librocksdb.a" ]; then
   for p in "${pids[@]}"; do wait "$p"; done
   "$ar" crs "$out/librocksdb.a" "$out/unity0.o" "$out/unity1.o"
   rm -f "$out"/unity*.o
-  echo "rocksdb-unity: $target done in $(( $(date +%s) - start )) s" >&2
+  echo "rocksdb-unity: $target ($mode) done in $(( $(date +%s) - start )) s" >&2
 fi
 echo "$out"

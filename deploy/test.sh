@@ -12,8 +12,12 @@
 #   3. builds for aarch64 and armv7 and runs the erasure-code tests there under qemu-user,
 #      so the ARM SIMD kernels are checked against the reference on every run, and the
 #      near-data kernels' tests (oed-ops: merges equal single passes, on 32-bit too),
-#   4. builds oedd for both ARM targets and runs the peer-API smoke test against each
-#      under qemu: start, put and get a shard, stop cleanly on SIGTERM.
+#   4. makes the Debian packages for amd64, arm64 and armhf (deploy/package.sh) and
+#      checks them (tests/package: fields, contents, lintian, the unit's security
+#      exposure, the binaries under qemu; as root, the amd64 package installed, run as
+#      its unit runs it, upgraded in place, removed and purged),
+#   5. runs the peer-API smoke test against the packaged ARM binaries under qemu:
+#      start, put and get a shard, stop cleanly on SIGTERM.
 # Each target must pick its SIMD kernel (OED_EXPECT_KERNEL), not silently fall back.
 # RocksDB's C++ is compiled once per target as two unity units (deploy/rocksdb-unity.sh:
 # about a minute per target instead of 16), and librocksdb-sys links that library.
@@ -81,7 +85,11 @@ if ! py_ready; then
 fi
 # The metrics tests run Debian's Prometheus server and promtool; the tools tests rclone
 # and s3fs (mounted when the machine offers FUSE, skipped with the reason otherwise).
+# The package tests need lintian, file, and systemd-analyze and systemd-sysusers.
 missing=()
+command -v lintian >/dev/null || missing+=(lintian)
+command -v file >/dev/null || missing+=(file)
+command -v systemd-analyze >/dev/null || missing+=(systemd)
 command -v promtool >/dev/null || [ -x /usr/bin/promtool ] || missing+=(prometheus)
 command -v rclone >/dev/null || missing+=(rclone)
 # The TLS tests make certificates as docs/drive.md tells operators to, with openssl.
@@ -109,19 +117,30 @@ OED_TEST_OEDD_BIN="$(cd "$target_root" && pwd)/debug/oedd" python3 -m pytest -q 
 step "S3 end-to-end tests (aws-sdk-s3 for Rust)"
 OED_TEST_OEDD_BIN="$(cd "$target_root" && pwd)/debug/oedd" \
   cargo_for "$host" test --locked --manifest-path tests/sdk/Cargo.toml
-for pair in aarch64-unknown-linux-gnu:neon64 armv7-unknown-linux-gnueabihf:neon32; do
-  t=${pair%%:*}
-  step "$t: oed-ec tests under qemu (expecting the ${pair##*:} kernel)"
-  OED_EXPECT_KERNEL=${pair##*:} cargo test --locked -p oed-ec --target "$t"
+step "Debian packages: amd64, arm64, armhf (deploy/package.sh), and their tests"
+packages=$target_root/packages
+rm -rf "$packages" && mkdir -p "$packages/upgrade"
+bash deploy/package.sh --out "$packages" >/dev/null
+# The same package at a higher version, for the in-place upgrade test.
+crate_version=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
+bash deploy/package.sh --arch amd64 --version "$crate_version-2" --out "$packages/upgrade" >/dev/null
+OED_TEST_DEBS=$packages python3 -m pytest -q -rs -p no:cacheprovider tests/package
+unpacked=$(mktemp -d)
+trap 'rm -rf "$unpacked"' EXIT
+for pair in aarch64-unknown-linux-gnu:neon64:arm64 armv7-unknown-linux-gnueabihf:neon32:armhf; do
+  IFS=: read -r t kernel arch <<<"$pair"
+  step "$t: oed-ec tests under qemu (expecting the $kernel kernel)"
+  OED_EXPECT_KERNEL=$kernel cargo test --locked -p oed-ec --target "$t"
   step "$t: oed-ops tests under qemu (checksums, statistics, text, sketches, compression, dedup, MD5)"
   cargo test --locked -p oed-ops --target "$t"
-  step "$t: oedd smoke test under qemu"
-  cargo_for "$t" build --locked -p oed-daemon --bin oedd --target "$t"
+  step "$t: the packaged oedd ($arch) under qemu: smoke test"
+  dpkg-deb -x "$packages"/oedd_*_"$arch".deb "$unpacked/$arch"
+  bin=$unpacked/$arch/usr/bin/oedd
   runner_var="CARGO_TARGET_$(tr 'a-z-' 'A-Z_' <<<"$t")_RUNNER"
-  out=$(${!runner_var} "$target_root/$t/debug/oedd" version)
+  out=$(${!runner_var} "$bin" version)
   echo "$out"
-  grep -q "kernel: ${pair##*:}" <<<"$out" || { echo "oedd on $t did not pick ${pair##*:}" >&2; exit 1; }
-  OED_TEST_OEDD_BIN="$target_root/$t/debug/oedd" OED_TEST_OEDD_RUNNER="${!runner_var}" \
+  grep -q "kernel: $kernel" <<<"$out" || { echo "oedd on $t did not pick $kernel" >&2; exit 1; }
+  OED_TEST_OEDD_BIN="$bin" OED_TEST_OEDD_RUNNER="${!runner_var}" \
     cargo_for "$host" test --locked -p oed-tests --test peer_api -- smoke_put_get_and_clean_stop
 done
 step "all tests passed"

@@ -44,29 +44,44 @@ class Cluster:
     serves /metrics on its own port (`metrics_addrs`); `extra(i)` gives more `--set`
     settings for drive i."""
 
-    def __init__(self, n=6, k=4, m=2, chunk=65536, extra=None):
+    def __init__(self, n=6, k=4, m=2, chunk=65536, extra=None, from_init=None):
+        """With `from_init`, a directory `oedd cluster init` wrote, the drives run its
+        map and secrets instead."""
         self.bin = os.environ.get("OED_TEST_OEDD_BIN", "target/debug/oedd")
         self.dir = Path(tempfile.mkdtemp(prefix="oed-s3-test-"))
-        self.secret = secrets.token_hex(16)
-        self.cluster_secret = secrets.token_hex(16)
-        self.k, self.m = k, m
-        ports = free_ports(2 * n)
-        self.metrics_addrs = [f"127.0.0.1:{p}" for p in ports[n:]]
-        ports = ports[:n]
         self.extra = extra or (lambda i: [])
-        self.ids = [f"drive-{i + 1}" for i in range(n)]
-        self.addrs = [f"127.0.0.1:{p}" for p in ports]
-        lines = [
-            'cluster_id = "test"',
-            "[profile]",
-            f"k = {k}",
-            f"m = {m}",
-            f"chunk_size = {chunk}",
-        ]
-        for i, a in zip(self.ids, self.addrs):
-            lines += ["[[drives]]", f'id = "{i}"', f'address = "{a}"']
-        self.map = self.dir / "cluster.toml"
-        self.map.write_text("\n".join(lines) + "\n")
+        if from_init is not None:
+            import tomllib
+            made = tomllib.loads((Path(from_init) / "cluster.toml").read_text())
+            self.secret = (Path(from_init) / "s3.secret").read_text().strip()
+            self.cluster_secret = (Path(from_init) / "cluster.secret").read_text().strip()
+            self.k, self.m = made["profile"]["k"], made["profile"]["m"]
+            self.ids = [d["id"] for d in made["drives"]]
+            self.addrs = [d["address"] for d in made["drives"]]
+            n = len(self.ids)
+            self.metrics_addrs = [f"127.0.0.1:{p}" for p in free_ports(n)]
+            self.map = self.dir / "cluster.toml"
+            shutil.copy(Path(from_init) / "cluster.toml", self.map)
+        else:
+            self.secret = secrets.token_hex(16)
+            self.cluster_secret = secrets.token_hex(16)
+            self.k, self.m = k, m
+            ports = free_ports(2 * n)
+            self.metrics_addrs = [f"127.0.0.1:{p}" for p in ports[n:]]
+            ports = ports[:n]
+            self.ids = [f"drive-{i + 1}" for i in range(n)]
+            self.addrs = [f"127.0.0.1:{p}" for p in ports]
+            lines = [
+                'cluster_id = "test"',
+                "[profile]",
+                f"k = {k}",
+                f"m = {m}",
+                f"chunk_size = {chunk}",
+            ]
+            for i, a in zip(self.ids, self.addrs):
+                lines += ["[[drives]]", f'id = "{i}"', f'address = "{a}"']
+            self.map = self.dir / "cluster.toml"
+            self.map.write_text("\n".join(lines) + "\n")
         self.procs = [None] * n
         for i in range(n):
             self.start(i)
@@ -116,6 +131,19 @@ class Cluster:
         if p is not None:
             p.send_signal(signal.SIGKILL)
             p.wait()
+            self.procs[i] = None
+
+    def term(self, i, timeout=60):
+        """Stops drive i as systemctl stop does: SIGTERM, then waits for it to exit.
+        Returns its exit code."""
+        p = self.procs[i]
+        p.send_signal(signal.SIGTERM)
+        try:
+            return p.wait(timeout)
+        finally:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
             self.procs[i] = None
 
     def restart(self, i):

@@ -105,6 +105,34 @@ pub async fn statuses(map: &ClusterMap, access: &Access) -> Vec<DriveAnswer> {
     .await
 }
 
+/// What `oedd cluster check --live` reports from the drives' answers: a drive that does
+/// not answer, answers as another drive (two addresses swapped), or runs another epoch
+/// of the map.
+#[must_use]
+pub fn live_problems(map: &ClusterMap, answers: &[DriveAnswer]) -> Vec<String> {
+    let mut out = Vec::new();
+    for a in answers {
+        match (&a.status, &a.error) {
+            (Some(s), _) if s.drive_id != a.drive => out.push(format!(
+                "drive {:?}: {} answers as drive {:?}",
+                a.drive, a.address, s.drive_id
+            )),
+            (Some(s), _) if s.epoch != map.epoch => out.push(format!(
+                "drive {:?} runs epoch {} of the map; this file is epoch {} (`oedd admin --map FILE push` sends it)",
+                a.drive, s.epoch, map.epoch
+            )),
+            (Some(_), _) => {}
+            (None, e) => out.push(format!(
+                "drive {:?} at {} does not answer: {}",
+                a.drive,
+                a.address,
+                e.as_deref().unwrap_or("no answer")
+            )),
+        }
+    }
+    out
+}
+
 /// Starts `action` (`scrub`, `refill`, `retry`) on `drives`; returns a line per drive.
 ///
 /// # Errors

@@ -1,6 +1,7 @@
 //! The daemon's configuration: one [`Config`] loaded from a TOML file, then overridden by
 //! `OED_*` environment variables, then by command-line flags. Every field has a default
-//! and a doc line; `oedd config-defaults` prints them all as TOML. Secrets are never taken
+//! and a doc line; `oedd config-defaults` prints them all as TOML (those without a default
+//! commented out). Secrets are never taken
 //! from flags: the cluster secret comes from `OED_CLUSTER_SECRET` or from the file named by
 //! `cluster_secret_file`.
 
@@ -453,11 +454,78 @@ impl Config {
         Ok(Some(secret))
     }
 
-    /// The defaults as a commented TOML file.
+    /// The defaults as a TOML file, with the settings that have no default (paths,
+    /// addresses and commands left unset) as comments after them.
     #[must_use]
     pub fn defaults_toml() -> String {
-        toml::to_string(&Config::default()).unwrap_or_default()
+        let mut text = toml::to_string(&Config::default()).unwrap_or_default();
+        let set: toml::Table = toml::from_str(&text).unwrap_or_default();
+        let unset: Vec<&str> = Config::setting_names()
+            .iter()
+            .copied()
+            .filter(|n| !set.contains_key(*n))
+            .collect();
+        if !unset.is_empty() {
+            text.push_str("\n# Not set by default:\n");
+            for n in unset {
+                text.push_str("# ");
+                text.push_str(n);
+                text.push_str(" = \n");
+            }
+        }
+        text
     }
+
+    /// The name of every setting, in the order [`Config`] declares them.
+    #[must_use]
+    pub fn setting_names() -> &'static [&'static str] {
+        field_names::<Config>()
+    }
+}
+
+/// The field names serde knows a struct by: a deserializer that records the `fields` the
+/// struct's `Deserialize` asks for, and reads nothing.
+fn field_names<'de, T: Deserialize<'de>>() -> &'static [&'static str] {
+    struct Names(&'static [&'static str]);
+    #[derive(Debug)]
+    struct Stop;
+    impl std::fmt::Display for Stop {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("field names recorded")
+        }
+    }
+    impl std::error::Error for Stop {}
+    impl serde::de::Error for Stop {
+        fn custom<M: std::fmt::Display>(_: M) -> Self {
+            Stop
+        }
+    }
+    impl<'de> serde::Deserializer<'de> for &mut Names {
+        type Error = Stop;
+        fn deserialize_any<V: serde::de::Visitor<'de>>(
+            self,
+            _: V,
+        ) -> std::result::Result<V::Value, Stop> {
+            Err(Stop)
+        }
+        fn deserialize_struct<V: serde::de::Visitor<'de>>(
+            self,
+            _: &'static str,
+            fields: &'static [&'static str],
+            _: V,
+        ) -> std::result::Result<V::Value, Stop> {
+            self.0 = fields;
+            Err(Stop)
+        }
+        serde::forward_to_deserialize_any! {
+            bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes
+            byte_buf option unit unit_struct newtype_struct seq tuple tuple_struct map enum
+            identifier ignored_any
+        }
+    }
+    let mut names = Names(&[]);
+    let _ = T::deserialize(&mut names);
+    names.0
 }
 
 fn parse_value(s: &str) -> toml::Value {
@@ -470,6 +538,25 @@ fn parse_value(s: &str) -> toml::Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn config_defaults_names_every_setting_and_loads_back() {
+        let names = Config::setting_names();
+        assert_eq!(names[0], "drive_id");
+        assert!(names.contains(&"cluster_map") && names.contains(&"sweep_grace_seconds"));
+        let text = Config::defaults_toml();
+        for n in names {
+            assert!(
+                text.lines()
+                    .any(|l| l.starts_with(&format!("{n} = "))
+                        || l.starts_with(&format!("# {n} = "))),
+                "{n} is not in config-defaults"
+            );
+        }
+        let back: Config = toml::from_str(&text).unwrap();
+        assert_eq!(back.drive_id, Config::default().drive_id);
+        assert!(text.contains("# cluster_map = "));
+    }
 
     fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
         pairs

@@ -32,6 +32,7 @@
 //! - [`dev`]: `oedd dev`, a whole cluster of drives on one machine.
 //! - [`uri`]: percent-encoding as S3, SigV4 and the peer API use it.
 //! - [`admin`]: `oedd admin`, cluster health and repair actions over the peer API.
+//! - [`notify`]: readiness and shutdown notices to systemd (`Type=notify`).
 //! - [`op_client`]: `oedd op`, a near-data operation signed with SigV4 from a shell.
 //! - [`bench`]: `oedd bench`, an IOR-like benchmark of any S3 endpoint with the share of
 //!   the theoretical peak and the drives' energy per phase.
@@ -47,6 +48,7 @@ pub mod error;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod metrics;
+pub mod notify;
 pub mod op_client;
 pub mod peer;
 pub mod repair;

@@ -16,7 +16,19 @@ use tokio_util::sync::CancellationToken;
 
 /// OED drive daemon: one per Open Ethernet Drive.
 #[derive(Parser)]
-#[command(version, about)]
+#[command(
+    version,
+    about,
+    long_about = "OED drive daemon: an S3 object store of Ethernet drives.\n\n\
+        One oedd runs on each drive (`oedd serve`; the Debian package runs it as \
+        oedd.service with /etc/oed/oedd.toml). Together the drives of a cluster serve S3, \
+        erasure-code every object across drives, heal and scrub what they hold, run data \
+        operations where the data lies, and export power, energy and I/O metrics to \
+        Prometheus. The other commands make and check a cluster's map (`oedd cluster`), \
+        look after a running cluster (`oedd admin`), run near-data operations (`oedd op`), \
+        benchmark an S3 endpoint (`oedd bench`), show the power meter (`oedd meter`) and \
+        start a whole cluster on one machine for trying it out (`oedd dev`)."
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -52,6 +64,14 @@ enum Command {
     ///           oedd admin --map cluster.toml refill drive-3
     ///           oedd admin --map cluster.toml drain drive-3
     Admin(AdminArgs),
+    /// Make a new cluster's map and secrets from its drives' addresses, or check a map
+    /// and its secret files before they go to the drives (docs/deploy.md).
+    ///
+    /// Examples: oedd cluster init --out ./oed-cluster --drive 10.0.0.11:9400
+    ///               --drive 10.0.0.12:9400 --drive 10.0.0.13:9400
+    ///           oedd cluster check --map /var/lib/oed/cluster.toml
+    ///               --secret-file /etc/oed/cluster.secret --live
+    Cluster(ClusterArgs),
     /// Benchmark an S3 endpoint (OED's or another's), IOR-like: write a fixed amount in
     /// objects of one size with C clients, read it back, optionally run a near-data
     /// operation on each object; repeat. Each phase reports MiB/s and MB/s, objects/s,
@@ -66,6 +86,10 @@ enum Command {
     Bench(Box<BenchArgs>),
     /// Print every setting with its default, as a TOML config file.
     ConfigDefaults,
+    /// Print oedd's manual page (roff): every command's full help, the files the
+    /// packages install, and where the documentation is. `oedd man | man -l -`
+    #[command(hide = true)]
+    Man,
     /// Print the version, target and the erasure-coding kernel this CPU runs.
     Version,
 }
@@ -87,6 +111,76 @@ struct ServeArgs {
     /// Any other setting, as FIELD=VALUE; repeatable.
     #[arg(long = "set", value_name = "FIELD=VALUE")]
     set: Vec<String>,
+}
+
+#[derive(Args)]
+struct ClusterArgs {
+    #[command(subcommand)]
+    action: ClusterAction,
+}
+
+#[derive(Subcommand)]
+enum ClusterAction {
+    /// Write cluster.toml (the map, epoch 1), cluster.secret and s3.secret (32 random
+    /// bytes each, hex, mode 0600) into --out, and print what to copy where. Refuses to
+    /// replace existing files.
+    Init {
+        /// A drive, as [ID=]HOST:PORT[@DOMAIN]; repeat once per drive, or give several
+        /// separated by commas. Without ID a drive is drive-N (N its place, from 1);
+        /// without DOMAIN it is its own failure domain (give drives that share an
+        /// enclosure or a power feed one DOMAIN).
+        #[arg(
+            long = "drive",
+            value_name = "[ID=]HOST:PORT[@DOMAIN]",
+            value_delimiter = ',',
+            required = true
+        )]
+        drives: Vec<String>,
+        /// Data shards per object. Default: the number of drives less 2, at most 8.
+        #[arg(long)]
+        k: Option<u16>,
+        /// Parity shards per object. Default: 2.
+        #[arg(long)]
+        m: Option<u16>,
+        /// Chunk size in bytes (a power of two from 4 KiB to 16 MiB).
+        #[arg(long, default_value_t = oed_ec::layout::DEFAULT_CHUNK_SIZE)]
+        chunk_size: u32,
+        /// The cluster's name.
+        #[arg(long, default_value = "oed")]
+        cluster_id: String,
+        /// The drives serve S3 and the peer API over TLS (each needs a certificate;
+        /// docs/drive.md, "TLS").
+        #[arg(long)]
+        tls: bool,
+        /// Directory to write the three files into (created when missing).
+        #[arg(long)]
+        out: PathBuf,
+    },
+    /// Check a cluster map and, when given, the secret files; with --live also ask
+    /// every drive (over the peer API, with the cluster secret) whether it answers at
+    /// its address as the drive the map names, under the map's epoch. Exits with 1 when
+    /// anything would not work.
+    Check {
+        /// The cluster map (TOML).
+        #[arg(long, env = "OED_CLUSTER_MAP")]
+        map: PathBuf,
+        /// The cluster secret's file.
+        #[arg(long)]
+        secret_file: Option<PathBuf>,
+        /// The S3 secret key's file.
+        #[arg(long)]
+        s3_secret_file: Option<PathBuf>,
+        /// Check that the map lists this drive (the drive_id of the machine it goes to).
+        #[arg(long)]
+        drive_id: Option<String>,
+        /// Also reach every drive (needs the cluster secret: --secret-file or
+        /// OED_CLUSTER_SECRET).
+        #[arg(long)]
+        live: bool,
+        /// The cluster CA (PEM), to reach drives of a map with `tls = true`.
+        #[arg(long, env = "OED_TLS_CA_FILE")]
+        ca_file: Option<PathBuf>,
+    },
 }
 
 #[derive(Args)]
@@ -357,12 +451,210 @@ fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
         Command::Version => println!("{}", oed_daemon::build_info()),
         Command::ConfigDefaults => print!("{}", Config::defaults_toml()),
+        Command::Man => {
+            use std::io::Write as _;
+            let page = man_page()?;
+            std::io::stdout().lock().write_all(&page)?;
+        }
         Command::Serve(args) => serve(args)?,
         Command::Dev(args) => dev(args)?,
         Command::Op(args) => op(args)?,
         Command::Bench(args) => bench(*args)?,
         Command::Admin(args) => admin(args)?,
+        Command::Cluster(args) => cluster(args)?,
         Command::Meter(args) => meter(args)?,
+    }
+    Ok(())
+}
+
+/// The manual page: clap_mangen's name, synopsis, description and options, then each
+/// command's long help as --help prints it, then FILES and SEE ALSO.
+fn man_page() -> anyhow::Result<Vec<u8>> {
+    use clap::CommandFactory as _;
+    let mut cmd = Cli::command().name("oedd");
+    cmd.build();
+    let mut page = Vec::new();
+    let man = clap_mangen::Man::new(cmd.clone())
+        .manual("OED")
+        .source(format!("oedd {}", env!("CARGO_PKG_VERSION")));
+    // Not clap_mangen's list of subcommands: it points at a page per command, and this
+    // one page holds them all.
+    man.render_title(&mut page)?;
+    man.render_name_section(&mut page)?;
+    man.render_synopsis_section(&mut page)?;
+    man.render_description_section(&mut page)?;
+    man.render_options_section(&mut page)?;
+    let mut more = String::from(".SH \"COMMANDS IN DETAIL\"\n");
+    for sub in cmd.get_subcommands_mut() {
+        man_command(&mut more, "oedd", sub);
+    }
+    more.push_str(concat!(
+        ".SH FILES\n",
+        ".TP\n/etc/oed/oedd.toml\nThe drive's settings (oedd.service runs oedd serve --config with it).\n",
+        ".TP\n/etc/oed/s3.secret\nThe S3 secret key of access key oed, made at installation.\n",
+        ".TP\n/etc/oed/cluster.toml, /etc/oed/cluster.secret\n",
+        "The cluster map and secret, the same on every drive (oedd cluster init makes them).\n",
+        ".TP\n/etc/default/oedd\nOED_<FIELD>=VALUE lines that override the settings file.\n",
+        ".TP\n/var/lib/oed\nThe drive's data: RocksDB in meta/, shard files in shards/.\n",
+        ".TP\n/usr/share/oed/prometheus, /usr/share/oed/grafana\n",
+        "A Prometheus scrape configuration and alert rules, and a Grafana dashboard.\n",
+        ".SH \"SEE ALSO\"\n",
+        "systemctl(1), journalctl(1), aws(1); /usr/share/doc/oedd/ (deploy.md: from three machines\n",
+        "to a working cluster, upgrades, power sensors).\n",
+    ));
+    page.extend_from_slice(more.as_bytes());
+    Ok(page)
+}
+
+/// One command's long help as a man page subsection, then its own commands'.
+fn man_command(out: &mut String, parent: &str, cmd: &mut clap::Command) {
+    use std::fmt::Write as _;
+    if cmd.is_hide_set() || cmd.get_name() == "help" {
+        return;
+    }
+    let name = format!("{parent} {}", cmd.get_name());
+    let help = cmd.render_long_help().to_string();
+    let _ = writeln!(out, ".SS \"{name}\"\n.nf");
+    for line in help.lines() {
+        let line = line.replace('\\', "\\e");
+        let lead = if line.starts_with('.') || line.starts_with('\'') {
+            "\\&"
+        } else {
+            ""
+        };
+        let _ = writeln!(out, "{lead}{line}");
+    }
+    out.push_str(".fi\n");
+    for sub in cmd.get_subcommands_mut() {
+        man_command(out, &name, sub);
+    }
+}
+
+fn cluster(args: ClusterArgs) -> anyhow::Result<()> {
+    match args.action {
+        init @ ClusterAction::Init { .. } => cluster_init(init),
+        check @ ClusterAction::Check { .. } => cluster_check(check),
+    }
+}
+
+/// `oedd cluster init`: writes the map and secrets, and says what goes where.
+fn cluster_init(action: ClusterAction) -> anyhow::Result<()> {
+    use oed_daemon::cluster::init;
+    let ClusterAction::Init {
+        drives,
+        k,
+        m,
+        chunk_size,
+        cluster_id,
+        tls,
+        out,
+    } = action
+    else {
+        unreachable!("called for init only")
+    };
+    let drives = drives
+        .iter()
+        .enumerate()
+        .map(|(i, d)| init::parse_drive(d, i + 1))
+        .collect::<Result<Vec<_>, _>>()?;
+    let map = init::make_map(&init::InitOptions {
+        cluster_id,
+        drives,
+        k,
+        m,
+        chunk_size,
+        tls,
+    })?;
+    let files = init::write_files(&out, &map)?;
+    for f in &files {
+        println!("wrote {}", f.display());
+    }
+    let p = map.profile;
+    println!(
+        "profile {}+{} over {} drives. On each drive (docs/deploy.md):\n  \
+         install -o oed -g oed -m 0640 cluster.toml /var/lib/oed/\n  \
+         install -o root -g oed -m 0640 cluster.secret s3.secret /etc/oed/\n\
+         then in /etc/oed/oedd.toml set\n  \
+         cluster_map = \"/var/lib/oed/cluster.toml\"\n\
+         and drive_id and listen as follows, and restart oedd:",
+        p.k,
+        p.m,
+        map.drives.len()
+    );
+    for d in &map.drives {
+        let port = d.address.rsplit_once(':').map_or("9400", |(_, p)| p);
+        println!(
+            "  {}: drive_id = {:?}, listen = \"0.0.0.0:{port}\"",
+            d.address, d.id
+        );
+    }
+    println!("S3 clients use access key oed and the secret key in s3.secret.");
+    Ok(())
+}
+
+/// `oedd cluster check`: the map and secret files, then with `--live` the drives.
+fn cluster_check(action: ClusterAction) -> anyhow::Result<()> {
+    use oed_daemon::cluster::init;
+    let ClusterAction::Check {
+        map,
+        secret_file,
+        s3_secret_file,
+        drive_id,
+        live,
+        ca_file,
+    } = action
+    else {
+        unreachable!("called for check only")
+    };
+    let (loaded, mut found) = init::check_files(
+        &map,
+        secret_file.as_deref(),
+        s3_secret_file.as_deref(),
+        drive_id.as_deref(),
+    );
+    if let (Some(m), true) = (&loaded, live) {
+        let config = Config {
+            cluster_secret_file: secret_file,
+            ..Config::default()
+        };
+        match config.cluster_secret(std::env::var("OED_CLUSTER_SECRET").ok()) {
+            Ok(secret) => {
+                let access = oed_daemon::admin::Access::new(&secret, ca_file.as_deref())?;
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()?;
+                let answers = rt.block_on(oed_daemon::admin::statuses(m, &access));
+                found
+                    .problems
+                    .extend(oed_daemon::admin::live_problems(m, &answers));
+            }
+            Err(e) => found.problems.push(format!("--live: {e}")),
+        }
+    }
+    for w in &found.warnings {
+        println!("warning: {w}");
+    }
+    for p in &found.problems {
+        println!("problem: {p}");
+    }
+    if !found.problems.is_empty() {
+        std::process::exit(1);
+    }
+    if let Some(m) = loaded {
+        let p = m.profile;
+        println!(
+            "ok: cluster {:?}, epoch {}, profile {}+{}, {} drives{}",
+            m.cluster_id,
+            m.epoch,
+            p.k,
+            p.m,
+            m.drives.len(),
+            if live {
+                ", every drive answers as the map says"
+            } else {
+                ""
+            }
+        );
     }
     Ok(())
 }
@@ -822,6 +1114,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         tokio::spawn(async move {
             wait_for_signal().await;
             tracing::info!("shutting down");
+            let _ = oed_daemon::notify::notify("STOPPING=1");
             token.cancel();
         });
         let metrics = match config.metrics_listen {
@@ -834,6 +1127,11 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
             }
             None => None,
         };
+        // systemd (Type=notify) starts the next unit, or the next drive of a rolling
+        // upgrade, only once this drive answers.
+        if let Err(e) = oed_daemon::notify::notify(&format!("READY=1\nSTATUS=serving on {addr}")) {
+            tracing::warn!(error = %e, "could not tell the service manager this drive is ready");
+        }
         drive.serve(listener, metrics, shutdown).await?;
         anyhow::Ok(())
     })

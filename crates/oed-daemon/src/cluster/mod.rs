@@ -12,6 +12,7 @@
 //! never shown.
 
 pub mod budget;
+pub mod init;
 pub mod list;
 pub mod map;
 pub mod md5;
