@@ -47,6 +47,9 @@ host=$(rustc -vV | sed -n 's/^host: //p')
 
 host_kernel=portable
 if [ "$(uname -m)" = x86_64 ] && grep -qw avx2 /proc/cpuinfo; then host_kernel=avx2; fi
+if [ "$(uname -m)" = x86_64 ] && grep -qw gfni /proc/cpuinfo && grep -qw avx512bw /proc/cpuinfo; then
+  host_kernel=gfni
+fi
 if [ "$(uname -m)" = aarch64 ]; then host_kernel=neon64; fi
 
 step "host tests ($(uname -m), expecting the $host_kernel kernel)"

@@ -12,8 +12,8 @@
 //!   `reed-solomon-erasure` crate: encode, verify, reconstruct any `<= m` lost shards,
 //!   with decode matrices cached per erasure pattern.
 //! - [`kernel`]: the per-byte work, with SIMD kernels picked at run time ([`Kernel`]):
-//!   AVX2 on x86_64, Advanced SIMD on aarch64, NEON on armv7 (in C, see `build.rs`),
-//!   and a portable fallback; all bit-identical.
+//!   AVX-512 with GFNI or AVX2 on x86_64, Advanced SIMD on aarch64, NEON on armv7 (in C,
+//!   see `build.rs`), and a portable fallback; all bit-identical.
 //! - [`layout`]: [`Layout`], how an object maps to stripes and chunks and how an object
 //!   byte range maps to the chunk spans that hold it.
 //! - [`format`]: the shard file ([`ShardHeader`], [`ShardWriter`], [`ShardReader`]),

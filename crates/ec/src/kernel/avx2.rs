@@ -23,14 +23,7 @@ pub(crate) fn mul_rows(coeffs: &[u8], inputs: &[&[u8]], outputs: &mut [&mut [u8]
         // SAFETY: AVX2 is present (asserted above); `drive` hands out `start..end` within
         // every shard's length with `end - start` a multiple of STEP, and `rows` holds
         // `outs.len() * inputs.len()` coefficients.
-        unsafe {
-            match outs.len() {
-                1 => block::<1>(rows, inputs, outs, start, end),
-                2 => block::<2>(rows, inputs, outs, start, end),
-                3 => block::<3>(rows, inputs, outs, start, end),
-                _ => block::<4>(rows, inputs, outs, start, end),
-            }
-        }
+        unsafe { super::by_rows!(block, rows, inputs, outs, start, end) }
     });
 }
 

@@ -10,8 +10,32 @@
 
 mod portable;
 
+/// `block::<R>(rows, inputs, outs, start, end)` with `R` the number of output rows of this
+/// group (1 to [`ROW_GROUP`]), so a SIMD kernel keeps exactly that many accumulators.
+#[cfg_attr(
+    not(any(target_arch = "x86_64", target_arch = "aarch64")),
+    allow(unused_macros)
+)]
+macro_rules! by_rows {
+    ($block:ident, $rows:expr, $inputs:expr, $outs:expr, $start:expr, $end:expr) => {
+        match $outs.len() {
+            1 => $block::<1>($rows, $inputs, $outs, $start, $end),
+            2 => $block::<2>($rows, $inputs, $outs, $start, $end),
+            3 => $block::<3>($rows, $inputs, $outs, $start, $end),
+            _ => $block::<4>($rows, $inputs, $outs, $start, $end),
+        }
+    };
+}
+#[cfg_attr(
+    not(any(target_arch = "x86_64", target_arch = "aarch64")),
+    allow(unused_imports)
+)]
+pub(crate) use by_rows;
+
 #[cfg(target_arch = "x86_64")]
 mod avx2;
+#[cfg(target_arch = "x86_64")]
+mod gfni;
 #[cfg(target_arch = "arm")]
 mod neon32;
 #[cfg(target_arch = "aarch64")]
@@ -36,6 +60,9 @@ pub(crate) const ROW_GROUP: usize = 4;
 pub enum Kernel {
     /// Table lookups in plain Rust; every CPU.
     Portable,
+    /// x86_64 AVX-512 with GFNI: each constant applied as an 8x8 bit matrix
+    /// (`vgf2p8affineqb`), 128 bytes per step.
+    Gfni,
     /// x86_64 AVX2 nibble-table shuffles, 64 bytes per step.
     Avx2,
     /// aarch64 Advanced SIMD (`tbl`), 32 bytes per step.
@@ -46,7 +73,8 @@ pub enum Kernel {
 
 impl Kernel {
     /// Every kernel, supported here or not, best first.
-    pub const ALL: [Kernel; 4] = [
+    pub const ALL: [Kernel; 5] = [
+        Kernel::Gfni,
         Kernel::Avx2,
         Kernel::Neon64,
         Kernel::Neon32,
@@ -77,6 +105,8 @@ impl Kernel {
         match self {
             Kernel::Portable => true,
             #[cfg(target_arch = "x86_64")]
+            Kernel::Gfni => gfni::supported(),
+            #[cfg(target_arch = "x86_64")]
             Kernel::Avx2 => avx2::supported(),
             #[cfg(target_arch = "aarch64")]
             Kernel::Neon64 => neon64::supported(),
@@ -92,6 +122,7 @@ impl Kernel {
     pub fn name(self) -> &'static str {
         match self {
             Kernel::Portable => "portable",
+            Kernel::Gfni => "gfni",
             Kernel::Avx2 => "avx2",
             Kernel::Neon64 => "neon64",
             Kernel::Neon32 => "neon32",
@@ -119,6 +150,8 @@ impl Kernel {
             return;
         }
         match self {
+            #[cfg(target_arch = "x86_64")]
+            Kernel::Gfni => gfni::mul_rows(coeffs, inputs, outputs),
             #[cfg(target_arch = "x86_64")]
             Kernel::Avx2 => avx2::mul_rows(coeffs, inputs, outputs),
             #[cfg(target_arch = "aarch64")]
