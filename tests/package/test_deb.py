@@ -10,9 +10,11 @@ As root, the amd64 package is also installed with dpkg, its daemon started as th
 starts it (the unit's ExecStart, User, Group, UMask, Environment and EnvironmentFile,
 with NOTIFY_SOCKET to see READY=1 as systemd would), used over S3, stopped with SIGTERM,
 upgraded in place with an edited conffile and stored objects, started again, removed and
-purged. PID 1 here is not systemd, so the unit's namespaces (ProtectSystem and the
-rest) cannot be applied by the test; systemd-analyze checks them offline, and the test
-checks that the daemon wrote nothing outside /var/lib/oed.
+purged. Where systemd runs the machine (PID 1), the test uses the service itself
+instead: systemctl start and stop, and the restart the upgrade does. Where it does not
+(as in a container), the unit's namespaces (ProtectSystem and the rest) cannot be
+applied by the test; systemd-analyze checks them offline, and the test checks that the
+daemon wrote nothing outside /var/lib/oed either way.
 """
 
 import gzip
@@ -310,6 +312,28 @@ class Service:
         return err
 
 
+class SystemdService:
+    """oedd.service under this machine's own systemd, where PID 1 is systemd: the
+    package's postinst has started it already."""
+
+    proc = None
+
+    def start(self):
+        # Type=notify: returns once oedd has sent READY=1.
+        run("systemctl", "start", "oedd")
+        assert run("systemctl", "is-active", "oedd").strip() == "active"
+
+    def stop(self):
+        run("systemctl", "stop", "oedd")
+        result = run("systemctl", "show", "-p", "Result", "--value", "oedd").strip()
+        assert result == "success", f"oedd.service stopped with {result}"
+        return ""
+
+
+# Whether systemd runs this machine (as sd_booted(3) tells).
+SYSTEMD = Path("/run/systemd/system").is_dir()
+
+
 @pytest.fixture(scope="module")
 def clean_machine():
     if os.geteuid() != 0:
@@ -351,6 +375,12 @@ def files_of_user_outside(user, allowed):
 def test_install_serve_upgrade_remove_and_purge(clean_machine, tmp_path):
     env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
     old, new = deb("amd64"), deb("amd64", upgrade=True)
+    # Before the package: where systemd runs, its postinst starts the service at once.
+    s3_port, metrics_port = free_ports(2)
+    Path("/etc/default/oedd").write_text(
+        "# ports of this test, on 127.0.0.1 only\n"
+        f"OED_LISTEN=127.0.0.1:{s3_port}\nOED_METRICS_LISTEN=127.0.0.1:{metrics_port}\n"
+    )
     run("dpkg", "-i", str(old), env=env, stdin=subprocess.DEVNULL)
     # postinst: the user, the data directory, a private S3 secret.
     run("getent", "passwd", "oed")
@@ -365,15 +395,10 @@ def test_install_serve_upgrade_remove_and_purge(clean_machine, tmp_path):
     # Where the unit would be enabled on a machine running systemd.
     assert Path("/etc/systemd/system/multi-user.target.wants/oedd.service").is_symlink()
 
-    s3_port, metrics_port = free_ports(2)
-    Path("/etc/default/oedd").write_text(
-        "# ports of this test, on 127.0.0.1 only\n"
-        f"OED_LISTEN=127.0.0.1:{s3_port}\nOED_METRICS_LISTEN=127.0.0.1:{metrics_port}\n"
-    )
     notify_dir = Path(tempfile.mkdtemp(prefix="oed-notify-"))
     svc = None
     try:
-        svc = Service(unit, notify_dir)
+        svc = SystemdService() if SYSTEMD else Service(unit, notify_dir)
         svc.start()
         s3 = s3_client(s3_port)
         s3.create_bucket(Bucket="pkg")
@@ -400,7 +425,9 @@ def test_install_serve_upgrade_remove_and_purge(clean_machine, tmp_path):
         assert s3.get_object(Bucket="pkg", Key="obj")["Body"].read() == body
         svc.stop()
     finally:
-        if svc and svc.proc and svc.proc.poll() is None:
+        if SYSTEMD:
+            subprocess.run(["systemctl", "stop", "oedd"], capture_output=True, timeout=300)
+        elif svc and svc.proc and svc.proc.poll() is None:
             svc.proc.kill()
         shutil.rmtree(notify_dir, ignore_errors=True)
 
