@@ -124,63 +124,69 @@ enum ClusterAction {
     /// Write cluster.toml (the map, epoch 1), cluster.secret and s3.secret (32 random
     /// bytes each, hex, mode 0600) into --out, and print what to copy where. Refuses to
     /// replace existing files.
-    Init {
-        /// A drive, as [ID=]HOST:PORT[@DOMAIN]; repeat once per drive, or give several
-        /// separated by commas. Without ID a drive is drive-N (N its place, from 1);
-        /// without DOMAIN it is its own failure domain (give drives that share an
-        /// enclosure or a power feed one DOMAIN).
-        #[arg(
-            long = "drive",
-            value_name = "[ID=]HOST:PORT[@DOMAIN]",
-            value_delimiter = ',',
-            required = true
-        )]
-        drives: Vec<String>,
-        /// Data shards per object. Default: the number of drives less 2, at most 8.
-        #[arg(long)]
-        k: Option<u16>,
-        /// Parity shards per object. Default: 2.
-        #[arg(long)]
-        m: Option<u16>,
-        /// Chunk size in bytes (a power of two from 4 KiB to 16 MiB).
-        #[arg(long, default_value_t = oed_ec::layout::DEFAULT_CHUNK_SIZE)]
-        chunk_size: u32,
-        /// The cluster's name.
-        #[arg(long, default_value = "oed")]
-        cluster_id: String,
-        /// The drives serve S3 and the peer API over TLS (each needs a certificate;
-        /// docs/drive.md, "TLS").
-        #[arg(long)]
-        tls: bool,
-        /// Directory to write the three files into (created when missing).
-        #[arg(long)]
-        out: PathBuf,
-    },
+    Init(InitArgs),
     /// Check a cluster map and, when given, the secret files; with --live also ask
     /// every drive (over the peer API, with the cluster secret) whether it answers at
     /// its address as the drive the map names, under the map's epoch. Exits with 1 when
     /// anything would not work.
-    Check {
-        /// The cluster map (TOML).
-        #[arg(long, env = "OED_CLUSTER_MAP")]
-        map: PathBuf,
-        /// The cluster secret's file.
-        #[arg(long)]
-        secret_file: Option<PathBuf>,
-        /// The S3 secret key's file.
-        #[arg(long)]
-        s3_secret_file: Option<PathBuf>,
-        /// Check that the map lists this drive (the drive_id of the machine it goes to).
-        #[arg(long)]
-        drive_id: Option<String>,
-        /// Also reach every drive (needs the cluster secret: --secret-file or
-        /// OED_CLUSTER_SECRET).
-        #[arg(long)]
-        live: bool,
-        /// The cluster CA (PEM), to reach drives of a map with `tls = true`.
-        #[arg(long, env = "OED_TLS_CA_FILE")]
-        ca_file: Option<PathBuf>,
-    },
+    Check(CheckArgs),
+}
+
+#[derive(Args)]
+struct InitArgs {
+    /// A drive, as [ID=]HOST:PORT[@DOMAIN]; repeat once per drive, or give several
+    /// separated by commas. Without ID a drive is drive-N (N its place, from 1);
+    /// without DOMAIN it is its own failure domain (give drives that share an
+    /// enclosure or a power feed one DOMAIN).
+    #[arg(
+        long = "drive",
+        value_name = "[ID=]HOST:PORT[@DOMAIN]",
+        value_delimiter = ',',
+        required = true
+    )]
+    drives: Vec<String>,
+    /// Data shards per object. Default: the number of drives less 2, at most 8.
+    #[arg(long)]
+    k: Option<u16>,
+    /// Parity shards per object. Default: 2.
+    #[arg(long)]
+    m: Option<u16>,
+    /// Chunk size in bytes (a power of two from 4 KiB to 16 MiB).
+    #[arg(long, default_value_t = oed_ec::layout::DEFAULT_CHUNK_SIZE)]
+    chunk_size: u32,
+    /// The cluster's name.
+    #[arg(long, default_value = "oed")]
+    cluster_id: String,
+    /// The drives serve S3 and the peer API over TLS (each needs a certificate;
+    /// docs/drive.md, "TLS").
+    #[arg(long)]
+    tls: bool,
+    /// Directory to write the three files into (created when missing).
+    #[arg(long)]
+    out: PathBuf,
+}
+
+#[derive(Args)]
+struct CheckArgs {
+    /// The cluster map (TOML).
+    #[arg(long, env = "OED_CLUSTER_MAP")]
+    map: PathBuf,
+    /// The cluster secret's file.
+    #[arg(long)]
+    secret_file: Option<PathBuf>,
+    /// The S3 secret key's file.
+    #[arg(long)]
+    s3_secret_file: Option<PathBuf>,
+    /// Check that the map lists this drive (the drive_id of the machine it goes to).
+    #[arg(long)]
+    drive_id: Option<String>,
+    /// Also reach every drive (needs the cluster secret: --secret-file or
+    /// OED_CLUSTER_SECRET).
+    #[arg(long)]
+    live: bool,
+    /// The cluster CA (PEM), to reach drives of a map with `tls = true`.
+    #[arg(long, env = "OED_TLS_CA_FILE")]
+    ca_file: Option<PathBuf>,
 }
 
 #[derive(Args)]
@@ -491,9 +497,11 @@ fn man_page() -> anyhow::Result<Vec<u8>> {
     more.push_str(concat!(
         ".SH FILES\n",
         ".TP\n/etc/oed/oedd.toml\nThe drive's settings (oedd.service runs oedd serve --config with it).\n",
-        ".TP\n/etc/oed/s3.secret\nThe S3 secret key of access key oed, made at installation.\n",
-        ".TP\n/etc/oed/cluster.toml, /etc/oed/cluster.secret\n",
-        "The cluster map and secret, the same on every drive (oedd cluster init makes them).\n",
+        ".TP\n/etc/oed/s3.secret, /etc/oed/cluster.secret\n",
+        "The S3 secret key of access key oed and the key drives sign their requests with, made at\n",
+        "installation; a cluster shares both (oedd cluster init makes them).\n",
+        ".TP\n/var/lib/oed/cluster.toml\n",
+        "The cluster map, the same on every drive; oedd admin has the drives rewrite it.\n",
         ".TP\n/etc/default/oedd\nOED_<FIELD>=VALUE lines that override the settings file.\n",
         ".TP\n/var/lib/oed\nThe drive's data: RocksDB in meta/, shard files in shards/.\n",
         ".TP\n/usr/share/oed/prometheus, /usr/share/oed/grafana\n",
@@ -532,15 +540,15 @@ fn man_command(out: &mut String, parent: &str, cmd: &mut clap::Command) {
 
 fn cluster(args: ClusterArgs) -> anyhow::Result<()> {
     match args.action {
-        init @ ClusterAction::Init { .. } => cluster_init(init),
-        check @ ClusterAction::Check { .. } => cluster_check(check),
+        ClusterAction::Init(a) => cluster_init(a),
+        ClusterAction::Check(a) => cluster_check(a),
     }
 }
 
 /// `oedd cluster init`: writes the map and secrets, and says what goes where.
-fn cluster_init(action: ClusterAction) -> anyhow::Result<()> {
+fn cluster_init(args: InitArgs) -> anyhow::Result<()> {
     use oed_daemon::cluster::init;
-    let ClusterAction::Init {
+    let InitArgs {
         drives,
         k,
         m,
@@ -548,10 +556,7 @@ fn cluster_init(action: ClusterAction) -> anyhow::Result<()> {
         cluster_id,
         tls,
         out,
-    } = action
-    else {
-        unreachable!("called for init only")
-    };
+    } = args;
     let drives = drives
         .iter()
         .enumerate()
@@ -593,19 +598,16 @@ fn cluster_init(action: ClusterAction) -> anyhow::Result<()> {
 }
 
 /// `oedd cluster check`: the map and secret files, then with `--live` the drives.
-fn cluster_check(action: ClusterAction) -> anyhow::Result<()> {
+fn cluster_check(args: CheckArgs) -> anyhow::Result<()> {
     use oed_daemon::cluster::init;
-    let ClusterAction::Check {
+    let CheckArgs {
         map,
         secret_file,
         s3_secret_file,
         drive_id,
         live,
         ca_file,
-    } = action
-    else {
-        unreachable!("called for check only")
-    };
+    } = args;
     let (loaded, mut found) = init::check_files(
         &map,
         secret_file.as_deref(),
@@ -613,13 +615,8 @@ fn cluster_check(action: ClusterAction) -> anyhow::Result<()> {
         drive_id.as_deref(),
     );
     if let (Some(m), true) = (&loaded, live) {
-        let config = Config {
-            cluster_secret_file: secret_file,
-            ..Config::default()
-        };
-        match config.cluster_secret(std::env::var("OED_CLUSTER_SECRET").ok()) {
-            Ok(secret) => {
-                let access = oed_daemon::admin::Access::new(&secret, ca_file.as_deref())?;
+        match admin_access(secret_file, ca_file.as_deref()) {
+            Ok(access) => {
                 let rt = tokio::runtime::Builder::new_current_thread()
                     .enable_all()
                     .build()?;
@@ -659,15 +656,24 @@ fn cluster_check(action: ClusterAction) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn admin(args: AdminArgs) -> anyhow::Result<()> {
-    use oed_daemon::admin;
-    let map = oed_daemon::cluster::map::ClusterMap::load(&args.map)?;
+/// How `oedd admin` and `oedd cluster check --live` reach drives: the cluster secret from
+/// OED_CLUSTER_SECRET or `secret_file`, and the cluster CA for TLS.
+fn admin_access(
+    secret_file: Option<PathBuf>,
+    ca_file: Option<&std::path::Path>,
+) -> anyhow::Result<oed_daemon::admin::Access> {
     let config = Config {
-        cluster_secret_file: args.secret_file,
+        cluster_secret_file: secret_file,
         ..Config::default()
     };
     let secret = config.cluster_secret(std::env::var("OED_CLUSTER_SECRET").ok())?;
-    let access = admin::Access::new(&secret, args.ca_file.as_deref())?;
+    Ok(oed_daemon::admin::Access::new(&secret, ca_file)?)
+}
+
+fn admin(args: AdminArgs) -> anyhow::Result<()> {
+    use oed_daemon::admin;
+    let map = oed_daemon::cluster::map::ClusterMap::load(&args.map)?;
+    let access = admin_access(args.secret_file, args.ca_file.as_deref())?;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;

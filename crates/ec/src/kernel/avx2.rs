@@ -17,15 +17,7 @@ pub(crate) fn supported() -> bool {
     std::arch::is_x86_feature_detected!("avx2")
 }
 
-pub(crate) fn mul_rows(coeffs: &[u8], inputs: &[&[u8]], outputs: &mut [&mut [u8]]) {
-    assert!(supported());
-    super::drive(coeffs, inputs, outputs, STEP, |rows, outs, start, end| {
-        // SAFETY: AVX2 is present (asserted above); `drive` hands out `start..end` within
-        // every shard's length with `end - start` a multiple of STEP, and `rows` holds
-        // `outs.len() * inputs.len()` coefficients.
-        unsafe { super::by_rows!(block, rows, inputs, outs, start, end) }
-    });
-}
+super::simd_mul_rows!(supported, STEP, block);
 
 /// # Safety
 /// AVX2 must be available; `start..end` must lie within every input and output, with

@@ -10,19 +10,35 @@
 
 mod portable;
 
-/// `block::<R>(rows, inputs, outs, start, end)` with `R` the number of output rows of this
-/// group (1 to [`ROW_GROUP`]), so a SIMD kernel keeps exactly that many accumulators.
+/// A SIMD kernel's `mul_rows`: checks the CPU has its instructions (`$supported`), then
+/// has [`drive`] hand its `$block::<R>` the pieces, `$step` bytes at a time, with `R`
+/// the rows of the group (1 to [`ROW_GROUP`]) so it keeps exactly that many
+/// accumulators in registers.
+///
+/// `$block` must be an `unsafe fn` whose only requirements are its target features
+/// (present: `$supported()` is asserted) and what `drive` guarantees: `start..end` within
+/// every shard's length with `end - start` a multiple of `$step`, and `rows` holding
+/// `outs.len() * inputs.len()` coefficients.
 #[cfg_attr(
     not(any(target_arch = "x86_64", target_arch = "aarch64")),
     allow(unused_macros)
 )]
-macro_rules! by_rows {
-    ($block:ident, $rows:expr, $inputs:expr, $outs:expr, $start:expr, $end:expr) => {
-        match $outs.len() {
-            1 => $block::<1>($rows, $inputs, $outs, $start, $end),
-            2 => $block::<2>($rows, $inputs, $outs, $start, $end),
-            3 => $block::<3>($rows, $inputs, $outs, $start, $end),
-            _ => $block::<4>($rows, $inputs, $outs, $start, $end),
+macro_rules! simd_mul_rows {
+    ($supported:ident, $step:expr, $block:ident) => {
+        pub(crate) fn mul_rows(coeffs: &[u8], inputs: &[&[u8]], outputs: &mut [&mut [u8]]) {
+            assert!($supported());
+            super::drive(coeffs, inputs, outputs, $step, |rows, outs, start, end| {
+                // SAFETY: the kernel's instructions are present (asserted above), and
+                // `drive` keeps the contract `$block` states.
+                unsafe {
+                    match outs.len() {
+                        1 => $block::<1>(rows, inputs, outs, start, end),
+                        2 => $block::<2>(rows, inputs, outs, start, end),
+                        3 => $block::<3>(rows, inputs, outs, start, end),
+                        _ => $block::<4>(rows, inputs, outs, start, end),
+                    }
+                }
+            });
         }
     };
 }
@@ -30,7 +46,7 @@ macro_rules! by_rows {
     not(any(target_arch = "x86_64", target_arch = "aarch64")),
     allow(unused_imports)
 )]
-pub(crate) use by_rows;
+pub(crate) use simd_mul_rows;
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;

@@ -249,32 +249,34 @@ pub fn check_files(
                 .push(format!("drive {id:?} is not in the map"));
         }
     }
-    for (what, path, min) in [
-        ("cluster secret", cluster_secret, 16),
-        ("S3 secret key", s3_secret, 8),
-    ] {
+    // Read as a drive reads them (the same length rules and messages), then their mode.
+    let config = crate::config::Config {
+        cluster_secret_file: cluster_secret.map(Path::to_path_buf),
+        s3_secret_key_file: s3_secret.map(Path::to_path_buf),
+        ..crate::config::Config::default()
+    };
+    let read = [
+        (
+            "cluster secret",
+            cluster_secret,
+            config.cluster_secret(None).map(drop),
+        ),
+        ("S3 secret key", s3_secret, config.s3_secret(None).map(drop)),
+    ];
+    for (what, path, got) in read {
         let Some(path) = path else { continue };
-        match std::fs::read_to_string(path) {
-            Ok(s) if s.trim().len() < min => found.problems.push(format!(
-                "{what} in {}: {} bytes; at least {min} are needed",
+        if let Err(e) = got {
+            found.problems.push(e.to_string());
+            continue;
+        }
+        if let Ok(meta) = std::fs::metadata(path)
+            && std::os::unix::fs::PermissionsExt::mode(&meta.permissions()) & 0o007 != 0
+        {
+            found.warnings.push(format!(
+                "{what} in {} is readable by every user (mode {:o}); chmod 0640 or 0600",
                 path.display(),
-                s.trim().len()
-            )),
-            Ok(_) => {
-                use std::os::unix::fs::PermissionsExt as _;
-                if let Ok(meta) = std::fs::metadata(path)
-                    && meta.permissions().mode() & 0o007 != 0
-                {
-                    found.warnings.push(format!(
-                        "{what} in {} is readable by every user (mode {:o}); chmod 0640 or 0600",
-                        path.display(),
-                        meta.permissions().mode() & 0o777
-                    ));
-                }
-            }
-            Err(e) => found
-                .problems
-                .push(format!("{what}: cannot read {}: {e}", path.display())),
+                std::os::unix::fs::PermissionsExt::mode(&meta.permissions()) & 0o777
+            ));
         }
     }
     (map, found)
