@@ -3,6 +3,9 @@
 //! memory rather than cache, encode counted as data + parity bytes, rebuild of one lost
 //! data shard counted as the k shards read plus the one rebuilt. memcpy over the same pool
 //! in the same run gives every figure a ratio (`benches/ec-report` prints the table).
+//! Where ISA-L is installed (Debian's libisal-dev), its `ec_encode_data` runs on the same
+//! pool in the same groups (`encode/isa-l`, `rebuild1/isa-l`), with its tables made
+//! outside the timed loop.
 //!
 //! `cargo bench -p oed-benches --bench ec` (set `OED_BENCH_POOL_MIB` to shrink the pool).
 
@@ -14,6 +17,7 @@ use criterion::{
     BenchmarkGroup, BenchmarkId, Criterion, Throughput, criterion_group, criterion_main,
 };
 use oed_benches::Pool;
+use oed_benches::isal::Isal;
 use oed_ec::{Codec, Kernel};
 use reed_solomon_erasure::galois_8::ReedSolomon;
 
@@ -43,7 +47,15 @@ fn bench_memcpy(g: &mut BenchmarkGroup<'_, WallTime>, pool: &mut Pool, size: usi
     });
 }
 
-fn profile(c: &mut Criterion, k: usize, m: usize, shard: usize, with_reference: bool) {
+/// The groups of one code profile and shard size: memcpy, every oed-ec kernel, and (where
+/// asked) ISA-L and the reed-solomon-erasure crate on the same pool.
+fn profile(
+    c: &mut Criterion,
+    isal: Option<&Isal>,
+    (k, m, shard): (usize, usize, usize),
+    with_isal: bool,
+    with_reference: bool,
+) {
     let mut pool = Pool::new(pool_bytes(), shard);
     let mut g = c.benchmark_group(format!("rs{k}+{m}/{}", label(shard)));
     bench_memcpy(&mut g, &mut pool, shard);
@@ -64,6 +76,18 @@ fn profile(c: &mut Criterion, k: usize, m: usize, shard: usize, with_reference: 
             });
         });
     }
+    if let Some(isal) = isal.filter(|_| with_isal) {
+        let encoder = isal.encoder(k, m);
+        g.throughput(Throughput::Bytes(((k + m) * shard) as u64));
+        g.bench_function(BenchmarkId::new("encode", "isa-l"), |b| {
+            b.iter(|| pool.with_slots(k, m, |d, p| encoder.apply(d, p)));
+        });
+        let rebuilder = isal.rebuilder(k, m);
+        g.throughput(Throughput::Bytes(((k + 1) * shard) as u64));
+        g.bench_function(BenchmarkId::new("rebuild1", "isa-l"), |b| {
+            b.iter(|| pool.with_slots(k, 1, |s, out| rebuilder.apply(s, out)));
+        });
+    }
     if with_reference {
         // The reed-solomon-erasure crate's pure-Rust path, for scale.
         let rs = ReedSolomon::new(k, m).expect("profile");
@@ -76,10 +100,15 @@ fn profile(c: &mut Criterion, k: usize, m: usize, shard: usize, with_reference: 
 }
 
 fn erasure_coding(c: &mut Criterion) {
-    profile(c, 10, 4, 4 * KIB, true);
-    profile(c, 10, 4, 4 * MIB, true);
-    profile(c, 4, 2, MIB, false);
-    profile(c, 8, 3, MIB, false);
+    let isal = Isal::load();
+    if isal.is_none() {
+        eprintln!("ISA-L is not installed (apt-get install libisal-dev): no ISA-L figures");
+    }
+    let isal = isal.as_ref();
+    profile(c, isal, (10, 4, 4 * KIB), true, true);
+    profile(c, isal, (10, 4, 4 * MIB), true, true);
+    profile(c, isal, (4, 2, MIB), true, false);
+    profile(c, isal, (8, 3, MIB), false, false);
 }
 
 fn checksums(c: &mut Criterion) {

@@ -1,6 +1,8 @@
 //! Shared pieces of OED's benchmarks: a memory pool that inputs are drawn from at random,
 //! as the erasure-coding throughput study did, so data comes from memory and not cache.
 
+pub mod isal;
+
 use rand::rngs::SmallRng;
 use rand::{Rng, RngCore, SeedableRng};
 

@@ -180,6 +180,8 @@ struct StateCollector {
     info: GaugeVec,
     /// Requests refused with `SlowDown`, by reason.
     slowdown: CounterVec,
+    /// Bytes hashed for MD5 `ETag`s, by streams hashed together.
+    md5: CounterVec,
     /// Counters kept as atomics on the hot path, copied here on scrape.
     counters: [Counter; 9],
 }
@@ -248,6 +250,7 @@ impl StateCollector {
                 ),
                 &["reason"],
             )?,
+            md5: md5_counter()?,
             counters: [
                 counter(
                     "oed_degraded_writes_total",
@@ -303,6 +306,7 @@ impl StateCollector {
             &self.buffer,
             &self.info,
             &self.slowdown,
+            &self.md5,
         ];
         v.extend(self.counters.iter().map(|c| c as &dyn Collector));
         v
@@ -338,6 +342,16 @@ impl StateCollector {
         {
             advance(&self.slowdown.with_label_values(&[why.label()]), n as f64);
         }
+        for (streams, bytes) in crate::cluster::md5::hashed_bytes_by_streams()
+            .into_iter()
+            .enumerate()
+            .filter(|&(_, b)| b > 0)
+        {
+            advance(
+                &self.md5.with_label_values(&[&streams.to_string()]),
+                bytes as f64,
+            );
+        }
         let stats = &self.cluster.stats;
         let now = [
             stats.degraded_writes.load(Ordering::Relaxed),
@@ -356,6 +370,17 @@ impl StateCollector {
             advance(c, n as f64);
         }
     }
+}
+
+/// `oed_md5_bytes_total{streams}`.
+fn md5_counter() -> prometheus::Result<CounterVec> {
+    CounterVec::new(
+        Opts::new(
+            "oed_md5_bytes_total",
+            "Bytes of the uploads this drive coordinated that it hashed for MD5 ETags, by how many uploads were hashed together (streams, 1 to 16; more in one call cost less CPU per byte).",
+        ),
+        &["streams"],
+    )
 }
 
 impl ScrapeTime for StateCollector {

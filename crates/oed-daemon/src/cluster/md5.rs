@@ -4,33 +4,53 @@
 //! MD5 is one long chain of dependent additions and rotations: a single stream keeps a
 //! CPU's execution units mostly idle, and on the coordinator of a PUT it was the largest
 //! single cost (40% of its CPU time under 16 concurrent 4 MiB PUTs). The objects being
-//! written at the same time are independent streams, though, and this module hashes up
-//! to [`MAX_LANES`] of them together: one thread (`oed-md5`) takes each stream's next
-//! piece and runs the compression function over all of them in one interleaved loop,
-//! whose independent chains the CPU executes side by side. On the development machine
-//! three lanes hash 1.66 times as many bytes per second as one (`docs/s3.md`, "MD5 in
-//! lanes"). A stream alone is hashed as it would be anyway.
+//! written at the same time are independent streams, though, and this module hashes as
+//! many of them together as the CPU's widest MD5 kernel takes ([`Lanes::best`]: 16 in
+//! AVX-512 registers, 8 in AVX2's, 4 in NEON's, 3 interleaved in scalar code elsewhere):
+//! one thread (`oed-md5`) takes each stream's next piece and runs the compression
+//! function over all of them at once (`docs/s3.md`, "MD5 in lanes", for what each kernel
+//! gains). A stream alone is hashed as it would be anyway.
 //!
 //! A stream has one piece in flight at a time, so its bytes are hashed in order; the
 //! caller awaits that piece's result only when it hands over the next one, so hashing
 //! overlaps with the caller's own work on the same bytes.
 
 use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use oed_ops::md5::{Md5, compress_lanes};
+use oed_ops::md5::{Lanes, MAX_LANES, Md5};
 use tokio::sync::oneshot;
 
-/// The most streams hashed together. Three ran fastest on the x86 development machine
-/// (`cargo bench -p oed-benches --bench md5`: two lanes 1.3x, three 1.66x, four 1.57x
-/// the bytes per second of one stream); beyond that the lanes' state no longer fits in
-/// the registers.
-pub const MAX_LANES: usize = 3;
-
 /// Blocks (of 64 bytes) each lane hashes before the thread looks for new streams to
-/// take in: 16 KiB, about 60 µs in three lanes on the development machine.
+/// take in: 16 KiB, about 60 µs in three scalar lanes on the development machine, less in
+/// SIMD lanes.
 const ROUND_BLOCKS: usize = 256;
+
+/// How long the thread holds a piece for others to join it while more streams are
+/// hashing than it has pieces of. A stream waits for a piece's digest only when it hands
+/// over its next piece (a whole stripe later: 64 ms under 16 concurrent 4 MiB PUTs on the
+/// development machine), or at its end, so the hold costs throughput nothing and each
+/// object at most this much latency; hashed together, the pieces cost a fraction of the
+/// CPU time they cost alone (`docs/s3.md`, "MD5 in lanes").
+const GATHER_WAIT: Duration = Duration::from_millis(4);
+
+/// Streams that have handed a piece to the thread and have not ended: the company the
+/// thread may wait for.
+static HASHING: AtomicUsize = AtomicUsize::new(0);
+
+/// Bytes the thread hashed, by how many streams the round that hashed them carried
+/// (index: streams, 1 to [`MAX_LANES`]); `oed_md5_bytes_total{streams}`.
+static HASHED: [AtomicU64; MAX_LANES + 1] = [const { AtomicU64::new(0) }; MAX_LANES + 1];
+
+/// Bytes hashed on the `oed-md5` thread so far, by the number of streams hashed together
+/// (index 0 is always 0; pieces under 16 KiB, hashed by their uploads, are not counted).
+#[must_use]
+pub fn hashed_bytes_by_streams() -> [u64; MAX_LANES + 1] {
+    std::array::from_fn(|i| HASHED[i].load(Ordering::Relaxed))
+}
 
 /// One piece of a stream, handed to the hashing thread.
 struct Job {
@@ -43,12 +63,17 @@ struct Job {
 struct Lane {
     job: Job,
     pos: usize,
+    arrived: Instant,
 }
 
 impl Lane {
     fn start(mut job: Job) -> Self {
         let pos = job.state.begin(&job.data);
-        Self { job, pos }
+        Self {
+            job,
+            pos,
+            arrived: Instant::now(),
+        }
     }
 
     fn blocks_left(&self) -> usize {
@@ -57,7 +82,7 @@ impl Lane {
 
     /// Keeps the bytes short of a block and hands the state back.
     fn finish(self) {
-        let Lane { mut job, pos } = self;
+        let Lane { mut job, pos, .. } = self;
         job.state.keep(&job.data[pos..]);
         // The stream may have been dropped (its request cancelled): nothing to do then.
         let _ = job.done.send(job.state);
@@ -85,18 +110,65 @@ fn lanes() -> Option<&'static mpsc::Sender<Job>> {
         .as_ref()
 }
 
-/// The hashing thread: takes in streams' pieces, up to [`MAX_LANES`] at a time, and
+/// The hashing thread: takes in streams' pieces, up to the kernel's width at a time, and
 /// hashes them together in rounds of at most [`ROUND_BLOCKS`] blocks.
+/// Benchmarks compare kernels and hold times in one binary: `OED_BENCH_MD5_KERNEL`
+/// (`scalar`, `avx2`, `avx512`, `neon`; one the CPU does not run is ignored) and
+/// `OED_BENCH_MD5_GATHER_MS` replace the defaults.
 fn run(rx: &mpsc::Receiver<Job>) {
-    let mut active: Vec<Lane> = Vec::with_capacity(MAX_LANES);
+    let kernel = std::env::var("OED_BENCH_MD5_KERNEL")
+        .ok()
+        .and_then(|name| Lanes::ALL.into_iter().find(|k| k.name() == name))
+        .filter(|k| k.supported())
+        .unwrap_or_else(Lanes::best);
+    let wait = std::env::var("OED_BENCH_MD5_GATHER_MS")
+        .ok()
+        .and_then(|ms| ms.parse().ok())
+        .map_or(GATHER_WAIT, Duration::from_millis);
+    run_with(kernel, wait, &HASHING, rx);
+}
+
+/// How many rounds ran with each number of lanes (index: lanes), for the tests.
+type RoundsByLanes = [u64; MAX_LANES + 1];
+
+/// [`run`] with its kernel, hold time and count of hashing streams given.
+fn run_with(
+    kernel: Lanes,
+    gather_wait: Duration,
+    hashing: &AtomicUsize,
+    rx: &mpsc::Receiver<Job>,
+) -> RoundsByLanes {
+    tracing::debug!(
+        kernel = kernel.name(),
+        lanes = kernel.width(),
+        gather_wait_ms = gather_wait.as_millis(),
+        "MD5 thread"
+    );
+    let width = kernel.width();
+    let mut active: Vec<Lane> = Vec::with_capacity(width);
+    let mut rounds = [0; MAX_LANES + 1];
     loop {
         if active.is_empty() {
-            let Ok(job) = rx.recv() else { return };
+            let Ok(job) = rx.recv() else { return rounds };
             active.push(Lane::start(job));
         }
-        while active.len() < MAX_LANES {
+        while active.len() < width {
             let Ok(job) = rx.try_recv() else { break };
             active.push(Lane::start(job));
+        }
+        // Other streams are on their way: hold the pieces here (each for at most
+        // `gather_wait` since it arrived) until they join.
+        while active.len() < width.min(hashing.load(Ordering::Relaxed)) {
+            let oldest = active.iter().map(|l| l.arrived).min();
+            let Some(left) =
+                oldest.and_then(|t| (t + gather_wait).checked_duration_since(Instant::now()))
+            else {
+                break;
+            };
+            match rx.recv_timeout(left) {
+                Ok(job) => active.push(Lane::start(job)),
+                Err(_) => break,
+            }
         }
         // Pieces with no whole block left are done.
         for done in active.extract_if(.., |lane| lane.blocks_left() == 0) {
@@ -106,28 +178,25 @@ fn run(rx: &mpsc::Receiver<Job>) {
             continue;
         };
         let n = n.min(ROUND_BLOCKS);
-        match active.as_mut_slice() {
-            [a] => round::<1>([a], n),
-            [a, b] => round::<2>([a, b], n),
-            [a, b, c] => round::<3>([a, b, c], n),
-            _ => unreachable!("at most MAX_LANES lanes"),
-        }
+        rounds[active.len()] += 1;
+        HASHED[active.len()].fetch_add((64 * n * active.len()) as u64, Ordering::Relaxed);
+        round(kernel, &mut active, n);
     }
 }
 
 /// Hashes the next `n` blocks of every lane.
-fn round<const N: usize>(lanes: [&mut Lane; N], n: usize) {
-    let mut states: [[u32; 4]; N] = std::array::from_fn(|l| *lanes[l].job.state.chain_mut());
-    {
-        let data: [&[u8]; N] =
-            std::array::from_fn(|l| &lanes[l].job.data[lanes[l].pos..lanes[l].pos + 64 * n]);
-        if N == 1 {
-            md5::block_api::compress(&mut states[0], data[0].as_chunks::<64>().0);
-        } else {
-            compress_lanes(&mut states, data);
-        }
+fn round(kernel: Lanes, lanes: &mut [Lane], n: usize) {
+    let mut states = [[0u32; 4]; MAX_LANES];
+    let mut data: [&[u8]; MAX_LANES] = [&[]; MAX_LANES];
+    for (state, lane) in states.iter_mut().zip(lanes.iter_mut()) {
+        *state = *lane.job.state.chain_mut();
     }
-    for (lane, h) in lanes.into_iter().zip(states) {
+    let count = lanes.len();
+    for (d, lane) in data.iter_mut().zip(lanes.iter()) {
+        *d = &lane.job.data[lane.pos..lane.pos + 64 * n];
+    }
+    kernel.compress(&mut states[..count], &data[..count]);
+    for (lane, h) in lanes.iter_mut().zip(states) {
         *lane.job.state.chain_mut() = h;
         lane.pos += 64 * n;
     }
@@ -135,7 +204,19 @@ fn round<const N: usize>(lanes: [&mut Lane; N], n: usize) {
 
 /// An MD5 computation fed piece by piece.
 #[derive(Debug)]
-pub struct Md5Stream(Progress);
+pub struct Md5Stream {
+    progress: Progress,
+    /// Whether the stream is counted in [`HASHING`] (from its first piece handed over).
+    counted: bool,
+}
+
+impl Drop for Md5Stream {
+    fn drop(&mut self) {
+        if self.counted {
+            HASHING.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+}
 
 #[derive(Debug)]
 enum Progress {
@@ -161,7 +242,10 @@ impl Md5Stream {
     /// An empty stream.
     #[must_use]
     pub fn new() -> Self {
-        Self(Progress::Ready(Md5::new()))
+        Self {
+            progress: Progress::Ready(Md5::new()),
+            counted: false,
+        }
     }
 
     /// The state once the piece in flight is hashed. The thread answers every piece it
@@ -169,7 +253,7 @@ impl Md5Stream {
     /// this stream can be right.
     async fn settle(&mut self) -> std::io::Result<Md5> {
         let lost = || std::io::Error::other("the MD5 thread stopped with a piece of this object");
-        match std::mem::replace(&mut self.0, Progress::Lost) {
+        match std::mem::replace(&mut self.progress, Progress::Lost) {
             Progress::Ready(state) => Ok(state),
             Progress::Hashing(rx) => rx.await.map_err(|_| lost()),
             Progress::Lost => Err(lost()),
@@ -187,11 +271,15 @@ impl Md5Stream {
         let lanes = lanes().filter(|_| data.len() >= HAND_OVER_MIN);
         let Some(lanes) = lanes else {
             state.absorb(&data);
-            self.0 = Progress::Ready(state);
+            self.progress = Progress::Ready(state);
             return Ok(());
         };
         let (done, rx) = oneshot::channel();
-        self.0 = match lanes.send(Job { state, data, done }) {
+        if !self.counted {
+            HASHING.fetch_add(1, Ordering::Relaxed);
+            self.counted = true;
+        }
+        self.progress = match lanes.send(Job { state, data, done }) {
             Ok(()) => Progress::Hashing(rx),
             // The thread is gone: hash here.
             Err(mpsc::SendError(mut job)) => {
@@ -282,10 +370,17 @@ mod tests {
     }
 
     /// Pieces queued before the thread starts are all taken in at once: the thread runs
-    /// them in three lanes, then in fewer as the shorter ones end, and hands each state
-    /// back with its tail.
+    /// them in as many lanes as the kernel has (more pieces than some kernels' width),
+    /// then in fewer as the shorter ones end, and hands each state back with its tail;
+    /// with every kernel this CPU runs.
     #[test]
     fn the_thread_hashes_queued_pieces_in_lanes() {
+        for kernel in Lanes::ALL.into_iter().filter(|k| k.supported()) {
+            queued_pieces_in_lanes(kernel);
+        }
+    }
+
+    fn queued_pieces_in_lanes(kernel: Lanes) {
         let (tx, rx) = mpsc::channel();
         let lens = [
             5 * 64 * ROUND_BLOCKS + 10,
@@ -293,6 +388,10 @@ mod tests {
             64 * ROUND_BLOCKS,
             63,
             100_000,
+            64 * 7,
+            3 * 64 * ROUND_BLOCKS + 64,
+            2 * 64 * ROUND_BLOCKS - 1,
+            40_000,
         ];
         let inputs: Vec<Vec<u8>> = lens.iter().map(|&n| bytes(n, n as u32)).collect();
         let mut answers = Vec::new();
@@ -306,11 +405,57 @@ mod tests {
             answers.push(answer);
         }
         drop(tx);
-        run(&rx);
+        run_with(kernel, Duration::ZERO, &AtomicUsize::new(0), &rx);
         for (input, answer) in inputs.iter().zip(answers) {
             let state = answer.blocking_recv().unwrap();
             assert_eq!(state.len(), input.len() as u64);
-            assert_eq!(state.finish(), reference(input), "{} bytes", input.len());
+            assert_eq!(
+                state.finish(),
+                reference(input),
+                "{}, {} bytes",
+                kernel.name(),
+                input.len()
+            );
+        }
+    }
+
+    /// With two streams hashing, a piece waits for the other stream's piece (sent 20 ms
+    /// later) and the two are hashed together: no round runs one lane alone.
+    #[test]
+    fn pieces_wait_for_company_while_other_streams_hash() {
+        let kernel = Lanes::best();
+        let piece = |seed| {
+            let (done, answer) = oneshot::channel();
+            let data = Bytes::from(bytes(64 * ROUND_BLOCKS * 3, seed));
+            (
+                Job {
+                    state: Md5::new(),
+                    data,
+                    done,
+                },
+                answer,
+            )
+        };
+        let (tx, rx) = mpsc::channel();
+        let (first, a1) = piece(1);
+        let (second, a2) = piece(2);
+        tx.send(first).unwrap();
+        let sender = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(20));
+            tx.send(second).unwrap();
+        });
+        let two = AtomicUsize::new(2);
+        let rounds = run_with(kernel, Duration::from_secs(10), &two, &rx);
+        sender.join().unwrap();
+        assert_eq!(rounds[1], 0, "{rounds:?}");
+        assert_eq!(rounds[2], 3, "{rounds:?}");
+        // What `oed_md5_bytes_total{streams="2"}` reports (other tests add to it too).
+        assert!(hashed_bytes_by_streams()[2] >= 2 * 3 * 64 * ROUND_BLOCKS as u64);
+        for a in [a1, a2] {
+            assert_eq!(
+                a.blocking_recv().unwrap().len(),
+                64 * ROUND_BLOCKS as u64 * 3
+            );
         }
     }
 }
