@@ -41,6 +41,11 @@ pub struct Config {
     pub cluster_secret_file: Option<PathBuf>,
     /// "always" or "never"; see [`FsyncPolicy`]. Default: "always".
     pub fsync: FsyncPolicy,
+    /// Write shard files with `O_DIRECT` (whole 4 KiB blocks from an aligned buffer, past
+    /// the page cache; the last partial block and the header through the page cache).
+    /// Where the file system refuses `O_DIRECT`, the drive writes through the page cache
+    /// as without it. Default: false (docs/drive.md, "Direct I/O").
+    pub direct_io: bool,
     /// Requests served at once; more wait for a slot. Default: 64.
     pub max_concurrent_requests: usize,
     /// Largest shard file accepted, in bytes. Default: 1 GiB.
@@ -187,6 +192,7 @@ impl Default for Config {
             cluster_map: None,
             cluster_secret_file: None,
             fsync: FsyncPolicy::Always,
+            direct_io: false,
             max_concurrent_requests: 64,
             max_shard_bytes: 1 << 30,
             max_request_body_bytes: 64 * 1024,

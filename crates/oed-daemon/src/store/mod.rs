@@ -75,6 +75,8 @@ pub struct Shared {
     shards: PathBuf,
     tmp: PathBuf,
     fsync: bool,
+    /// Shard files written with `O_DIRECT` (`direct_io`).
+    direct_io: bool,
     inline_threshold: u64,
     max_shard_bytes: u64,
     reserve: u64,
@@ -181,6 +183,7 @@ impl Store {
             shards,
             tmp,
             fsync: config.fsync == FsyncPolicy::Always,
+            direct_io: config.direct_io,
             inline_threshold: config.inline_threshold_bytes,
             max_shard_bytes: config.max_shard_bytes,
             reserve: config.reserve_bytes,
@@ -441,7 +444,7 @@ impl Store {
         let mut upload = if expected.file_len() <= self.inline_threshold {
             Upload::Inline(Vec::new())
         } else {
-            Upload::File(TempShard::new(&self.tmp))
+            Upload::File(TempShard::new(&self.tmp, self.direct_io))
         };
         // On an error the upload is dropped, and its temp file with it.
         if let Some(tail) = upload
@@ -881,10 +884,98 @@ struct TempShard {
     /// A header that replaces the one received, written over it when the file is
     /// finished (the version's final id came in the tail).
     header: Option<[u8; oed_ec::format::HEADER_LEN]>,
+    /// Written with `O_DIRECT` (asked for, and the file system took it): whole blocks
+    /// from `direct`'s aligned buffer.
+    direct: Option<Direct>,
+    /// `O_DIRECT` asked for (`direct_io`), for the file not opened yet.
+    want_direct: bool,
+}
+
+/// The block size `O_DIRECT` writes are aligned to: the page size, which every device's
+/// logical block size divides.
+const DIRECT_ALIGN: usize = 4096;
+/// Bytes staged in the aligned buffer per `O_DIRECT` write.
+const DIRECT_STAGE: usize = 128 * 1024;
+
+/// The state of an `O_DIRECT` temp file: an aligned buffer with the bytes not yet
+/// written (less than a block between batches) and where they go in the file.
+struct Direct {
+    /// `DIRECT_STAGE + DIRECT_ALIGN` bytes; the aligned region starts at `start`.
+    buf: Vec<u8>,
+    start: usize,
+    filled: usize,
+    offset: u64,
+}
+
+impl Direct {
+    fn new() -> Self {
+        let buf = vec![0u8; DIRECT_STAGE + DIRECT_ALIGN];
+        let start = buf.as_ptr().align_offset(DIRECT_ALIGN);
+        assert!(start < DIRECT_ALIGN, "a byte buffer can be aligned");
+        Self {
+            buf,
+            start,
+            filled: 0,
+            offset: 0,
+        }
+    }
+
+    /// Copies `data` into the buffer, writing each full stage (whole blocks) to `f`. On
+    /// an error, also says how much of `data` the buffer took (still staged, unwritten).
+    fn write(&mut self, f: &std::fs::File, data: &[u8]) -> Result<(), (usize, std::io::Error)> {
+        let mut taken = 0;
+        while taken < data.len() {
+            let take = (DIRECT_STAGE - self.filled).min(data.len() - taken);
+            let at = self.start + self.filled;
+            self.buf[at..at + take].copy_from_slice(&data[taken..taken + take]);
+            self.filled += take;
+            taken += take;
+            if self.filled == DIRECT_STAGE {
+                self.flush_blocks(f).map_err(|e| (taken, e))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes the whole blocks staged and keeps the rest (less than a block).
+    fn flush_blocks(&mut self, f: &std::fs::File) -> std::io::Result<()> {
+        use std::os::unix::fs::FileExt;
+        let whole = self.filled / DIRECT_ALIGN * DIRECT_ALIGN;
+        if whole == 0 {
+            return Ok(());
+        }
+        f.write_all_at(&self.buf[self.start..self.start + whole], self.offset)?;
+        self.offset += whole as u64;
+        self.buf
+            .copy_within(self.start + whole..self.start + self.filled, self.start);
+        self.filled -= whole;
+        Ok(())
+    }
+
+    /// Writes what is left (less than a block, at the end of the file) through `f`, a
+    /// descriptor without `O_DIRECT`.
+    fn finish(&mut self, f: &std::fs::File) -> std::io::Result<()> {
+        use std::os::unix::fs::FileExt;
+        f.write_all_at(&self.buf[self.start..self.start + self.filled], self.offset)?;
+        self.offset += self.filled as u64;
+        self.filled = 0;
+        Ok(())
+    }
+}
+
+/// Temp files opened with `O_DIRECT` by this process (for the tests).
+static DIRECT_FILES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Logs once per process that the file system refused `O_DIRECT`.
+fn direct_refused(e: &std::io::Error) {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        tracing::warn!(error = %e, "direct_io: the data file system refuses O_DIRECT; writing through the page cache");
+    });
 }
 
 impl TempShard {
-    fn new(tmp: &Path) -> Self {
+    fn new(tmp: &Path, direct_io: bool) -> Self {
         let name = format!("{:016x}.upload", rand::random::<u64>());
         Self {
             path: Some(tmp.join(name)),
@@ -892,6 +983,8 @@ impl TempShard {
             pending: Vec::new(),
             pending_len: 0,
             header: None,
+            direct: None,
+            want_direct: direct_io,
         }
     }
 
@@ -900,21 +993,69 @@ impl TempShard {
         self.pending.push(piece);
     }
 
+    /// Opens the temp file, with `O_DIRECT` where asked for and taken.
+    fn open(&mut self) -> std::io::Result<std::fs::File> {
+        use std::os::unix::fs::OpenOptionsExt;
+        let path = self.path.as_ref().expect("a temp shard not yet placed");
+        let mut options = std::fs::OpenOptions::new();
+        options.write(true).create_new(true);
+        if self.want_direct {
+            #[cfg(target_os = "linux")]
+            match options.clone().custom_flags(libc::O_DIRECT).open(path) {
+                Ok(f) => {
+                    self.direct = Some(Direct::new());
+                    DIRECT_FILES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    return Ok(f);
+                }
+                Err(e) if e.raw_os_error() == Some(libc::EINVAL) => direct_refused(&e),
+                Err(e) => return Err(e),
+            }
+        }
+        options.open(path)
+    }
+
     /// Writes the pending pieces, creating the file at the first call. Blocks.
     fn write_pending(&mut self) -> std::io::Result<&std::fs::File> {
         use std::io::Write;
         let mut f = match self.file.take() {
             Some(f) => f,
-            None => std::fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .open(self.path.as_ref().expect("a temp shard not yet placed"))?,
+            None => self.open()?,
         };
-        for p in self.pending.drain(..) {
-            f.write_all(&p)?;
-        }
+        let pending = std::mem::take(&mut self.pending);
         self.pending_len = 0;
+        let mut pieces = pending.iter();
+        if let Some(direct) = self.direct.as_mut() {
+            for p in pieces.by_ref() {
+                match direct.write(&f, p) {
+                    Ok(()) => {}
+                    // Some file systems take the flag and refuse the writes: go on
+                    // through the page cache from the bytes not yet written.
+                    Err((taken, e)) if e.raw_os_error() == Some(libc::EINVAL) => {
+                        direct_refused(&e);
+                        f = self.leave_direct()?;
+                        f.write_all(&p[taken..])?;
+                        break;
+                    }
+                    Err((_, e)) => return Err(e),
+                }
+            }
+        }
+        for p in pieces {
+            f.write_all(p)?;
+        }
         Ok(self.file.insert(f))
+    }
+
+    /// Stops writing with `O_DIRECT`: the staged bytes are written through a new
+    /// descriptor without it, positioned after them.
+    fn leave_direct(&mut self) -> std::io::Result<std::fs::File> {
+        use std::io::{Seek, SeekFrom};
+        let mut direct = self.direct.take().expect("in direct mode");
+        let path = self.path.as_ref().expect("a temp shard not yet placed");
+        let mut f = std::fs::OpenOptions::new().write(true).open(path)?;
+        direct.finish(&f)?;
+        f.seek(SeekFrom::Start(direct.offset))?;
+        Ok(f)
     }
 
     /// Writes the pending pieces on one trip to a blocking thread. With `fsync`, the
@@ -923,9 +1064,10 @@ impl TempShard {
     async fn write_batch(&mut self, fsync: bool) -> Result<()> {
         let mut temp = std::mem::take(self);
         *self = tokio::task::spawn_blocking(move || {
-            let f = temp.write_pending()?;
-            if fsync {
-                start_writeback(f);
+            temp.write_pending()?;
+            let buffered = temp.direct.is_none();
+            if fsync && buffered {
+                start_writeback(temp.file.as_ref().expect("written above"));
             }
             Ok::<_, std::io::Error>(temp)
         })
@@ -938,7 +1080,13 @@ impl TempShard {
     /// the last batch and the journal; closes it. Blocks.
     fn finish(&mut self, fsync: bool) -> std::io::Result<()> {
         let header = self.header.take();
-        let f = self.write_pending()?;
+        self.write_pending()?;
+        if self.direct.is_some() {
+            // The last partial block, and a new header, go through the page cache.
+            let f = self.leave_direct()?;
+            self.file = Some(f);
+        }
+        let f = self.file.as_ref().expect("written above");
         if let Some(h) = header {
             std::os::unix::fs::FileExt::write_all_at(f, &h, 0)?;
         }
@@ -1380,10 +1528,15 @@ mod tests {
     }
 
     fn open_store(dir: &Path) -> Store {
+        open_store_with(dir, false)
+    }
+
+    fn open_store_with(dir: &Path, direct_io: bool) -> Store {
         let config = Config {
             data_dir: dir.to_owned(),
             inline_threshold_bytes: 0,
             reserve_bytes: 0,
+            direct_io,
             ..Config::default()
         };
         let store = Store::open(&config, traffic()).unwrap();
@@ -1455,11 +1608,59 @@ mod tests {
     /// one is a whole batch (the final write is the second).
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn shard_files_are_stored_byte_for_byte_however_the_body_is_cut() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = open_store(dir.path());
+        stored_byte_for_byte(false, None).await;
+    }
+
+    /// The same with `direct_io`: whole blocks staged and written past the page cache,
+    /// the last partial block through it. Where the file system takes `O_DIRECT` (ext4
+    /// and xfs do, tmpfs does not), the files were opened with it.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn direct_io_stores_shard_files_byte_for_byte() {
+        direct_io_in(None).await;
+        // tmpfs refuses O_DIRECT: the drive writes through the page cache instead.
+        if Path::new("/dev/shm").is_dir() {
+            direct_io_in(Some(Path::new("/dev/shm"))).await;
+        }
+    }
+
+    async fn direct_io_in(base: Option<&Path>) {
+        let dir = base
+            .map_or_else(tempfile::tempdir, tempfile::tempdir_in)
+            .unwrap();
+        let probe = dir.path().join("probe");
+        let takes_direct = {
+            use std::os::unix::fs::OpenOptionsExt;
+            std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .custom_flags(libc::O_DIRECT)
+                .open(&probe)
+                .is_ok()
+        };
+        let before = DIRECT_FILES.load(std::sync::atomic::Ordering::Relaxed);
+        stored_byte_for_byte(true, base).await;
+        let after = DIRECT_FILES.load(std::sync::atomic::Ordering::Relaxed);
+        assert_eq!(
+            after > before,
+            takes_direct,
+            "O_DIRECT files: {before} -> {after}"
+        );
+    }
+
+    async fn stored_byte_for_byte(direct_io: bool, base: Option<&Path>) {
+        let dir = base
+            .map_or_else(tempfile::tempdir, tempfile::tempdir_in)
+            .unwrap();
+        let store = open_store_with(dir.path(), direct_io);
         let mut v = 0;
-        // Shard files (k = 2) of about 1.5 KiB, a batch and a bit, and 2.5 batches.
-        for size in [3000, 2 * WRITE_BATCH, 5 * WRITE_BATCH + 12_345] {
+        // Shard files (k = 2) of about 1.5 KiB, a batch and a bit, 2.5 batches, and
+        // whole blocks of O_DIRECT's.
+        for size in [
+            3000,
+            2 * WRITE_BATCH,
+            5 * WRITE_BATCH + 12_345,
+            2 * DIRECT_STAGE,
+        ] {
             let len = shard(1, size).1.len();
             let cuts: [Vec<usize>; 4] = [
                 (10_007..len).step_by(10_007).collect(),

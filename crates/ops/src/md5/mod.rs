@@ -339,8 +339,11 @@ impl Lanes {
             self
         };
         match kernel {
-            Lanes::Scalar => compress_scalar(states, data),
-            wide => compress_padded(wide, states, data, blocks),
+            #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+            wide @ (Lanes::Avx2 | Lanes::Avx512 | Lanes::Neon) => {
+                compress_padded(wide, states, data, blocks);
+            }
+            _ => compress_scalar(states, data),
         }
     }
 }
@@ -367,6 +370,7 @@ fn compress_scalar(states: &mut [[u32; 4]], data: &[&[u8]]) {
 
 /// `n` streams in a SIMD kernel of width `w >= n` that this CPU runs: the lanes without a
 /// stream hash the first stream's bytes into states that are thrown away.
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 #[allow(unsafe_code)]
 fn compress_padded(kernel: Lanes, states: &mut [[u32; 4]], data: &[&[u8]], blocks: usize) {
     let w = kernel.width();
