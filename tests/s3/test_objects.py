@@ -7,7 +7,9 @@ import concurrent.futures
 import datetime
 import hashlib
 import os
+import re
 import socket
+import urllib.request
 
 import pytest
 from botocore.exceptions import ClientError
@@ -372,3 +374,27 @@ def test_multipart(s3, bucket):
     s3.delete_object(Bucket=bucket, Key="mp")
     s3.delete_object(Bucket=bucket, Key="mp2")
     s3.delete_bucket(Bucket=bucket)
+
+
+def test_md5_etags_of_concurrent_uploads_and_what_the_metric_counts(cluster, s3, bucket):
+    """Uploads written at once are hashed together on the coordinator's MD5 thread; each
+    ETag is still its own body's MD5, and `oed_md5_bytes_total{streams}` counts the
+    bytes by how many uploads shared a call (1 to 16)."""
+
+    def hashed():
+        text = urllib.request.urlopen(f"http://{cluster.metrics_addrs[0]}/metrics",
+                                      timeout=5).read().decode()
+        found = re.findall(r'^oed_md5_bytes_total\{streams="(\d+)"\} (\S+)$', text, re.M)
+        assert all(1 <= int(n) <= 16 for n, _ in found), found
+        return sum(float(v) for _, v in found)
+
+    before = hashed()
+    bodies = {f"md5-{i}": data(6 * STRIPE + 1000 * i, 700 + i) for i in range(6)}
+    with concurrent.futures.ThreadPoolExecutor(6) as pool:
+        etags = dict(zip(bodies, pool.map(
+            lambda kv: s3.put_object(Bucket=bucket, Key=kv[0], Body=kv[1])["ETag"],
+            bodies.items())))
+    for k, b in bodies.items():
+        assert etags[k] == f'"{hashlib.md5(b).hexdigest()}"', k
+    # Whole stripes go to the thread (the last, short one of each object may not).
+    assert hashed() - before >= sum(6 * STRIPE for _ in bodies)
