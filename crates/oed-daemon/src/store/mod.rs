@@ -94,6 +94,41 @@ pub struct Shared {
     /// Whether the identity was written at this start, on an empty data directory: a
     /// new drive, or one replacing an earlier drive of the same id.
     new_incarnation: bool,
+    /// Shard files between their rename into `shards/` and their record's commit, which
+    /// [`Store::sweep_orphans`] must not take for orphans.
+    placements: Mutex<Placements>,
+}
+
+/// Shard files being placed: each from before its rename until after its record's
+/// commit (or the commit's failure), with a count for the same path placed twice at
+/// once; and, while an orphan sweep runs, every path placed or in flight since it
+/// started. The sweep removes a file only under this lock, after checking both.
+#[derive(Debug, Default)]
+struct Placements {
+    in_flight: std::collections::HashMap<PathBuf, usize>,
+    during_sweep: Option<std::collections::HashSet<PathBuf>>,
+}
+
+/// A shard file's placement in progress ([`Store::placing`]); dropped after its record
+/// is committed or given up.
+struct Placing<'a> {
+    placements: &'a Mutex<Placements>,
+    path: PathBuf,
+}
+
+impl Drop for Placing<'_> {
+    fn drop(&mut self) {
+        let mut p = self
+            .placements
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(n) = p.in_flight.get_mut(&self.path) {
+            *n -= 1;
+            if *n == 0 {
+                p.in_flight.remove(&self.path);
+            }
+        }
+    }
 }
 
 /// A drive's identity, in `identity.json` of its data directory: written once, at the
@@ -206,6 +241,7 @@ impl Store {
             energy: std::sync::OnceLock::new(),
             identity,
             new_incarnation: created && !had_data,
+            placements: Mutex::new(Placements::default()),
         })))
     }
 
@@ -521,6 +557,8 @@ impl Store {
             _ => None,
         };
         let mut started = Instant::now();
+        // Until the record is committed, the orphan sweep leaves this path alone.
+        let _placing = temp.is_some().then(|| self.placing(&final_path));
         if let Some(temp) = temp {
             temp.place(&final_path, self.fsync)?;
             started = self.timed("place", started);
@@ -730,11 +768,27 @@ impl Store {
     }
 
     /// Removes shard files that no record points to (left by a crash between rename and
-    /// commit, or between a record's deletion and its file's). Returns how many.
+    /// commit, or between a record's deletion and its file's). Returns how many. Safe
+    /// while the drive takes writes: a file renamed into place whose record is not
+    /// committed yet is left alone ([`Placements`]).
     ///
     /// # Errors
     /// [`Error::Io`] or [`Error::Meta`].
     pub fn sweep_orphans(&self) -> Result<u64> {
+        // From now until the end, every placement is remembered, as are those already in
+        // flight: a file placed before the records are read below but recorded after
+        // is one of those, and must stay.
+        {
+            let mut p = self.lock_placements();
+            let now: std::collections::HashSet<PathBuf> = p.in_flight.keys().cloned().collect();
+            p.during_sweep = Some(now);
+        }
+        let result = self.sweep_unplaced();
+        self.lock_placements().during_sweep = None;
+        result
+    }
+
+    fn sweep_unplaced(&self) -> Result<u64> {
         let mut wanted = std::collections::HashSet::new();
         self.meta.for_each_object(|r| {
             wanted.insert(self.record_path(&r));
@@ -744,14 +798,44 @@ impl Store {
             for b in std::fs::read_dir(a?.path())? {
                 for f in std::fs::read_dir(b?.path())? {
                     let path = f?.path();
-                    if !wanted.contains(&path) {
-                        std::fs::remove_file(&path)?;
-                        removed += 1;
+                    if wanted.contains(&path) {
+                        continue;
+                    }
+                    // Checked and removed under the lock: a placement of this path
+                    // registers before its rename, so it either protects the file or
+                    // renames it into place after the removal.
+                    let p = self.lock_placements();
+                    let placed = p.during_sweep.as_ref().is_some_and(|s| s.contains(&path));
+                    if !placed {
+                        match std::fs::remove_file(&path) {
+                            Ok(()) => removed += 1,
+                            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                            Err(e) => return Err(e.into()),
+                        }
                     }
                 }
             }
         }
         Ok(removed)
+    }
+
+    fn lock_placements(&self) -> MutexGuard<'_, Placements> {
+        self.placements
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Registers a shard file about to be placed at `path`, until the guard is dropped.
+    fn placing(&self, path: &Path) -> Placing<'_> {
+        let mut p = self.lock_placements();
+        *p.in_flight.entry(path.to_owned()).or_insert(0) += 1;
+        if let Some(s) = p.during_sweep.as_mut() {
+            s.insert(path.to_owned());
+        }
+        Placing {
+            placements: &self.placements,
+            path: path.to_owned(),
+        }
     }
 
     /// Reads every chunk of this drive's shard of `record` and checks its CRC32C, taking
@@ -1556,6 +1640,78 @@ mod tests {
 
     fn tmp_files(store: &Store) -> usize {
         std::fs::read_dir(&store.tmp).unwrap().count()
+    }
+
+    /// A file renamed into place whose record is not committed yet is not an orphan; once
+    /// its placement ends without a record, it is.
+    #[test]
+    fn a_file_being_placed_is_not_an_orphan() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open_store(dir.path());
+        let path = store.shard_path("bkt", "x", VersionId(9), 0);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, b"placed, not recorded yet").unwrap();
+        let placing = store.placing(&path);
+        assert_eq!(store.sweep_orphans().unwrap(), 0);
+        assert!(path.exists());
+        drop(placing);
+        assert_eq!(store.sweep_orphans().unwrap(), 1);
+        assert!(!path.exists());
+    }
+
+    /// Orphan sweeps running while shards are written (as the sweep at a drive's start
+    /// runs while the drive already takes writes) never remove a file whose record is
+    /// committed: every written shard's file is there afterwards.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn orphan_sweeps_during_writes_never_take_a_recorded_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open_store(dir.path());
+        let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let sweeper = {
+            let (store, done) = (store.clone(), Arc::clone(&done));
+            std::thread::spawn(move || {
+                let mut sweeps = 0;
+                while !done.load(std::sync::atomic::Ordering::Relaxed) && sweeps < 100_000 {
+                    store.sweep_orphans().unwrap();
+                    sweeps += 1;
+                }
+                sweeps
+            })
+        };
+        let writers: Vec<_> = (0..4)
+            .map(|w| {
+                let store = store.clone();
+                tokio::spawn(async move {
+                    for i in 0..40 {
+                        let (mut rec, file) = shard(1, 9000);
+                        rec.key = format!("k{w}-{i}");
+                        let body = futures_util::stream::iter([Ok::<_, std::io::Error>(
+                            Bytes::from(file),
+                        )]);
+                        store.put_shard(rec, body, false).await.unwrap();
+                    }
+                })
+            })
+            .collect();
+        for w in writers {
+            w.await.unwrap();
+        }
+        done.store(true, std::sync::atomic::Ordering::Relaxed);
+        assert!(sweeper.join().unwrap() > 0);
+        let mut missing = Vec::new();
+        for w in 0..4 {
+            for i in 0..40 {
+                let key = format!("k{w}-{i}");
+                let rec = store.meta.object("bkt", &key).unwrap().unwrap();
+                if !store.record_path(&rec).exists() {
+                    missing.push(key);
+                }
+            }
+        }
+        assert!(
+            missing.is_empty(),
+            "records without their file: {missing:?}"
+        );
     }
 
     /// A replaced version kept for its write's settlement is a wanted file: the orphan
