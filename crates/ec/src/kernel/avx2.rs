@@ -50,6 +50,7 @@ unsafe fn block<const R: usize>(
     while off < end {
         let mut acc = [[_mm256_setzero_si256(); 2]; R];
         for (i, input) in inputs.iter().enumerate() {
+            super::prefetch(input, off);
             // SAFETY: off + STEP <= end <= input.len() (caller's contract).
             let (x0, x1) = unsafe {
                 let p = input.as_ptr().add(off);

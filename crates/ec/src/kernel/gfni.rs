@@ -46,7 +46,7 @@ pub(crate) const fn affine_matrix(c: u8) -> u64 {
 }
 
 /// [`affine_matrix`] of every constant.
-static MATRICES: [u64; 256] = {
+pub(crate) static MATRICES: [u64; 256] = {
     let mut t = [0u64; 256];
     let mut c = 0;
     while c < 256 {
@@ -80,6 +80,8 @@ unsafe fn block<const R: usize>(
     while off < end {
         let mut acc = [[_mm512_setzero_si512(); 2]; R];
         for (i, input) in inputs.iter().enumerate() {
+            super::prefetch(input, off);
+            super::prefetch(input, off + 64);
             // SAFETY: off + STEP <= end <= input.len() (caller's contract).
             let (x0, x1) = unsafe {
                 let p = input.as_ptr().add(off);
