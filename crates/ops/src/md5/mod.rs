@@ -288,15 +288,16 @@ impl Lanes {
     /// The fewest streams the kernel hashes itself; fewer go to the scalar lanes. A
     /// vector step costs the same however many of its lanes carry a stream, and three
     /// scalar lanes are cheap: on the development machine (`cargo bench -p oed-benches
-    /// --bench md5`, 1 MiB per stream) 16 AVX-512 lanes take 2.6 ms per MiB of each
-    /// stream, 8 AVX2 lanes 2.9 ms, 3 scalar lanes 1.45 ms and one 1.33 ms, so AVX-512
-    /// pays from 4 streams and AVX2 from 7. NEON's 3 is not measured on hardware (qemu
-    /// says nothing about speed): one scalar chain leaves most of a small core idle.
+    /// --bench md5`, 1 MiB per stream) one call of 16 AVX-512 lanes takes 2.4 ms per MiB
+    /// of each stream, of 8 AVX2 lanes 3.1 ms, of 3 scalar lanes 1.6 ms, of 2 2.0 ms,
+    /// and one stream alone 1.4 ms; so AVX-512 pays from 4 streams and AVX2 from 5.
+    /// NEON's 3 is not measured on hardware (qemu says nothing about speed): one scalar
+    /// chain leaves most of a small core idle.
     #[must_use]
     pub const fn min_streams(self) -> usize {
         match self {
             Lanes::Scalar => 1,
-            Lanes::Avx2 => 7,
+            Lanes::Avx2 => 5,
             Lanes::Avx512 => 4,
             Lanes::Neon => 3,
         }

@@ -15,6 +15,25 @@ use core::arch::x86_64::{
     _mm512_rol_epi32, _mm512_set1_epi32, _mm512_storeu_si512, _mm512_ternarylogic_epi32,
 };
 
+/// `v`, unchanged, out of the compiler's sight. A step's `a + m + k` does not depend on
+/// the step before (its `a` is four steps old); left visible, LLVM reassociates the sum
+/// and adds the constant `k` last, after the round function of the newest word, which
+/// puts one more addition on the chain from step to step: hidden, the 16-lane kernel
+/// ran 15-29% faster. (The same in the AVX2 kernel made no measurable difference.)
+#[inline]
+#[target_feature(enable = "avx512f")]
+fn opaque512(mut v: __m512i) -> __m512i {
+    // SAFETY: an empty template: the register is left as it is.
+    unsafe {
+        core::arch::asm!(
+            "/* {0} */",
+            inout(zmm_reg) v,
+            options(pure, nomem, nostack, preserves_flags),
+        );
+    }
+    v
+}
+
 pub(crate) fn avx2_supported() -> bool {
     std::arch::is_x86_feature_detected!("avx2")
 }
@@ -206,10 +225,10 @@ pub(crate) unsafe fn compress16(states: &mut [[u32; 4]], data: &[&[u8]], blocks:
     }
     macro_rules! step {
         ($fun:ident, $a:ident, $b:ident, $c:ident, $d:ident, $m:expr, $k:expr, $s:literal) => {
-            let amk = _mm512_add_epi32(
+            let amk = opaque512(_mm512_add_epi32(
                 $a,
                 _mm512_add_epi32($m, _mm512_set1_epi32(u32::cast_signed($k))),
-            );
+            ));
             let x = _mm512_add_epi32(amk, $fun($b, $c, $d));
             $a = _mm512_add_epi32($b, _mm512_rol_epi32::<{ $s }>(x));
         };
