@@ -58,55 +58,74 @@ pub(crate) static MATRICES: [u64; 256] = {
 
 super::simd_mul_rows!(supported, STEP, block);
 
-/// # Safety
-/// AVX-512F/BW and GFNI must be available; `start..end` must lie within every input and
-/// output, with `end - start` a multiple of [`STEP`]; `outs.len() == R` and
-/// `rows.len() == R * inputs.len()`.
-#[target_feature(enable = "avx512f,avx512bw,gfni")]
-unsafe fn block<const R: usize>(
-    rows: &[u8],
-    inputs: &[&[u8]],
-    outs: &mut [&mut [u8]],
-    start: usize,
-    end: usize,
-) {
-    let n = inputs.len();
-    // Broadcast each (row, input) matrix once per block, not once per step.
-    let matrices: Vec<__m512i> = rows
-        .iter()
-        .map(|&c| _mm512_set1_epi64(MATRICES[c as usize].cast_signed()))
-        .collect();
-    let mut off = start;
-    while off < end {
-        let mut acc = [[_mm512_setzero_si512(); 2]; R];
-        for (i, input) in inputs.iter().enumerate() {
-            super::prefetch(input, off);
-            super::prefetch(input, off + 64);
-            // SAFETY: off + STEP <= end <= input.len() (caller's contract).
-            let (x0, x1) = unsafe {
-                let p = input.as_ptr().add(off);
-                (
-                    _mm512_loadu_si512(p.cast()),
-                    _mm512_loadu_si512(p.add(64).cast()),
-                )
-            };
-            for (r, a) in acc.iter_mut().enumerate() {
-                let m = matrices[r * n + i];
-                a[0] = _mm512_xor_si512(a[0], _mm512_gf2p8affine_epi64_epi8::<0>(x0, m));
-                a[1] = _mm512_xor_si512(a[1], _mm512_gf2p8affine_epi64_epi8::<0>(x1, m));
+/// A GFNI kernel's block function for one register width: `STEP` bytes (two registers)
+/// per step, up to four output rows accumulated in registers, each (row, input) matrix
+/// broadcast once per block. `gfni` (512 bits) and `gfni_avx2` (256 bits) differ only in
+/// their types and intrinsics.
+macro_rules! gfni_block {
+    ($features:literal, $vec:ty, $width:literal, $set1:ident, $zero:ident, $load:ident,
+     $store:ident, $xor:ident, $affine:ident) => {
+        /// # Safety
+        #[doc = concat!("The target features `", $features, "` must be available;")]
+        /// `start..end` must lie within every input and output, with `end - start` a
+        /// multiple of `STEP`; `outs.len() == R` and `rows.len() == R * inputs.len()`.
+        #[target_feature(enable = $features)]
+        unsafe fn block<const R: usize>(
+            rows: &[u8],
+            inputs: &[&[u8]],
+            outs: &mut [&mut [u8]],
+            start: usize,
+            end: usize,
+        ) {
+            let n = inputs.len();
+            let matrices: Vec<$vec> = rows
+                .iter()
+                .map(|&c| $set1($crate::kernel::gfni::MATRICES[c as usize].cast_signed()))
+                .collect();
+            let mut off = start;
+            while off < end {
+                let mut acc = [[$zero(); 2]; R];
+                for (i, input) in inputs.iter().enumerate() {
+                    for line in (0..STEP).step_by(64) {
+                        $crate::kernel::prefetch(input, off + line);
+                    }
+                    // SAFETY: off + STEP <= end <= input.len() (caller's contract).
+                    let (x0, x1) = unsafe {
+                        let p = input.as_ptr().add(off);
+                        ($load(p.cast()), $load(p.add($width).cast()))
+                    };
+                    for (r, a) in acc.iter_mut().enumerate() {
+                        let m = matrices[r * n + i];
+                        a[0] = $xor(a[0], $affine::<0>(x0, m));
+                        a[1] = $xor(a[1], $affine::<0>(x1, m));
+                    }
+                }
+                for (out, a) in outs.iter_mut().zip(acc) {
+                    // SAFETY: off + STEP <= end <= out.len() (caller's contract).
+                    unsafe {
+                        let p = out.as_mut_ptr().add(off);
+                        $store(p.cast(), a[0]);
+                        $store(p.add($width).cast(), a[1]);
+                    }
+                }
+                off += STEP;
             }
         }
-        for (out, a) in outs.iter_mut().zip(acc) {
-            // SAFETY: off + STEP <= end <= out.len() (caller's contract).
-            unsafe {
-                let p = out.as_mut_ptr().add(off);
-                _mm512_storeu_si512(p.cast(), a[0]);
-                _mm512_storeu_si512(p.add(64).cast(), a[1]);
-            }
-        }
-        off += STEP;
-    }
+    };
 }
+pub(crate) use gfni_block;
+
+gfni_block!(
+    "avx512f,avx512bw,gfni",
+    __m512i,
+    64,
+    _mm512_set1_epi64,
+    _mm512_setzero_si512,
+    _mm512_loadu_si512,
+    _mm512_storeu_si512,
+    _mm512_xor_si512,
+    _mm512_gf2p8affine_epi64_epi8
+);
 
 #[cfg(test)]
 mod tests {
