@@ -55,6 +55,12 @@ pub struct Config {
     /// Shard files up to this size live inside RocksDB instead of their own file. 0 turns
     /// inlining off. Default: 4096.
     pub inline_threshold_bytes: u64,
+    /// Freed shard files (of versions replaced or deleted) kept for reuse, in bytes: a
+    /// new upload overwrites one instead of creating a file, so the file system allocates
+    /// and frees no inode per write. Counted as free space, and given back at once when a
+    /// write would find too little. 0 turns it off. Default: 256 MiB (docs/drive.md,
+    /// "Reused shard files").
+    pub shard_file_pool_bytes: u64,
     /// Free space kept back: writes that would leave less get "insufficient storage" while
     /// reads and deletes go on. Default: 256 MiB.
     pub reserve_bytes: u64,
@@ -197,6 +203,7 @@ impl Default for Config {
             max_shard_bytes: 1 << 30,
             max_request_body_bytes: 64 * 1024,
             inline_threshold_bytes: 4096,
+            shard_file_pool_bytes: 256 << 20,
             reserve_bytes: 256 << 20,
             rocksdb_block_cache_bytes: 32 << 20,
             rocksdb_write_buffer_bytes: 8 << 20,

@@ -183,7 +183,7 @@ struct StateCollector {
     /// Bytes hashed for MD5 `ETag`s, by streams hashed together.
     md5: CounterVec,
     /// Counters kept as atomics on the hot path, copied here on scrape.
-    counters: [Counter; 9],
+    counters: [Counter; 10],
 }
 
 impl StateCollector {
@@ -193,7 +193,6 @@ impl StateCollector {
         peer: Arc<PeerState>,
         drive_id: &str,
     ) -> prometheus::Result<Self> {
-        let counter = |n: &str, h: &str| Counter::with_opts(Opts::new(n, h));
         let info = GaugeVec::new(
             Opts::new(
                 "oed_drive_info",
@@ -211,7 +210,7 @@ impl StateCollector {
             capacity: GaugeVec::new(
                 Opts::new(
                     "oed_filesystem_bytes",
-                    "The data file system: size, bytes free to the daemon, and the configured reserve (writes stop below it).",
+                    "The data file system: size, bytes free to the daemon (freed shard files kept for reuse included), of them the bytes of those files (pooled), and the configured reserve (writes stop below it).",
                 ),
                 &["what"],
             )?,
@@ -251,44 +250,7 @@ impl StateCollector {
                 &["reason"],
             )?,
             md5: md5_counter()?,
-            counters: [
-                counter(
-                    "oed_degraded_writes_total",
-                    "Writes this drive coordinated that were acknowledged with shards missing (x-oed-degraded).",
-                )?,
-                counter(
-                    "oed_degraded_read_stripes_total",
-                    "Stripes this drive served from parity because a data shard could not be read.",
-                )?,
-                counter(
-                    "oed_peer_shard_failures_total",
-                    "Shard reads or writes to a drive that failed or timed out while this drive coordinated.",
-                )?,
-                counter(
-                    "oed_peer_auth_failures_total",
-                    "Peer requests to this drive refused for authentication.",
-                )?,
-                counter(
-                    "oed_shard_checksum_failures_total",
-                    "Shards on this drive found failing their CRC32C check (by reads now, by the scrubber when it runs); each is queued for heal.",
-                )?,
-                counter(
-                    "oed_ops_cancelled_total",
-                    "Near-data operations this drive stopped because their caller went away.",
-                )?,
-                counter(
-                    "oed_map_epoch_mismatch_total",
-                    "Peer requests to this drive from drives that run another cluster map epoch (their shard writes are refused).",
-                )?,
-                counter(
-                    "oed_http_connections_refused_total",
-                    "Connections this drive's S3 and peer listener answered 503 and closed because max_connections were open.",
-                )?,
-                counter(
-                    "oed_tls_handshake_failures_total",
-                    "Connections to this drive's TLS listener closed because their handshake failed (an untrusted or wrong certificate, not TLS at all) or did not finish within http_header_timeout_seconds.",
-                )?,
-            ],
+            counters: hot_counters()?,
             store,
             cluster,
             peer,
@@ -319,6 +281,7 @@ impl StateCollector {
                     ("size", c.capacity_bytes),
                     ("free", c.free_bytes),
                     ("reserve", c.reserve_bytes),
+                    ("pooled", self.store.shard_file_pool_bytes()),
                 ] {
                     self.capacity.with_label_values(&[what]).set(v as f64);
                 }
@@ -363,6 +326,7 @@ impl StateCollector {
             self.peer.epoch_mismatches.load(Ordering::Relaxed),
             stats.connections_refused.load(Ordering::Relaxed),
             stats.tls_handshake_failures.load(Ordering::Relaxed),
+            self.store.shard_files_reused(),
         ];
         self.connections
             .set(stats.connections_open.load(Ordering::Relaxed) as f64);
@@ -370,6 +334,54 @@ impl StateCollector {
             advance(c, n as f64);
         }
     }
+}
+
+/// The counters kept as atomics on the hot path ([`StateCollector::refresh`] copies them,
+/// in this order).
+fn hot_counters() -> prometheus::Result<[Counter; 10]> {
+    let counter = |n: &str, h: &str| Counter::with_opts(Opts::new(n, h));
+    Ok([
+        counter(
+            "oed_degraded_writes_total",
+            "Writes this drive coordinated that were acknowledged with shards missing (x-oed-degraded).",
+        )?,
+        counter(
+            "oed_degraded_read_stripes_total",
+            "Stripes this drive served from parity because a data shard could not be read.",
+        )?,
+        counter(
+            "oed_peer_shard_failures_total",
+            "Shard reads or writes to a drive that failed or timed out while this drive coordinated.",
+        )?,
+        counter(
+            "oed_peer_auth_failures_total",
+            "Peer requests to this drive refused for authentication.",
+        )?,
+        counter(
+            "oed_shard_checksum_failures_total",
+            "Shards on this drive found failing their CRC32C check (by reads now, by the scrubber when it runs); each is queued for heal.",
+        )?,
+        counter(
+            "oed_ops_cancelled_total",
+            "Near-data operations this drive stopped because their caller went away.",
+        )?,
+        counter(
+            "oed_map_epoch_mismatch_total",
+            "Peer requests to this drive from drives that run another cluster map epoch (their shard writes are refused).",
+        )?,
+        counter(
+            "oed_http_connections_refused_total",
+            "Connections this drive's S3 and peer listener answered 503 and closed because max_connections were open.",
+        )?,
+        counter(
+            "oed_tls_handshake_failures_total",
+            "Connections to this drive's TLS listener closed because their handshake failed (an untrusted or wrong certificate, not TLS at all) or did not finish within http_header_timeout_seconds.",
+        )?,
+        counter(
+            "oed_shard_files_reused_total",
+            "Shard files written by overwriting a freed one (of a version replaced or deleted) instead of creating a file (shard_file_pool_bytes).",
+        )?,
+    ])
 }
 
 /// `oed_md5_bytes_total{streams}`.

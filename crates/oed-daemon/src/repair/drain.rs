@@ -517,13 +517,16 @@ async fn shard_body(r: &Arc<Repair>, rec: &ObjectRecord) -> Result<(ShardUpload,
             let body: ShardUpload = Box::pin(futures_util::stream::iter([Ok(Bytes::from(data))]));
             Ok((limited(body), len))
         }
-        ShardBytes::File(path) => {
-            let file = tokio::fs::File::open(&path).await?;
+        ShardBytes::File(shard) => {
+            let file = tokio::fs::File::open(shard.path()).await?;
             let len = file.metadata().await?.len();
-            let body: ShardUpload = Box::pin(tokio_util::io::ReaderStream::with_capacity(
-                file,
-                256 * 1024,
-            ));
+            // The body keeps the file registered as being read until it is dropped.
+            let body: ShardUpload = Box::pin(
+                tokio_util::io::ReaderStream::with_capacity(file, 256 * 1024).map(move |piece| {
+                    let _reading = &shard;
+                    piece
+                }),
+            );
             Ok((limited(body), len))
         }
     }

@@ -193,7 +193,7 @@ async fn heal_one(r: &Arc<Repair>, e: &HealEntry) -> Result<Outcome> {
 fn shard_present(store: &crate::store::Store, record: &ObjectRecord) -> bool {
     match store.shard(&record.bucket, &record.key, Some(record.version_id)) {
         Ok((_, crate::store::ShardBytes::Inline(_))) => true,
-        Ok((_, crate::store::ShardBytes::File(p))) => p.exists(),
+        Ok((_, crate::store::ShardBytes::File(p))) => p.path().exists(),
         Err(_) => false,
     }
 }

@@ -1,7 +1,8 @@
 //! The drive's local store: shard files on disk and their records in RocksDB.
 //!
 //! Shard files live under `shards/` at paths hashed from (bucket, key, version, shard),
-//! never derived from user input; uploads in progress live in `tmp/`. [`Store::put_shard`]
+//! never derived from user input; uploads in progress live in `tmp/` (or, overwriting a
+//! freed shard file, in `pool/`: [`pool`]). [`Store::put_shard`]
 //! is the one durable write: stream to a temp file while checking every chunk's CRC32C,
 //! fsync, rename, fsync the directory, then commit the record with a synced RocksDB write.
 //! A crash at any point leaves either the old state or the new one visible, plus at most
@@ -9,6 +10,7 @@
 
 mod drive;
 pub mod meta;
+mod pool;
 pub mod queue;
 pub mod record;
 
@@ -46,7 +48,29 @@ pub enum ShardBytes {
     /// Small shard kept in RocksDB.
     Inline(Vec<u8>),
     /// Shard file.
-    File(PathBuf),
+    File(ShardFile),
+}
+
+/// A stored shard file's path, registered as being read while this value lives, so that
+/// the file is not reused meanwhile ([`pool`]).
+#[derive(Debug)]
+pub struct ShardFile {
+    path: PathBuf,
+    _reading: pool::Reading,
+}
+
+impl ShardFile {
+    /// Where the file is.
+    #[must_use]
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl AsRef<Path> for ShardFile {
+    fn as_ref(&self) -> &Path {
+        &self.path
+    }
 }
 
 /// Capacity of the data file system, as the drive reports it.
@@ -97,6 +121,8 @@ pub struct Shared {
     /// Shard files between their rename into `shards/` and their record's commit, which
     /// [`Store::sweep_orphans`] must not take for orphans.
     placements: Mutex<Placements>,
+    /// Freed shard files kept for reuse (`shard_file_pool_bytes`).
+    pool: Arc<pool::Pool>,
 }
 
 /// Shard files being placed: each from before its rename until after its record's
@@ -193,7 +219,7 @@ impl std::ops::Deref for Store {
 
 impl Store {
     /// Opens the store in `config.data_dir`, creating its directories, and empties `tmp/`
-    /// (uploads a crash interrupted).
+    /// (uploads a crash interrupted) and `pool/` (freed files, and such uploads).
     ///
     /// # Errors
     /// [`Error::Io`] when the directories cannot be created; [`Error::Meta`] when RocksDB
@@ -210,6 +236,10 @@ impl Store {
         }
         std::fs::create_dir_all(&tmp)?;
         let meta = MetaStore::open(&root.join("meta"), config)?;
+        let pool = Arc::new(pool::Pool::open(
+            root.join("pool"),
+            config.shard_file_pool_bytes,
+        )?);
         Ok(Self(Arc::new(Shared {
             meta,
             drive_id: config.drive_id.clone(),
@@ -242,6 +272,7 @@ impl Store {
             identity,
             new_incarnation: created && !had_data,
             placements: Mutex::new(Placements::default()),
+            pool,
         })))
     }
 
@@ -369,24 +400,54 @@ impl Store {
     ///
     /// # Errors
     /// [`Error::Io`] when the file system cannot be queried.
+    /// Free space counts the freed shard files kept for reuse: they are given back
+    /// whenever a write would otherwise find too little.
+    ///
+    /// # Errors
+    /// [`Error::Io`] when the file system cannot be queried.
     pub fn capacity(&self) -> Result<Capacity> {
-        let st = rustix::fs::statvfs(&self.root).map_err(std::io::Error::from)?;
+        let (capacity_bytes, free) = self.file_system_space()?;
         Ok(Capacity {
-            capacity_bytes: st.f_blocks.saturating_mul(st.f_frsize),
-            free_bytes: st.f_bavail.saturating_mul(st.f_frsize),
+            capacity_bytes,
+            free_bytes: free.saturating_add(self.pool.bytes()),
             reserve_bytes: self.reserve,
         })
     }
 
+    /// The data file system's size and the bytes available to this process.
+    fn file_system_space(&self) -> Result<(u64, u64)> {
+        let st = rustix::fs::statvfs(&self.root).map_err(std::io::Error::from)?;
+        Ok((
+            st.f_blocks.saturating_mul(st.f_frsize),
+            st.f_bavail.saturating_mul(st.f_frsize),
+        ))
+    }
+
     fn check_space(&self, incoming: u64) -> Result<()> {
-        let cap = self.capacity()?;
-        if cap.free_bytes < self.reserve.saturating_add(incoming) {
+        let need = self.reserve.saturating_add(incoming);
+        let mut free = self.file_system_space()?.1;
+        if free < need && self.pool.drain() > 0 {
+            free = self.file_system_space()?.1;
+        }
+        if free < need {
             return Err(Error::InsufficientStorage {
-                free: cap.free_bytes,
+                free,
                 reserve: self.reserve,
             });
         }
         Ok(())
+    }
+
+    /// Freed shard files reused by uploads since the start.
+    #[must_use]
+    pub fn shard_files_reused(&self) -> u64 {
+        self.pool.reused()
+    }
+
+    /// Bytes held by freed shard files kept for reuse.
+    #[must_use]
+    pub fn shard_file_pool_bytes(&self) -> u64 {
+        self.pool.bytes()
     }
 
     /// The path of a shard file: two levels of directories and a name, all from a hash.
@@ -480,7 +541,11 @@ impl Store {
         let mut upload = if expected.file_len() <= self.inline_threshold {
             Upload::Inline(Vec::new())
         } else {
-            Upload::File(TempShard::new(&self.tmp, self.direct_io))
+            Upload::File(TempShard::new(
+                &self.tmp,
+                self.direct_io,
+                Arc::clone(&self.pool),
+            ))
         };
         // On an error the upload is dropped, and its temp file with it.
         if let Some(tail) = upload
@@ -584,7 +649,7 @@ impl Store {
         if let Some(prev) = previous {
             let old = self.record_path(&prev);
             if keep.is_none() && (old != final_path || inline.is_some()) {
-                remove_file_if_exists(&old);
+                self.pool.release(&old);
             }
             // The same version sent again keeps its parts.
             if prev.version_id != record.version_id {
@@ -594,7 +659,7 @@ impl Store {
         if let Some(k) = kept_before {
             let old = self.record_path(&k.record);
             if old != final_path {
-                remove_file_if_exists(&old);
+                self.pool.release(&old);
             }
         }
         Ok(Stored {
@@ -627,7 +692,7 @@ impl Store {
                 return Ok(false);
             }
             self.meta.drop_kept(&s.bucket, &s.key)?;
-            remove_file_if_exists(&self.record_path(&k.record));
+            self.pool.release(&self.record_path(&k.record));
             return Ok(true);
         }
         // The write failed: its version goes, and the one it replaced comes back.
@@ -637,13 +702,13 @@ impl Store {
                     Some(k) => self.meta.restore_kept(k)?,
                     None => self.meta.delete_object(&s.bucket, &s.key)?,
                 }
-                remove_file_if_exists(&self.record_path(&c));
+                self.pool.release(&self.record_path(&c));
                 Ok(true)
             }
             // A newer write has replaced it since, and keeps it: it is dropped.
             (_, Some(k)) if k.record.version_id == s.version_id => {
                 self.meta.drop_kept(&s.bucket, &s.key)?;
-                remove_file_if_exists(&self.record_path(&k.record));
+                self.pool.release(&self.record_path(&k.record));
                 Ok(true)
             }
             _ => Ok(false),
@@ -726,7 +791,12 @@ impl Store {
             return Ok((rec, ShardBytes::Inline(data)));
         }
         let path = self.shard_path(bucket, key, rec.version_id, rec.shard_index);
-        Ok((rec, ShardBytes::File(path)))
+        // Registered before anyone opens it: the file is not reused while it is read.
+        let file = ShardFile {
+            _reading: self.pool.reading(&path),
+            path,
+        };
+        Ok((rec, ShardBytes::File(file)))
     }
 
     /// Deletes the object record and shard of `bucket`/`key`. With `version`, only when
@@ -760,9 +830,9 @@ impl Store {
         let kept = self.meta.kept(bucket, key)?;
         // Record first: a crash after it leaves an orphan file, never a dangling record.
         self.meta.delete_object(bucket, key)?;
-        remove_file_if_exists(&self.record_path(&rec));
+        self.pool.release(&self.record_path(&rec));
         if let Some(k) = kept {
-            remove_file_if_exists(&self.record_path(&k.record));
+            self.pool.release(&self.record_path(&k.record));
         }
         Ok(())
     }
@@ -853,7 +923,7 @@ impl Store {
     ) -> Result<u64> {
         let (rec, bytes) = self.shard(&record.bucket, &record.key, Some(record.version_id))?;
         let path = match &bytes {
-            ShardBytes::File(p) => Some(p.clone()),
+            ShardBytes::File(p) => Some(p.path().to_owned()),
             ShardBytes::Inline(_) => None,
         };
         let stripes = rec.layout()?.stripe_count(rec.size);
@@ -869,6 +939,10 @@ impl Store {
             let _ = rustix::fs::fadvise(&f, 0, None, rustix::fs::Advice::DontNeed);
         }
         match r {
+            // Replaced or deleted while it was read.
+            Err(Error::CorruptShard { .. }) if !self.still_stored(&rec) => {
+                Err(Error::NotFound("object version"))
+            }
             Err(Error::CorruptShard { stripe }) => {
                 tracing::error!(bucket = %rec.bucket, key = %rec.key, stripe, "scrub: stored shard is corrupt");
                 if let Err(q) = self
@@ -954,10 +1028,12 @@ enum Upload {
 /// Bytes collected before they are written to the temp file.
 const WRITE_BATCH: usize = 512 * 1024;
 
-/// A shard's temp file in `tmp/`, opened at its first batch, with the body's pieces
-/// received since the last batch was written (reference-counted `Bytes` as they came, no
-/// copy into a buffer of ours). Dropped before [`TempShard::place`], it removes its file:
-/// whatever fails on the way, an upload leaves nothing behind.
+/// A shard's temp file, opened at its first batch, with the body's pieces received since
+/// the last batch was written (reference-counted `Bytes` as they came, no copy into a
+/// buffer of ours). The file is a freed one from the pool when there is one (overwritten
+/// from its start, cut to its new length when finished), else a new one in `tmp/`.
+/// Dropped before [`TempShard::place`], it removes its file: whatever fails on the way,
+/// an upload leaves nothing behind.
 #[derive(Default)]
 struct TempShard {
     /// `None` once placed (or in the empty value a batch's trip leaves behind).
@@ -965,6 +1041,12 @@ struct TempShard {
     file: Option<std::fs::File>,
     pending: Vec<Bytes>,
     pending_len: usize,
+    /// Bytes of the file received so far (written or pending).
+    len: u64,
+    /// Where a freed file comes from; `None` in the empty value.
+    pool: Option<Arc<pool::Pool>>,
+    /// The length of the freed file being overwritten, if it is one.
+    reused_len: Option<u64>,
     /// A header that replaces the one received, written over it when the file is
     /// finished (the version's final id came in the tail).
     header: Option<[u8; oed_ec::format::HEADER_LEN]>,
@@ -1059,13 +1141,16 @@ fn direct_refused(e: &std::io::Error) {
 }
 
 impl TempShard {
-    fn new(tmp: &Path, direct_io: bool) -> Self {
+    fn new(tmp: &Path, direct_io: bool, pool: Arc<pool::Pool>) -> Self {
         let name = format!("{:016x}.upload", rand::random::<u64>());
         Self {
             path: Some(tmp.join(name)),
             file: None,
             pending: Vec::new(),
             pending_len: 0,
+            len: 0,
+            pool: Some(pool),
+            reused_len: None,
             header: None,
             direct: None,
             want_direct: direct_io,
@@ -1074,15 +1159,36 @@ impl TempShard {
 
     fn push(&mut self, piece: Bytes) {
         self.pending_len += piece.len();
+        self.len += piece.len() as u64;
         self.pending.push(piece);
     }
 
-    /// Opens the temp file, with `O_DIRECT` where asked for and taken.
+    /// Opens the temp file, with `O_DIRECT` where asked for and taken: a freed file
+    /// from the pool if there is one, else a new one.
     fn open(&mut self) -> std::io::Result<std::fs::File> {
+        if let Some((freed, len)) = self.pool.as_ref().and_then(|p| p.take()) {
+            match self.open_at(&freed, false) {
+                Ok(f) => {
+                    self.path = Some(freed);
+                    self.reused_len = Some(len);
+                    return Ok(f);
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, path = %freed.display(), "shard file pool: a freed file cannot be reused");
+                    remove_file_if_exists(&freed);
+                }
+            }
+        }
+        let path = self.path.clone().expect("a temp shard not yet placed");
+        self.open_at(&path, true)
+    }
+
+    /// Opens `path` for writing (`create`: a new file), with `O_DIRECT` where asked for
+    /// and taken.
+    fn open_at(&mut self, path: &Path, create: bool) -> std::io::Result<std::fs::File> {
         use std::os::unix::fs::OpenOptionsExt;
-        let path = self.path.as_ref().expect("a temp shard not yet placed");
         let mut options = std::fs::OpenOptions::new();
-        options.write(true).create_new(true);
+        options.write(true).create_new(create);
         if self.want_direct {
             #[cfg(target_os = "linux")]
             match options.clone().custom_flags(libc::O_DIRECT).open(path) {
@@ -1173,6 +1279,10 @@ impl TempShard {
         let f = self.file.as_ref().expect("written above");
         if let Some(h) = header {
             std::os::unix::fs::FileExt::write_all_at(f, &h, 0)?;
+        }
+        // A freed file longer than this shard keeps none of its old bytes.
+        if self.reused_len.is_some_and(|old| old > self.len) {
+            f.set_len(self.len)?;
         }
         if fsync {
             f.sync_all()?;
@@ -1320,8 +1430,7 @@ impl Store {
             let Err(e) = read_stripes_into(bytes, from, to, &tx) else {
                 return;
             };
-            store.note_failed_read(&record, &e);
-            let _ = tx.blocking_send(Err(e));
+            let _ = tx.blocking_send(Err(store.failed_read(&record, e)));
         });
         rx
     }
@@ -1330,7 +1439,7 @@ impl Store {
 impl Store {
     /// Hands `f` each chunk of stripes `from..to` of the shard whose bytes [`Store::shard`]
     /// gave, as [`for_each_chunk`] does; a bad chunk is noted as a read's is
-    /// ([`Store::note_failed_read`]) and returned. Blocks.
+    /// ([`Store::failed_read`]) and returned. Blocks.
     ///
     /// # Errors
     /// [`Error::CorruptShard`] naming the bad chunk's stripe; [`Error::Io`].
@@ -1341,11 +1450,8 @@ impl Store {
         stripes: std::ops::Range<u64>,
         f: &mut dyn FnMut(u64, Vec<u8>) -> ControlFlow<()>,
     ) -> Result<()> {
-        let r = for_each_chunk(bytes, stripes.start, stripes.end, f);
-        if let Err(e) = &r {
-            self.note_failed_read(record, e);
-        }
-        r
+        for_each_chunk(bytes, stripes.start, stripes.end, f)
+            .map_err(|e| self.failed_read(record, e))
     }
 
     /// The CRC32C stored with the chunk of each stripe of `stripes` (its frame's CRC with
@@ -1360,23 +1466,40 @@ impl Store {
         bytes: &ShardBytes,
         stripes: std::ops::Range<u64>,
     ) -> Result<Vec<u32>> {
-        let r = stored_crcs(record, bytes, stripes);
-        if let Err(e) = &r {
-            self.note_failed_read(record, e);
-        }
-        r
+        stored_crcs(record, bytes, stripes).map_err(|e| self.failed_read(record, e))
     }
 
     /// A shard read failed: when a chunk was bad, logs it and queues the shard for heal.
-    fn note_failed_read(&self, record: &ObjectRecord, e: &Error) {
-        if let Error::CorruptShard { stripe } = e {
-            tracing::error!(bucket = %record.bucket, key = %record.key, stripe, "stored shard is corrupt");
-            if let Err(q) = self
-                .meta
-                .queue_corrupt(record, queue::HealCause::ReadCorrupt)
-            {
-                tracing::warn!(error = %q, "heal queue");
+    fn failed_read(&self, record: &ObjectRecord, e: Error) -> Error {
+        let Error::CorruptShard { stripe } = e else {
+            return e;
+        };
+        if !self.still_stored(record) {
+            return Error::NotFound("object version");
+        }
+        tracing::error!(bucket = %record.bucket, key = %record.key, stripe, "stored shard is corrupt");
+        if let Err(q) = self
+            .meta
+            .queue_corrupt(record, queue::HealCause::ReadCorrupt)
+        {
+            tracing::warn!(error = %q, "heal queue");
+        }
+        e
+    }
+
+    /// Whether `record`'s version is still stored here (current, or kept for its
+    /// replacement's settlement). A read that fails on a version replaced or deleted
+    /// since it began lost a race with that write (its file went away under it), which
+    /// is no sign of a corrupt disk: it is not counted or healed. An error reading the
+    /// records counts as stored.
+    fn still_stored(&self, record: &ObjectRecord) -> bool {
+        let (b, k, v) = (&record.bucket, &record.key, record.version_id);
+        match (self.meta.object(b, k), self.meta.kept(b, k)) {
+            (Ok(cur), Ok(kept)) => {
+                cur.is_some_and(|c| c.version_id == v)
+                    || kept.is_some_and(|c| c.record.version_id == v)
             }
+            _ => true,
         }
     }
 }
@@ -1850,6 +1973,113 @@ mod tests {
                 assert_eq!(tmp_files(&store), 0);
             }
         }
+        // Each version replaced the one before, whose file the next one overwrote (all
+        // but the first two), longer and shorter ones (cut to length) alike.
+        assert_eq!(u128::from(store.shard_files_reused()), v - 2);
+    }
+
+    /// Stores version `v` of `key` from one piece; returns its shard file's bytes.
+    async fn put(store: &Store, key: &str, v: u128, size: usize) -> Vec<u8> {
+        let (mut rec, file) = shard(v, size);
+        rec.key = key.into();
+        let body =
+            futures_util::stream::iter([Ok::<_, std::io::Error>(Bytes::copy_from_slice(&file))]);
+        store.put_shard(rec, body, false).await.unwrap();
+        file
+    }
+
+    fn pool_files(store: &Store) -> usize {
+        std::fs::read_dir(store.root.join("pool")).unwrap().count()
+    }
+
+    /// A shard file open for reading is never overwritten: replaced meanwhile, it is
+    /// unlinked rather than pooled, and its reader reads the old version to the end
+    /// while other uploads go on. Once no one reads, a replaced file is reused.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_shard_file_being_read_is_not_reused() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open_store(dir.path());
+        let v1 = put(&store, "k", 1, 300_000).await;
+        let (_, bytes) = store.shard("bkt", "k", None).unwrap();
+        let ShardBytes::File(reading) = bytes else {
+            panic!("a shard file")
+        };
+        let mut held = std::fs::File::open(reading.path()).unwrap();
+        put(&store, "k", 2, 300_000).await;
+        // Would take v1's file, had it been pooled.
+        put(&store, "other", 3, 300_000).await;
+        assert_eq!(store.shard_files_reused(), 0);
+        let mut read = Vec::new();
+        held.read_to_end(&mut read).unwrap();
+        assert!(read == v1, "a reader's file was overwritten");
+        drop(reading);
+        put(&store, "k", 4, 300_000).await;
+        assert_eq!((pool_files(&store), store.shard_files_reused()), (1, 0));
+        let v5 = put(&store, "another", 5, 200_000).await;
+        assert_eq!((pool_files(&store), store.shard_files_reused()), (0, 1));
+        let path = store.shard_path("bkt", "another", VersionId(5), 0);
+        assert!(std::fs::read(path).unwrap() == v5);
+    }
+
+    /// A read whose version was replaced under it (its file gone before it was opened)
+    /// fails as "not found", neither counted as a checksum failure nor queued for heal;
+    /// the current version's file gone is a corrupt shard, counted and queued.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_read_that_loses_a_race_with_a_write_is_no_corrupt_shard() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open_store(dir.path());
+        put(&store, "k", 1, 300_000).await;
+        let (old, bytes) = store.shard("bkt", "k", None).unwrap();
+        let path = store.record_path(&old);
+        put(&store, "k", 2, 300_000).await;
+        assert!(!path.exists());
+        let r = store.fold_chunks(&old, bytes, 0..1, &mut |_, _| ControlFlow::Continue(()));
+        assert!(matches!(r, Err(Error::NotFound(_))), "{r:?}");
+        assert_eq!((store.checksum_failures(), store.heal_backlog()), (0, 0));
+        let (cur, bytes) = store.shard("bkt", "k", None).unwrap();
+        std::fs::remove_file(store.record_path(&cur)).unwrap();
+        let r = store.fold_chunks(&cur, bytes, 0..1, &mut |_, _| ControlFlow::Continue(()));
+        assert!(matches!(r, Err(Error::CorruptShard { .. })), "{r:?}");
+        assert_eq!((store.checksum_failures(), store.heal_backlog()), (1, 1));
+    }
+
+    /// Deleted objects' files are pooled up to `shard_file_pool_bytes`, counted as free
+    /// space, given back when a write would find too little, and dropped at a restart.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_pool_is_bounded_and_given_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = Config {
+            data_dir: dir.path().to_owned(),
+            inline_threshold_bytes: 0,
+            reserve_bytes: 0,
+            shard_file_pool_bytes: 400_000,
+            ..Config::default()
+        };
+        let store = Store::open(&config, traffic()).unwrap();
+        store.create_bucket("bkt").unwrap();
+        for (i, key) in ["a", "b", "c"].into_iter().enumerate() {
+            put(&store, key, i as u128 + 1, 300_000).await;
+        }
+        let free = store.capacity().unwrap().free_bytes;
+        for key in ["a", "b", "c"] {
+            store.delete_object("bkt", key, None).await.unwrap();
+        }
+        // Files of about 150 KB each: two fit in 400,000 bytes.
+        assert_eq!(pool_files(&store), 2);
+        let pooled = store.shard_file_pool_bytes();
+        assert!(pooled > 250_000 && pooled <= 400_000, "{pooled}");
+        assert!(store.capacity().unwrap().free_bytes >= free + pooled);
+        assert!(matches!(
+            store.check_space(u64::MAX / 2),
+            Err(Error::InsufficientStorage { .. })
+        ));
+        assert_eq!((pool_files(&store), store.shard_file_pool_bytes()), (0, 0));
+        put(&store, "d", 4, 300_000).await;
+        store.delete_object("bkt", "d", None).await.unwrap();
+        assert_eq!(pool_files(&store), 1);
+        drop(store);
+        let store = Store::open(&config, traffic()).unwrap();
+        assert_eq!((pool_files(&store), store.shard_file_pool_bytes()), (0, 0));
     }
 
     /// Each completed step of a shard write counts once in `oed_shard_write_seconds`: a
