@@ -42,13 +42,17 @@ struct Args {
     /// Skip the write phase (read shards an earlier run wrote).
     #[arg(long)]
     read_only: bool,
+    /// The version the shards are written as: a run with a higher one than an earlier
+    /// run's overwrites its shards (each write then replaces a stored version).
+    #[arg(long, default_value_t = 1)]
+    version: u128,
 }
 
-fn record(bucket: &str, i: usize, size: usize) -> ObjectRecord {
+fn record(bucket: &str, i: usize, size: usize, version: u128) -> ObjectRecord {
     ObjectRecord {
         bucket: bucket.into(),
         key: format!("shard-{i:06}"),
-        version_id: VersionId(1),
+        version_id: VersionId(version),
         size: size as u64,
         k: 1,
         m: 0,
@@ -145,9 +149,10 @@ async fn main() -> anyhow::Result<()> {
     let client = PeerClient::new(&args.url, PeerKey::derive(secret.trim().as_bytes()));
     client.create_bucket(&args.bucket).await?;
     let size = args.size_kib * 1024;
-    let rec = record(&args.bucket, 0, size);
+    let rec = record(&args.bucket, 0, size, args.version);
     let payload: Vec<u8> = (0..size).map(|i| (i * 7 + i / 4096) as u8).collect();
-    let file = Bytes::from(oed_ec::encode_object(rec.layout()?, 1, &payload)?.swap_remove(0));
+    let file =
+        Bytes::from(oed_ec::encode_object(rec.layout()?, args.version, &payload)?.swap_remove(0));
     println!(
         "peer load: {} shards of {} KiB ({} bytes on disk each), concurrency {}",
         args.count,
@@ -160,7 +165,7 @@ async fn main() -> anyhow::Result<()> {
         let put = run(&args, move |i| {
             let (c, f, a) = (c.clone(), f.clone(), a.clone());
             async move {
-                let rec = record(&a.bucket, i, a.size_kib * 1024);
+                let rec = record(&a.bucket, i, a.size_kib * 1024, a.version);
                 let len = f.len() as u64;
                 let pieces: Vec<Result<Bytes, std::io::Error>> = (0..f.len())
                     .step_by(256 * 1024)
