@@ -423,13 +423,22 @@ impl Store {
         ))
     }
 
-    fn check_space(&self, incoming: u64) -> Result<()> {
-        let need = self.reserve.saturating_add(incoming);
-        let mut free = self.file_system_space()?.1;
-        if free < need && self.pool.drain() > 0 {
-            free = self.file_system_space()?.1;
+    /// Whether `incoming` bytes can be written and leave the reserve free. When they
+    /// cannot, the freed files kept for reuse are given back first, on a blocking
+    /// thread (thousands of unlinks), and the space looked at again.
+    async fn check_space(&self, incoming: u64) -> Result<()> {
+        if self.has_room(incoming).is_err() && self.pool.bytes() > 0 {
+            let pool = Arc::clone(&self.pool);
+            tokio::task::spawn_blocking(move || pool.drain())
+                .await
+                .map_err(join_error)?;
         }
-        if free < need {
+        self.has_room(incoming)
+    }
+
+    fn has_room(&self, incoming: u64) -> Result<()> {
+        let free = self.file_system_space()?.1;
+        if free < self.reserve.saturating_add(incoming) {
             return Err(Error::InsufficientStorage {
                 free,
                 reserve: self.reserve,
@@ -535,7 +544,7 @@ impl Store {
         if expected.file_len() > self.max_shard_bytes {
             return Err(Error::TooLarge(self.max_shard_bytes));
         }
-        self.check_space(expected.file_len())?;
+        self.check_space(expected.file_len()).await?;
 
         let started = Instant::now();
         let mut upload = if expected.file_len() <= self.inline_threshold {
@@ -2070,7 +2079,7 @@ mod tests {
         assert!(pooled > 250_000 && pooled <= 400_000, "{pooled}");
         assert!(store.capacity().unwrap().free_bytes >= free + pooled);
         assert!(matches!(
-            store.check_space(u64::MAX / 2),
+            store.check_space(u64::MAX / 2).await,
             Err(Error::InsufficientStorage { .. })
         ));
         assert_eq!((pool_files(&store), store.shard_file_pool_bytes()), (0, 0));
