@@ -1175,9 +1175,12 @@ impl TempShard {
     /// Opens the temp file, with `O_DIRECT` where asked for and taken: a freed file
     /// from the pool if there is one, else a new one.
     fn open(&mut self) -> std::io::Result<std::fs::File> {
-        if let Some((freed, len)) = self.pool.as_ref().and_then(|p| p.take()) {
+        if let Some(pool) = self.pool.clone()
+            && let Some((freed, len)) = pool.take()
+        {
             match self.open_at(&freed, false) {
                 Ok(f) => {
+                    pool.reusing();
                     self.path = Some(freed);
                     self.reused_len = Some(len);
                     return Ok(f);
@@ -2050,6 +2053,27 @@ mod tests {
         let r = store.fold_chunks(&cur, bytes, 0..1, &mut |_, _| ControlFlow::Continue(()));
         assert!(matches!(r, Err(Error::CorruptShard { .. })), "{r:?}");
         assert_eq!((store.checksum_failures(), store.heal_backlog()), (1, 1));
+    }
+
+    /// A pooled file removed behind the daemon's back: the upload that takes it makes a
+    /// new file instead, and counts no reuse.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_upload_whose_pooled_file_is_gone_makes_a_new_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open_store(dir.path());
+        put(&store, "a", 1, 300_000).await;
+        store.delete_object("bkt", "a", None).await.unwrap();
+        assert_eq!(pool_files(&store), 1);
+        for f in std::fs::read_dir(store.root.join("pool")).unwrap() {
+            std::fs::remove_file(f.unwrap().path()).unwrap();
+        }
+        let file = put(&store, "b", 2, 300_000).await;
+        let path = store.shard_path("bkt", "b", VersionId(2), 0);
+        assert!(std::fs::read(path).unwrap() == file);
+        assert_eq!(
+            (store.shard_files_reused(), store.shard_file_pool_bytes()),
+            (0, 0)
+        );
     }
 
     /// Deleted objects' files are pooled up to `shard_file_pool_bytes`, counted as free

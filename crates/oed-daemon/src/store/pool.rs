@@ -32,7 +32,7 @@ pub(super) struct Pool {
     /// Most bytes the pooled files may hold together; 0 turns pooling off.
     max_bytes: u64,
     state: Mutex<State>,
-    /// Files taken for reuse since the start (for metrics and tests).
+    /// Files opened for uploads since the start (for metrics and tests).
     reused: AtomicU64,
 }
 
@@ -128,16 +128,17 @@ impl Pool {
     }
 
     /// A pooled file to overwrite, with its length; it is the caller's from now on (to
-    /// place, or to remove).
+    /// place, or to remove), who calls [`Pool::reusing`] once it has opened it.
     pub(super) fn take(&self) -> Option<(PathBuf, u64)> {
-        let (id, len) = {
-            let mut s = self.lock();
-            let (id, len) = s.files.pop()?;
-            s.bytes -= len;
-            (id, len)
-        };
-        self.reused.fetch_add(1, Ordering::Relaxed);
+        let mut s = self.lock();
+        let (id, len) = s.files.pop()?;
+        s.bytes -= len;
         Some((self.file(id), len))
+    }
+
+    /// Counts a file taken from the pool and opened for an upload.
+    pub(super) fn reusing(&self) {
+        self.reused.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Unlinks every pooled file; returns the bytes they held.
@@ -160,7 +161,7 @@ impl Pool {
         self.lock().bytes
     }
 
-    /// Pooled files taken for reuse since the start.
+    /// Pooled files opened for uploads since the start.
     pub(super) fn reused(&self) -> u64 {
         self.reused.load(Ordering::Relaxed)
     }
