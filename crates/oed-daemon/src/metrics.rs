@@ -183,7 +183,7 @@ struct StateCollector {
     /// Bytes hashed for MD5 `ETag`s, by streams hashed together.
     md5: CounterVec,
     /// Counters kept as atomics on the hot path, copied here on scrape.
-    counters: [Counter; 10],
+    counters: [Counter; 11],
 }
 
 impl StateCollector {
@@ -327,6 +327,7 @@ impl StateCollector {
             stats.connections_refused.load(Ordering::Relaxed),
             stats.tls_handshake_failures.load(Ordering::Relaxed),
             self.store.shard_files_reused(),
+            self.store.directory_syncs(),
         ];
         self.connections
             .set(stats.connections_open.load(Ordering::Relaxed) as f64);
@@ -338,7 +339,7 @@ impl StateCollector {
 
 /// The counters kept as atomics on the hot path ([`StateCollector::refresh`] copies them,
 /// in this order).
-fn hot_counters() -> prometheus::Result<[Counter; 10]> {
+fn hot_counters() -> prometheus::Result<[Counter; 11]> {
     let counter = |n: &str, h: &str| Counter::with_opts(Opts::new(n, h));
     Ok([
         counter(
@@ -380,6 +381,10 @@ fn hot_counters() -> prometheus::Result<[Counter; 10]> {
         counter(
             "oed_shard_files_reused_total",
             "Shard files written by overwriting a freed one (of a version replaced or deleted) instead of creating a file (shard_file_pool_bytes).",
+        )?,
+        counter(
+            "oed_shard_directory_syncs_total",
+            "fsyncs of shard file directories this drive ran; one serves every upload that named a file in the directory before it began, so per shard written (oed_shard_write_seconds_count{phase=\"place\"}) it falls as uploads run together.",
         )?,
     ])
 }

@@ -388,6 +388,8 @@ impl Cluster {
             shard_index: 0,
             parts: Vec::new(),
             checksum: None,
+            // Each drive names its own file when it stores its shard.
+            file: None,
         };
         record.validate()?;
         let placed = placed.iter().map(|&i| map.at(i).clone()).collect();

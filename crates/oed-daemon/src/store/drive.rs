@@ -1,7 +1,9 @@
 //! This drive's store as a [`Drive`]: what the coordinator calls for its own shards, and
 //! what the peer API's handlers call for other drives. Each method is the store's own
 //! operation with the checks both kinds of caller need (a reversed stripe range, a list
-//! of a bucket the drive does not have), and its errors in their public form.
+//! of a bucket the drive does not have), and its errors in their public form. Records
+//! leave without their file number ([`ObjectRecord::file`]): which file holds a shard is
+//! this drive's own business, and a record another drive stores gets that drive's.
 
 use std::ops::Range;
 
@@ -65,7 +67,9 @@ impl Store {
         if self.meta.bucket(bucket)?.is_none() {
             return Err(Error::NotFound("bucket"));
         }
-        self.meta.list_objects(bucket, start, limit.min(MAX_LIST))
+        let mut records = self.meta.list_objects(bucket, start, limit.min(MAX_LIST))?;
+        records.iter_mut().for_each(without_file);
+        Ok(records)
     }
 
     fn info_now(&self) -> Result<DriveInfo> {
@@ -98,7 +102,9 @@ impl Drive for Store {
         body: ShardUpload,
         tail: bool,
     ) -> Result<Stored, DriveError> {
-        Ok(Store::put_shard(self, record.clone(), body, tail).await?)
+        let mut stored = Store::put_shard(self, record.clone(), body, tail).await?;
+        without_file(&mut stored.record);
+        Ok(stored)
     }
 
     async fn read_shard(
@@ -112,7 +118,9 @@ impl Drive for Store {
     }
 
     async fn stat(&self, bucket: &str, key: &str) -> Result<Option<ObjectRecord>, DriveError> {
-        Ok(self.meta.object(bucket, key)?)
+        let mut record = self.meta.object(bucket, key)?;
+        record.iter_mut().for_each(without_file);
+        Ok(record)
     }
 
     async fn delete_object(
@@ -184,9 +192,10 @@ impl Drive for Store {
         let (store, drive) = (self.clone(), drive.to_owned());
         let limit = limit.clamp(1, MAX_LIST);
         Ok(blocking(move || {
-            let (records, last) = store.meta.objects_after(&after, limit, |r| {
+            let (mut records, last) = store.meta.objects_after(&after, limit, |r| {
                 r.drives.contains(&drive) || r.parts.iter().any(|p| p.drives.contains(&drive))
             })?;
+            records.iter_mut().for_each(without_file);
             let next = last.and_then(|k| {
                 let s = String::from_utf8(k).ok()?;
                 let (bucket, key) = s.split_once('\0')?;
@@ -227,6 +236,11 @@ impl Store {
 }
 
 /// Runs `f` (RocksDB reads and writes) on a blocking thread.
+/// `record` as it leaves the store: without this drive's file number.
+fn without_file(record: &mut ObjectRecord) {
+    record.file = None;
+}
+
 async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 'static) -> Result<T> {
     tokio::task::spawn_blocking(f)
         .await

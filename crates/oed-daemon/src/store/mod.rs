@@ -1,14 +1,17 @@
 //! The drive's local store: shard files on disk and their records in RocksDB.
 //!
-//! Shard files live under `shards/` at paths hashed from (bucket, key, version, shard),
-//! never derived from user input; uploads in progress live in `tmp/` (or, overwriting a
-//! freed shard file, in `pool/`: [`pool`]). [`Store::put_shard`]
-//! is the one durable write: stream to a temp file while checking every chunk's CRC32C,
-//! fsync, rename, fsync the directory, then commit the record with a synced RocksDB write.
-//! A crash at any point leaves either the old state or the new one visible, plus at most
-//! an unreferenced file, which [`Store::sweep_orphans`] removes.
+//! Shard files live under `shards/`, numbered by the drive (`shards/n/<dir>/<number>.shard`,
+//! [`files`]; files written before numbering are at paths hashed from bucket, key, version
+//! and shard), never at paths derived from user input. An upload writes straight into its
+//! numbered file, a new one or a freed one taken from the pool ([`pool`]).
+//! [`Store::put_shard`] is the one durable write: stream into the file while checking
+//! every chunk's CRC32C, fsync it, fsync its directory (one fsync shared by the uploads
+//! that named files there meanwhile), then commit the record that names it with a synced
+//! RocksDB write. A crash at any point leaves either the old state or the new one visible,
+//! plus at most an unreferenced file, which [`Store::sweep_orphans`] removes.
 
 mod drive;
+mod files;
 pub mod meta;
 mod pool;
 pub mod queue;
@@ -31,7 +34,7 @@ use crate::drive::{Settlement, Stored};
 use crate::error::{Error, Result};
 use meta::{Kept, MetaStore};
 use oed_meter::traffic::Traffic;
-use record::{BucketRecord, ObjectRecord, RecordTail, VersionId};
+use record::{BucketRecord, FileId, ObjectRecord, RecordTail, VersionId};
 
 /// `oed_shard_write_seconds` buckets: 100 µs (a directory's fsync on a fast disk) to 10 s.
 const PHASE_BUCKETS: [f64; 16] = [
@@ -118,43 +121,10 @@ pub struct Shared {
     /// Whether the identity was written at this start, on an empty data directory: a
     /// new drive, or one replacing an earlier drive of the same id.
     new_incarnation: bool,
-    /// Shard files between their rename into `shards/` and their record's commit, which
-    /// [`Store::sweep_orphans`] must not take for orphans.
-    placements: Mutex<Placements>,
+    /// Numbered shard files: their numbers, directories and placements.
+    files: Arc<files::Files>,
     /// Freed shard files kept for reuse (`shard_file_pool_bytes`).
     pool: Arc<pool::Pool>,
-}
-
-/// Shard files being placed: each from before its rename until after its record's
-/// commit (or the commit's failure), with a count for the same path placed twice at
-/// once; and, while an orphan sweep runs, every path placed or in flight since it
-/// started. The sweep removes a file only under this lock, after checking both.
-#[derive(Debug, Default)]
-struct Placements {
-    in_flight: std::collections::HashMap<PathBuf, usize>,
-    during_sweep: Option<std::collections::HashSet<PathBuf>>,
-}
-
-/// A shard file's placement in progress ([`Store::placing`]); dropped after its record
-/// is committed or given up.
-struct Placing<'a> {
-    placements: &'a Mutex<Placements>,
-    path: PathBuf,
-}
-
-impl Drop for Placing<'_> {
-    fn drop(&mut self) {
-        let mut p = self
-            .placements
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        if let Some(n) = p.in_flight.get_mut(&self.path) {
-            *n -= 1;
-            if *n == 0 {
-                p.in_flight.remove(&self.path);
-            }
-        }
-    }
 }
 
 /// A drive's identity, in `identity.json` of its data directory: written once, at the
@@ -240,6 +210,7 @@ impl Store {
             root.join("pool"),
             config.shard_file_pool_bytes,
         )?);
+        let files = Arc::new(files::Files::open(shards.join("n"))?);
         Ok(Self(Arc::new(Shared {
             meta,
             drive_id: config.drive_id.clone(),
@@ -258,8 +229,9 @@ impl Store {
                     "oed_shard_write_seconds",
                     "Time each step of a shard write took on this drive: receive (the body, \
                      checked and written in batches), data_sync (the last batch and the \
-                     file's fsync), place (rename and the directory's fsync), record (the \
-                     synced RocksDB write).",
+                     file's fsync), place (the fsync of the file's directory, shared by \
+                     the uploads naming files there at the time), record (the synced \
+                     RocksDB write).",
                 )
                 .buckets(PHASE_BUCKETS.to_vec()),
                 &["phase"],
@@ -271,7 +243,7 @@ impl Store {
             energy: std::sync::OnceLock::new(),
             identity,
             new_incarnation: created && !had_data,
-            placements: Mutex::new(Placements::default()),
+            files,
             pool,
         })))
     }
@@ -340,14 +312,18 @@ impl Store {
         self.max_shard_bytes
     }
 
-    /// Where the shard file of `record` (this drive's shard of its version) is.
-    fn record_path(&self, record: &ObjectRecord) -> PathBuf {
-        self.shard_path(
-            &record.bucket,
-            &record.key,
-            record.version_id,
-            record.shard_index,
-        )
+    /// Where the shard file of `record` (this drive's shard of its version) is: its
+    /// numbered file, or for a record from before numbering, the hashed path.
+    pub(crate) fn record_path(&self, record: &ObjectRecord) -> PathBuf {
+        match record.file {
+            Some(id) => self.files.path(id),
+            None => self.shard_path(
+                &record.bucket,
+                &record.key,
+                record.version_id,
+                record.shard_index,
+            ),
+        }
     }
 
     /// This drive's id.
@@ -447,6 +423,13 @@ impl Store {
         Ok(())
     }
 
+    /// fsyncs of shard file directories run for uploads since the start (one serves
+    /// every upload that named a file in its directory before it began).
+    #[must_use]
+    pub fn directory_syncs(&self) -> u64 {
+        self.files.dir_syncs()
+    }
+
     /// Freed shard files reused by uploads since the start.
     #[must_use]
     pub fn shard_files_reused(&self) -> u64 {
@@ -459,7 +442,8 @@ impl Store {
         self.pool.bytes()
     }
 
-    /// The path of a shard file: two levels of directories and a name, all from a hash.
+    /// The path of a shard file written before numbered files (a record without
+    /// [`ObjectRecord::file`]): two levels of directories and a name, all from a hash.
     #[must_use]
     pub fn shard_path(&self, bucket: &str, key: &str, version: VersionId, shard: u16) -> PathBuf {
         let mut h = Sha256::new();
@@ -527,6 +511,8 @@ impl Store {
         E: Into<Box<dyn std::error::Error + Send + Sync>>,
     {
         record.validate()?;
+        // Which file holds the shard is this drive's to say, at the commit.
+        record.file = None;
         if self.meta.bucket(&record.bucket)?.is_none() {
             return Err(Error::NotFound("bucket"));
         }
@@ -550,13 +536,13 @@ impl Store {
         let mut upload = if expected.file_len() <= self.inline_threshold {
             Upload::Inline(Vec::new())
         } else {
-            Upload::File(TempShard::new(
-                &self.tmp,
+            Upload::File(UploadFile::new(
+                Arc::clone(&self.files),
                 self.direct_io,
                 Arc::clone(&self.pool),
             ))
         };
-        // On an error the upload is dropped, and its temp file with it.
+        // On an error the upload is dropped, and its file with it.
         if let Some(tail) = upload
             .receive(body, &expected, with_tail, self.fsync)
             .await?
@@ -577,9 +563,9 @@ impl Store {
             }
         }
         self.timed("receive", started);
-        // The rest is one trip to a blocking thread: the last batch and fsync, the rename
-        // and the directory's fsync, the synced record. A request dropped meanwhile (its
-        // client gone) does not stop it halfway.
+        // The rest is one trip to a blocking thread: the last batch and fsync, the
+        // directory's fsync, the synced record. A request dropped meanwhile (its client
+        // gone) does not stop it halfway.
         let store = self.clone();
         tokio::task::spawn_blocking(move || store.commit_upload(record, upload, with_tail))
             .await
@@ -587,33 +573,32 @@ impl Store {
     }
 
     /// The end of [`Store::put_shard`], on a blocking thread, for an upload received and
-    /// checked in full: a temp file gets its last batch and, by policy, an fsync, so its
-    /// data is on disk before any name points to it; then, under the key's commit lock,
-    /// the upload is placed and its record committed unless a newer version is stored.
-    /// A temp file not placed is removed when dropped. With `keep_replaced` (a client
-    /// write), the version it replaces is kept until the write is settled
+    /// checked in full: a file gets its last batch and, by policy, its fsync and its
+    /// directory's, so its data and its name are on disk before a record names it; then,
+    /// under the key's commit lock, the record is committed unless a newer version is
+    /// stored. A file not committed is removed when dropped. With `keep_replaced` (a
+    /// client write), the version it replaces is kept until the write is settled
     /// ([`Store::settle`]); any version kept before is dropped.
     fn commit_upload(
         &self,
-        record: ObjectRecord,
+        mut record: ObjectRecord,
         upload: Upload,
         keep_replaced: bool,
     ) -> Result<Stored> {
-        let (inline, temp) = match upload {
+        let (inline, mut temp) = match upload {
             Upload::Inline(data) => (Some(data), None),
             Upload::File(mut temp) => {
-                let started = Instant::now();
+                let mut started = Instant::now();
                 temp.finish(self.fsync)?;
-                self.timed("data_sync", started);
+                started = self.timed("data_sync", started);
+                if self.fsync {
+                    temp.sync_dir()?;
+                    self.timed("place", started);
+                }
+                record.file = temp.id;
                 (None, Some(temp))
             }
         };
-        let final_path = self.shard_path(
-            &record.bucket,
-            &record.key,
-            record.version_id,
-            record.shard_index,
-        );
         let _guard = self.lock_for(&record.bucket, &record.key);
         let previous = self.meta.object(&record.bucket, &record.key)?;
         if previous
@@ -630,34 +615,21 @@ impl Store {
             }),
             _ => None,
         };
-        let mut started = Instant::now();
-        // Until the record is committed, the orphan sweep leaves this path alone.
-        let _placing = temp.is_some().then(|| self.placing(&final_path));
-        if let Some(temp) = temp {
-            temp.place(&final_path, self.fsync)?;
-            started = self.timed("place", started);
-        }
-        // Last step: the record. Until this synced write the new shard is invisible.
-        if let Err(e) =
-            self.meta
-                .commit_object(&record, previous.as_ref(), inline.as_deref(), keep.as_ref())
-        {
-            if inline.is_none()
-                && previous
-                    .as_ref()
-                    .is_none_or(|p| p.version_id != record.version_id)
-            {
-                remove_file_if_exists(&final_path);
-            }
-            return Err(e);
-        }
+        // Last step: the record. Until this synced write the new shard is invisible; if
+        // it fails, the file goes with `temp`.
+        let started = Instant::now();
+        self.meta
+            .commit_object(&record, previous.as_ref(), inline.as_deref(), keep.as_ref())?;
+        let new_path = temp.as_mut().and_then(UploadFile::committed);
         self.timed("record", started);
         // Files no record names now: the replaced version's unless it is kept, and the
-        // version kept before.
+        // version kept before. A new number never names an old file; checked all the
+        // same, since freeing it would lose the shard just stored.
+        let still_named = |old: &Path| new_path.as_deref() == Some(old);
         let mut replaced_parts = Vec::new();
         if let Some(prev) = previous {
             let old = self.record_path(&prev);
-            if keep.is_none() && (old != final_path || inline.is_some()) {
+            if keep.is_none() && !still_named(&old) {
                 self.pool.release(&old);
             }
             // The same version sent again keeps its parts.
@@ -667,7 +639,7 @@ impl Store {
         }
         if let Some(k) = kept_before {
             let old = self.record_path(&k.record);
-            if old != final_path {
+            if !still_named(&old) {
                 self.pool.release(&old);
             }
         }
@@ -799,7 +771,7 @@ impl Store {
         if let Some(data) = self.meta.inline_shard(bucket, key, rec.version_id)? {
             return Ok((rec, ShardBytes::Inline(data)));
         }
-        let path = self.shard_path(bucket, key, rec.version_id, rec.shard_index);
+        let path = self.record_path(&rec);
         // Registered before anyone opens it: the file is not reused while it is read.
         let file = ShardFile {
             _reading: self.pool.reading(&path),
@@ -857,13 +829,9 @@ impl Store {
         // From now until the end, every placement is remembered, as are those already in
         // flight: a file placed before the records are read below but recorded after
         // is one of those, and must stay.
-        {
-            let mut p = self.lock_placements();
-            let now: std::collections::HashSet<PathBuf> = p.in_flight.keys().cloned().collect();
-            p.during_sweep = Some(now);
-        }
+        self.files.begin_sweep();
         let result = self.sweep_unplaced();
-        self.lock_placements().during_sweep = None;
+        self.files.end_sweep();
         result
     }
 
@@ -881,11 +849,10 @@ impl Store {
                         continue;
                     }
                     // Checked and removed under the lock: a placement of this path
-                    // registers before its rename, so it either protects the file or
-                    // renames it into place after the removal.
-                    let p = self.lock_placements();
-                    let placed = p.during_sweep.as_ref().is_some_and(|s| s.contains(&path));
-                    if !placed {
+                    // registers before its file appears, so it either protects the file
+                    // or makes it after the removal.
+                    let p = self.files.lock_placements();
+                    if !p.protects(&path) {
                         match std::fs::remove_file(&path) {
                             Ok(()) => removed += 1,
                             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
@@ -896,25 +863,6 @@ impl Store {
             }
         }
         Ok(removed)
-    }
-
-    fn lock_placements(&self) -> MutexGuard<'_, Placements> {
-        self.placements
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// Registers a shard file about to be placed at `path`, until the guard is dropped.
-    fn placing(&self, path: &Path) -> Placing<'_> {
-        let mut p = self.lock_placements();
-        *p.in_flight.entry(path.to_owned()).or_insert(0) += 1;
-        if let Some(s) = p.during_sweep.as_mut() {
-            s.insert(path.to_owned());
-        }
-        Placing {
-            placements: &self.placements,
-            path: path.to_owned(),
-        }
     }
 
     /// Reads every chunk of this drive's shard of `record` and checks its CRC32C, taking
@@ -967,8 +915,8 @@ impl Store {
         }
     }
 
-    /// Removes leftovers older than `grace`: files in `tmp/` (uploads that never
-    /// finished), and shard files that no record points to. Returns how many of each.
+    /// Removes leftovers older than `grace`: files in `tmp/` (left by versions before
+    /// numbered files), and shard files that no record points to and no upload writes. Returns how many of each.
     /// Younger ones may belong to writes in progress and stay. Blocks.
     ///
     /// # Errors
@@ -998,10 +946,13 @@ impl Store {
             for b in std::fs::read_dir(a?.path())? {
                 for f in std::fs::read_dir(b?.path())? {
                     let path = f?.path();
-                    if !wanted.contains(&name_prefix(&path))
-                        && old(&path)
-                        && std::fs::remove_file(&path).is_ok()
-                    {
+                    if wanted.contains(&name_prefix(&path)) || !old(&path) {
+                        continue;
+                    }
+                    // An upload writing over a freed file keeps the file's old time until
+                    // its first bytes land: placements are checked, under their lock.
+                    let p = self.files.lock_placements();
+                    if !p.protects(&path) && std::fs::remove_file(&path).is_ok() {
                         files += 1;
                     }
                 }
@@ -1028,25 +979,35 @@ fn name_prefix(p: &Path) -> u64 {
         .unwrap_or(0)
 }
 
-/// An upload being received: in memory when it will be inlined, else a temp file.
+/// An upload being received: in memory when it will be inlined, else a file.
 enum Upload {
     Inline(Vec<u8>),
-    File(TempShard),
+    File(UploadFile),
 }
 
-/// Bytes collected before they are written to the temp file.
+/// Bytes collected before they are written to the file.
 const WRITE_BATCH: usize = 512 * 1024;
 
-/// A shard's temp file, opened at its first batch, with the body's pieces received since
-/// the last batch was written (reference-counted `Bytes` as they came, no copy into a
-/// buffer of ours). The file is a freed one from the pool when there is one (overwritten
-/// from its start, cut to its new length when finished), else a new one in `tmp/`.
-/// Dropped before [`TempShard::place`], it removes its file: whatever fails on the way,
-/// an upload leaves nothing behind.
+/// A shard upload's file, numbered and opened at its first batch ([`files`]), with the
+/// body's pieces received since the last batch was written (reference-counted `Bytes` as
+/// they came, no copy into a buffer of ours). The file is a freed one from the pool,
+/// renamed to its number, when there is one (overwritten from its start, cut to its new
+/// length when finished), else a new one. Dropped before [`UploadFile::committed`], it
+/// removes its file: whatever fails on the way, an upload leaves nothing behind.
 #[derive(Default)]
-struct TempShard {
-    /// `None` once placed (or in the empty value a batch's trip leaves behind).
+struct UploadFile {
+    /// Where the file is, once it is; `None` again once its record is committed (and in
+    /// the empty value a batch's trip leaves behind).
     path: Option<PathBuf>,
+    /// Its number, once it has one.
+    id: Option<FileId>,
+    /// Numbers, directories and placements; `None` in the empty value.
+    files: Option<Arc<files::Files>>,
+    /// The file's registration as being placed, from before it appears until it is
+    /// committed or removed.
+    placing: Option<files::Placing>,
+    /// The claim on its directory's fsync, taken when its name appeared there.
+    dir_ticket: Option<files::DirTicket>,
     file: Option<std::fs::File>,
     pending: Vec<Bytes>,
     pending_len: usize,
@@ -1072,7 +1033,7 @@ const DIRECT_ALIGN: usize = 4096;
 /// Bytes staged in the aligned buffer per `O_DIRECT` write.
 const DIRECT_STAGE: usize = 128 * 1024;
 
-/// The state of an `O_DIRECT` temp file: an aligned buffer with the bytes not yet
+/// The state of an upload's file written with `O_DIRECT`: an aligned buffer with the bytes not yet
 /// written (less than a block between batches) and where they go in the file.
 struct Direct {
     /// `DIRECT_STAGE + DIRECT_ALIGN` bytes; the aligned region starts at `start`.
@@ -1149,11 +1110,14 @@ fn direct_refused(e: &std::io::Error) {
     });
 }
 
-impl TempShard {
-    fn new(tmp: &Path, direct_io: bool, pool: Arc<pool::Pool>) -> Self {
-        let name = format!("{:016x}.upload", rand::random::<u64>());
+impl UploadFile {
+    fn new(files: Arc<files::Files>, direct_io: bool, pool: Arc<pool::Pool>) -> Self {
         Self {
-            path: Some(tmp.join(name)),
+            path: None,
+            id: None,
+            files: Some(files),
+            placing: None,
+            dir_ticket: None,
             file: None,
             pending: Vec::new(),
             pending_len: 0,
@@ -1172,16 +1136,24 @@ impl TempShard {
         self.pending.push(piece);
     }
 
-    /// Opens the temp file, with `O_DIRECT` where asked for and taken: a freed file
-    /// from the pool if there is one, else a new one.
+    /// Numbers the file and opens it, with `O_DIRECT` where asked for and taken: a freed
+    /// file from the pool renamed to its number if there is one, else a new one. The
+    /// file is registered as being placed before it appears, and its directory's fsync
+    /// ticket taken once it has. Blocks.
     fn open(&mut self) -> std::io::Result<std::fs::File> {
+        let files = Arc::clone(self.files.as_ref().expect("an upload's file"));
+        let (id, path) = files.allocate()?;
+        self.placing = Some(files.placing(&path));
         if let Some(pool) = self.pool.clone()
             && let Some((freed, len)) = pool.take()
         {
-            match self.open_at(&freed, false) {
-                Ok(f) => {
+            match files::rename_new(&freed, &path) {
+                Ok(()) => {
+                    self.path = Some(path.clone());
+                    self.id = Some(id);
+                    self.dir_ticket = Some(files.ticket(&path));
+                    let f = self.open_at(&path, false)?;
                     pool.reusing();
-                    self.path = Some(freed);
                     self.reused_len = Some(len);
                     return Ok(f);
                 }
@@ -1191,8 +1163,11 @@ impl TempShard {
                 }
             }
         }
-        let path = self.path.clone().expect("a temp shard not yet placed");
-        self.open_at(&path, true)
+        let f = self.open_at(&path, true)?;
+        self.path = Some(path.clone());
+        self.id = Some(id);
+        self.dir_ticket = Some(files.ticket(&path));
+        Ok(f)
     }
 
     /// Opens `path` for writing (`create`: a new file), with `O_DIRECT` where asked for
@@ -1209,7 +1184,14 @@ impl TempShard {
                     DIRECT_FILES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     return Ok(f);
                 }
-                Err(e) if e.raw_os_error() == Some(libc::EINVAL) => direct_refused(&e),
+                Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+                    direct_refused(&e);
+                    // The refusal may come after the file was made: it is ours either
+                    // way (its number is new), so the second open may find it there.
+                    if create {
+                        options.create_new(false).create(true);
+                    }
+                }
                 Err(e) => return Err(e),
             }
         }
@@ -1253,7 +1235,7 @@ impl TempShard {
     fn leave_direct(&mut self) -> std::io::Result<std::fs::File> {
         use std::io::{Seek, SeekFrom};
         let mut direct = self.direct.take().expect("in direct mode");
-        let path = self.path.as_ref().expect("a temp shard not yet placed");
+        let path = self.path.as_ref().expect("an upload's file, opened");
         let mut f = std::fs::OpenOptions::new().write(true).open(path)?;
         direct.finish(&f)?;
         f.seek(SeekFrom::Start(direct.offset))?;
@@ -1303,33 +1285,32 @@ impl TempShard {
         Ok(())
     }
 
-    /// Moves the finished temp file to its final name durably. With the temp file's own
-    /// fsync before it and the record commit after it, this is the durable write:
-    /// 1. temp file written and fsynced ([`TempShard::finish`]): data on disk, no name yet;
-    /// 2. rename to the final path: atomic, readers see the old file or the new one;
-    /// 3. fsync the directory (with `fsync`): the rename itself survives a power cut;
-    /// 4. then (caller) the record, in a synced RocksDB write: only now is it visible.
+    /// Returns once the file's name is on disk: the fsync of its directory, shared with
+    /// the uploads that named files there meanwhile ([`files::DirSync`]). With the
+    /// file's own fsync before it ([`UploadFile::finish`]) and the record commit after it,
+    /// this is the durable write:
+    /// 1. the file written at its number and fsynced: data on disk, no record names it;
+    /// 2. its directory fsynced: the name survives a power cut;
+    /// 3. then (caller) the record, in a synced RocksDB write: only now is it visible,
+    ///    and [`UploadFile::committed`] keeps the file.
     ///
-    /// Blocks. On an error before the rename the temp file is removed; nothing visible
-    /// has changed either way.
-    fn place(mut self, final_path: &Path, fsync: bool) -> std::io::Result<()> {
-        let dir = final_path.parent().expect("shard paths have a parent");
-        std::fs::create_dir_all(dir)?;
-        let tmp = self.path.take().expect("a temp shard not yet placed");
-        if let Err(e) = std::fs::rename(&tmp, final_path) {
-            self.path = Some(tmp);
-            return Err(e);
-        }
-        if fsync {
-            std::fs::File::open(dir)?.sync_all()?;
-        }
-        Ok(())
+    /// Blocks.
+    fn sync_dir(&self) -> std::io::Result<()> {
+        self.dir_ticket
+            .as_ref()
+            .map_or(Ok(()), files::DirTicket::sync)
+    }
+
+    /// Marks the file as named by its committed record, so that dropping this does not
+    /// remove it; returns where it is.
+    fn committed(&mut self) -> Option<PathBuf> {
+        self.path.take()
     }
 }
 
-impl Drop for TempShard {
-    /// Removes a temp file that was never placed. On an upload's error path this may run
-    /// on a runtime worker: one unlink in `tmp/`.
+impl Drop for UploadFile {
+    /// Removes a file that no record came to name. On an upload's error path this may
+    /// run on a runtime worker: one unlink.
     fn drop(&mut self) {
         self.file = None; // closed first: not every system removes an open file
         if let Some(path) = &self.path {
@@ -1354,7 +1335,7 @@ impl Upload {
     /// Receives and checks the whole body: its header must be `expected` (checked as soon
     /// as it has arrived, so a wrong upload is refused early), every frame's CRC32C must
     /// match, and the file must end after its last frame, where the tail follows when
-    /// `with_tail` is set. A temp file is written in batches of about [`WRITE_BATCH`]
+    /// `with_tail` is set. A file is written in batches of about [`WRITE_BATCH`]
     /// bytes, their writeback started when the shard will be fsynced (`fsync`).
     async fn receive<S, E>(
         &mut self,
@@ -1707,7 +1688,7 @@ fn read_uninit(file: &mut std::fs::File, buf: &mut Vec<u8>, n: usize) -> std::io
 /// Asks the kernel to start writing `file`'s dirty pages to the disk, without waiting (Linux
 /// `sync_file_range` over the whole file with `SYNC_FILE_RANGE_WRITE` only: pages already
 /// being written are skipped, so each call sends the batch just written). It promises no
-/// durability: the fsync after the last batch ([`TempShard::finish`]) does that, and
+/// durability: the fsync after the last batch ([`UploadFile::finish`]) does that, and
 /// finds less left to do. A failure here changes nothing and is left for that fsync to
 /// report.
 #[cfg(target_os = "linux")]
@@ -1773,23 +1754,60 @@ mod tests {
         (rec, file)
     }
 
-    fn tmp_files(store: &Store) -> usize {
-        std::fs::read_dir(&store.tmp).unwrap().count()
+    /// Files under `shards/` that no record names (current or kept), and files in
+    /// `tmp/`: what an upload leaves behind.
+    fn stray_files(store: &Store) -> usize {
+        let mut named = std::collections::HashSet::new();
+        store
+            .meta
+            .for_each_object(|r| {
+                named.insert(store.record_path(&r));
+            })
+            .unwrap();
+        let mut dirs = vec![store.shards.clone()];
+        let mut stray = std::fs::read_dir(&store.tmp).unwrap().count();
+        while let Some(d) = dirs.pop() {
+            for e in std::fs::read_dir(d).unwrap() {
+                let p = e.unwrap().path();
+                if p.is_dir() {
+                    dirs.push(p);
+                } else if !named.contains(&p) {
+                    stray += 1;
+                }
+            }
+        }
+        stray
     }
 
-    /// A file renamed into place whose record is not committed yet is not an orphan; once
-    /// its placement ends without a record, it is.
+    /// Where the current version of `bkt`/`key` has its shard file.
+    fn current_path(store: &Store, key: &str) -> PathBuf {
+        store.record_path(&store.meta.object("bkt", key).unwrap().unwrap())
+    }
+
+    /// A file being placed (written at its number, its record not committed yet) is not
+    /// an orphan, even when old; once its placement ends without a record, it is.
     #[test]
     fn a_file_being_placed_is_not_an_orphan() {
         let dir = tempfile::tempdir().unwrap();
         let store = open_store(dir.path());
-        let path = store.shard_path("bkt", "x", VersionId(9), 0);
-        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        let (_, path) = store.files.allocate().unwrap();
         std::fs::write(&path, b"placed, not recorded yet").unwrap();
-        let placing = store.placing(&path);
+        // As a freed file renamed to its number keeps its old time.
+        let old = std::time::SystemTime::now() - Duration::from_secs(7200);
+        std::fs::File::options()
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .set_modified(old)
+            .unwrap();
+        let placing = store.files.placing(&path);
         assert_eq!(store.sweep_orphans().unwrap(), 0);
+        assert_eq!(store.sweep_aged(Duration::from_secs(60)).unwrap(), (0, 0));
         assert!(path.exists());
         drop(placing);
+        assert_eq!(store.sweep_aged(Duration::from_secs(60)).unwrap(), (0, 1));
+        assert!(!path.exists());
+        std::fs::write(&path, b"left by a crash").unwrap();
         assert_eq!(store.sweep_orphans().unwrap(), 1);
         assert!(!path.exists());
     }
@@ -1876,7 +1894,8 @@ mod tests {
         let store = open_store(dir.path());
         let kept = store.meta.kept("bkt", "k").unwrap().unwrap();
         assert_eq!(kept.record.version_id, VersionId(3));
-        let path = |v| store.shard_path("bkt", "k", VersionId(v), 0);
+        let (p3, p4) = (store.record_path(&kept.record), current_path(&store, "k"));
+        let path = |v| if v == 3 { &p3 } else { &p4 };
         assert!(path(3).exists() && path(4).exists());
         let failed = Settlement {
             bucket: "bkt".into(),
@@ -1979,10 +1998,9 @@ mod tests {
                     .put_shard(rec.clone(), futures_util::stream::iter(pieces), false)
                     .await
                     .unwrap();
-                let path = store.shard_path("bkt", "k", rec.version_id, 0);
-                let stored = std::fs::read(&path).unwrap();
+                let stored = std::fs::read(current_path(&store, "k")).unwrap();
                 assert!(stored == file, "{len} bytes cut at {cut:?}");
-                assert_eq!(tmp_files(&store), 0);
+                assert_eq!(stray_files(&store), 0);
             }
         }
         // Each version replaced the one before, whose file the next one overwrote (all
@@ -2002,6 +2020,123 @@ mod tests {
 
     fn pool_files(store: &Store) -> usize {
         std::fs::read_dir(store.root.join("pool")).unwrap().count()
+    }
+
+    /// Every upload's file is a new number, written in place under `shards/n/` (nothing
+    /// in `tmp/`, no rename of its own), and the record names it; a freed file taken
+    /// from the pool is renamed to a new number. Numbers never repeat across a restart,
+    /// and every file written before it is still read.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn uploads_write_numbered_files_that_records_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open_store(dir.path());
+        let a = put(&store, "a", 1, 300_000).await;
+        let b = put(&store, "b", 2, 300_000).await;
+        let rec = |store: &Store, key: &str| store.meta.object("bkt", key).unwrap().unwrap();
+        let (fa, fb) = (
+            rec(&store, "a").file.unwrap(),
+            rec(&store, "b").file.unwrap(),
+        );
+        assert_ne!(fa, fb);
+        assert_eq!(
+            current_path(&store, "a"),
+            dir.path()
+                .join("shards/n/00000000")
+                .join(format!("{fa}.shard"))
+        );
+        // A record sent with a file number of another drive's gets this drive's own.
+        let (mut r, file) = shard(3, 300_000);
+        r.key = "c".into();
+        r.file = Some(FileId(999_999));
+        let body = futures_util::stream::iter([Ok::<_, std::io::Error>(Bytes::from(file))]);
+        let stored = store.put_shard(r, body, false).await.unwrap();
+        assert_ne!(stored.record.file, Some(FileId(999_999)));
+        assert_eq!(stored.record.file, rec(&store, "c").file);
+        // Overwritten: the freed file goes to the pool, then to the next upload under a
+        // new number.
+        put(&store, "a", 4, 300_000).await;
+        let a2 = put(&store, "d", 5, 300_000).await;
+        assert_eq!(store.shard_files_reused(), 1);
+        let fd = rec(&store, "d").file.unwrap();
+        assert!(fd > fb && !store.files.path(fa).exists());
+        assert!(std::fs::read(current_path(&store, "d")).unwrap() == a2);
+        assert_eq!(stray_files(&store), 0);
+        store.flush().unwrap();
+        drop(store);
+
+        let store = open_store(dir.path());
+        assert!(std::fs::read(current_path(&store, "b")).unwrap() == b);
+        put(&store, "e", 6, 300_000).await;
+        let fe = rec(&store, "e").file.unwrap();
+        assert!(fe.0 >= files::FILES_PER_DIR, "{fe} after a restart");
+        assert!(std::fs::read(current_path(&store, "d")).unwrap() == a2);
+        drop(a);
+    }
+
+    /// A record from before numbered files (no file number: the file at the path hashed
+    /// from its bucket, key, version and shard) is read, replaced and deleted as before.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn records_from_before_numbered_files_are_read_replaced_and_deleted() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open_store(dir.path());
+        let legacy = |key: &str| {
+            let mut rec = store.meta.object("bkt", key).unwrap().unwrap();
+            let numbered = store.record_path(&rec);
+            rec.file = None;
+            let hashed = store.shard_path("bkt", key, rec.version_id, rec.shard_index);
+            std::fs::create_dir_all(hashed.parent().unwrap()).unwrap();
+            std::fs::rename(numbered, &hashed).unwrap();
+            store.meta.rewrite_record(&rec).unwrap();
+            hashed
+        };
+        put(&store, "x", 1, 300_000).await;
+        put(&store, "y", 2, 300_000).await;
+        let (hx, hy) = (legacy("x"), legacy("y"));
+        assert_eq!(store.sweep_orphans().unwrap(), 0);
+        let (r, bytes) = store.shard("bkt", "x", None).unwrap();
+        let mut read = Vec::new();
+        store
+            .fold_chunks(&r, bytes, 0..2, &mut |_, c| {
+                read.extend(c);
+                ControlFlow::Continue(())
+            })
+            .unwrap();
+        // Version 1's object is 300,000 bytes of 1s, in chunks of 4 KiB.
+        assert_eq!(read.len(), 2 * 4096);
+        assert!(read.iter().all(|&b| b == 1));
+        let x2 = put(&store, "x", 3, 300_000).await;
+        assert!(!hx.exists(), "the replaced version's file is freed");
+        assert!(std::fs::read(current_path(&store, "x")).unwrap() == x2);
+        store.delete_object("bkt", "y", None).await.unwrap();
+        assert!(!hy.exists());
+        assert_eq!(stray_files(&store), 0);
+    }
+
+    /// Each upload's name is synced into its directory before its record commits: one
+    /// directory fsync per upload when they come one at a time, and never more than one
+    /// per upload when they run together (they share them).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn uploads_sync_their_directory_and_share_the_fsyncs() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open_store(dir.path());
+        for (i, key) in ["a", "b", "c"].into_iter().enumerate() {
+            put(&store, key, i as u128 + 1, 200_000).await;
+            assert_eq!(store.directory_syncs(), i as u64 + 1);
+        }
+        let uploads: Vec<_> = (0..16)
+            .map(|i| {
+                let store = store.clone();
+                tokio::spawn(async move { put(&store, &format!("k{i}"), 10 + i, 200_000).await })
+            })
+            .collect();
+        for u in uploads {
+            u.await.unwrap();
+        }
+        let syncs = store.directory_syncs();
+        assert!(
+            (4..=19).contains(&syncs),
+            "{syncs} directory fsyncs for 19 uploads"
+        );
     }
 
     /// A shard file open for reading is never overwritten: replaced meanwhile, it is
@@ -2029,7 +2164,7 @@ mod tests {
         assert_eq!((pool_files(&store), store.shard_files_reused()), (1, 0));
         let v5 = put(&store, "another", 5, 200_000).await;
         assert_eq!((pool_files(&store), store.shard_files_reused()), (0, 1));
-        let path = store.shard_path("bkt", "another", VersionId(5), 0);
+        let path = current_path(&store, "another");
         assert!(std::fs::read(path).unwrap() == v5);
     }
 
@@ -2068,7 +2203,7 @@ mod tests {
             std::fs::remove_file(f.unwrap().path()).unwrap();
         }
         let file = put(&store, "b", 2, 300_000).await;
-        let path = store.shard_path("bkt", "b", VersionId(2), 0);
+        let path = current_path(&store, "b");
         assert!(std::fs::read(path).unwrap() == file);
         assert_eq!(
             (store.shard_files_reused(), store.shard_file_pool_bytes()),
@@ -2165,11 +2300,11 @@ mod tests {
         assert_eq!(counts(&store).map(|c| c.0), [2, 1, 1, 2]);
     }
 
-    /// Bodies past the first batch, so a temp file exists when they fail: one that breaks
-    /// off, one whose request is dropped halfway (its client gone). Neither leaves a file
-    /// in `tmp/` or a record.
+    /// Bodies past the first batch, so a file exists when they fail: one that breaks off,
+    /// one whose request is dropped halfway (its client gone). Neither leaves a file or a
+    /// record.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_broken_or_abandoned_upload_leaves_no_temp_file() {
+    async fn a_broken_or_abandoned_upload_leaves_no_file() {
         let dir = tempfile::tempdir().unwrap();
         let store = open_store(dir.path());
         let (rec, file) = shard(1, 4 * WRITE_BATCH);
@@ -2184,7 +2319,7 @@ mod tests {
             .await
             .unwrap_err();
         assert!(matches!(err, Error::BodyBroken(_)), "{err}");
-        assert_eq!(tmp_files(&store), 0);
+        assert_eq!(stray_files(&store), 0);
 
         let stalled = futures_util::stream::iter([Ok::<_, std::io::Error>(first)])
             .chain(futures_util::stream::pending());
@@ -2196,7 +2331,7 @@ mod tests {
             let store = store.clone();
             async move {
                 for _ in 0..500 {
-                    if tmp_files(&store) == want {
+                    if stray_files(&store) == want {
                         return true;
                     }
                     tokio::time::sleep(Duration::from_millis(10)).await;
@@ -2204,12 +2339,12 @@ mod tests {
                 false
             }
         };
-        assert!(waited(1).await, "the first batch made no temp file");
+        assert!(waited(1).await, "the first batch made no file");
         upload.abort();
         assert!(upload.await.unwrap_err().is_cancelled());
         assert!(
             waited(0).await,
-            "the abandoned upload's temp file is still there"
+            "the abandoned upload's file is still there"
         );
         assert!(store.meta.object("bkt", "k").unwrap().is_none());
     }
@@ -2264,7 +2399,7 @@ mod tests {
         for done in finished {
             done.unwrap().unwrap();
         }
-        // Whatever order they ran in: at most one shard file, the record's, and no temp files.
+        // Whatever order they ran in: at most one shard file, the record's, and no other.
         let shards = std::fs::read_dir(&store.shards)
             .unwrap()
             .flat_map(|a| std::fs::read_dir(a.unwrap().path()).unwrap())
@@ -2272,6 +2407,6 @@ mod tests {
             .count();
         let live = store.meta.object("bkt", "k").unwrap();
         assert_eq!(shards, usize::from(live.is_some()));
-        assert_eq!(tmp_files(&store), 0);
+        assert_eq!(stray_files(&store), 0);
     }
 }

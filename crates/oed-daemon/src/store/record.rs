@@ -74,6 +74,39 @@ impl<'de> Deserialize<'de> for VersionId {
     }
 }
 
+/// The number of a shard file on one drive: the file is `shards/n/<dir>/<number>.shard`
+/// ([`crate::store::Store`]), chosen by that drive when the upload begins. Written as 16
+/// hex digits. Only the drive that holds the file uses it; a drive storing a record
+/// sent by another sets its own.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct FileId(pub u64);
+
+impl fmt::Display for FileId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:016x}", self.0)
+    }
+}
+
+impl Serialize for FileId {
+    fn serialize<S: Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for FileId {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        if s.len() != 16 {
+            return Err(serde::de::Error::custom(format!(
+                "file number {s:?} is not 16 hex digits"
+            )));
+        }
+        u64::from_str_radix(&s, 16).map(FileId).map_err(|_| {
+            serde::de::Error::custom(format!("file number {s:?} is not 16 hex digits"))
+        })
+    }
+}
+
 /// A bucket as every drive records it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BucketRecord {
@@ -135,6 +168,11 @@ pub struct ObjectRecord {
     /// `expires`), by lower-case name.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub headers: BTreeMap<String, String>,
+    /// This drive's shard file of the version, when it is a numbered one; `None` for a
+    /// shard stored inline, and for a file written before numbered files (2026-11-25),
+    /// which is found at a path hashed from the bucket, key, version and shard index.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub file: Option<FileId>,
 }
 
 /// An object's or a part's S3 checksum, as it is returned.
