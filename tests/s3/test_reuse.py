@@ -128,7 +128,8 @@ def test_a_drive_killed_while_reusing_files_keeps_every_acknowledged_object(clus
     try:
         cluster.wait_for("drive 4 reusing freed files",
                          lambda: reused(cluster, [3]) > before, timeout=120)
-        # Killed while it overwrites freed files (some uploads in progress in pool/).
+        # Killed while it overwrites freed files (uploads in progress in freed files
+        # renamed to their numbers under shards/n/).
         cluster.kill9(3)
         n = written[0]
         cluster.wait_for("writes go on with a drive down",

@@ -30,7 +30,8 @@ pub struct Config {
     /// This drive's id, as the cluster map names it. Default: "drive-1".
     pub drive_id: String,
     /// Directory for everything the drive stores: RocksDB in `meta/`, shard files in
-    /// `shards/`, uploads in progress in `tmp/`. Default: "/var/lib/oed".
+    /// `shards/` (uploads in progress there too, in their numbered files), freed files in
+    /// `pool/`. Default: "/var/lib/oed".
     pub data_dir: PathBuf,
     /// Address to serve on (peer API now, S3 too later). Default: "0.0.0.0:9400".
     pub listen: SocketAddr,

@@ -2,8 +2,9 @@
 //!
 //! A shard file that no record names any more (its version replaced or deleted) is
 //! renamed into `pool/` instead of being unlinked, while the pool holds less than its
-//! limit in bytes and [`MAX_FILES`] files; the next upload overwrites a pooled file from
-//! its start, cuts it to its new length, and renames it into place like a new one. The
+//! limit in bytes and [`MAX_FILES`] files; the next upload renames a pooled file to its
+//! own new number ([`super::files`]), overwrites it from its start and cuts it to its new
+//! length. The
 //! file system then allocates and frees no inode and, for shards of similar sizes, no
 //! blocks per write, and the page cache often still holds the file's pages (an overwrite
 //! of a 1 MiB shard measured 39% less CPU; docs/benchmarks.md).
