@@ -536,11 +536,11 @@ impl Store {
         let mut upload = if expected.file_len() <= self.inline_threshold {
             Upload::Inline(Vec::new())
         } else {
-            Upload::File(UploadFile::new(
+            Upload::File(Box::new(UploadFile::new(
                 Arc::clone(&self.files),
                 self.direct_io,
                 Arc::clone(&self.pool),
-            ))
+            )))
         };
         // On an error the upload is dropped, and its file with it.
         if let Some(tail) = upload
@@ -620,7 +620,7 @@ impl Store {
         let started = Instant::now();
         self.meta
             .commit_object(&record, previous.as_ref(), inline.as_deref(), keep.as_ref())?;
-        let new_path = temp.as_mut().and_then(UploadFile::committed);
+        let new_path = temp.as_mut().and_then(|t| t.committed());
         self.timed("record", started);
         // Files no record names now: the replaced version's unless it is kept, and the
         // version kept before. A new number never names an old file; checked all the
@@ -982,7 +982,9 @@ fn name_prefix(p: &Path) -> u64 {
 /// An upload being received: in memory when it will be inlined, else a file.
 enum Upload {
     Inline(Vec<u8>),
-    File(UploadFile),
+    /// Boxed: its state (the `O_DIRECT` stage, placement, directory ticket) is far larger
+    /// than the other variant's.
+    File(Box<UploadFile>),
 }
 
 /// Bytes collected before they are written to the file.
@@ -1793,7 +1795,7 @@ mod tests {
         let (_, path) = store.files.allocate().unwrap();
         std::fs::write(&path, b"placed, not recorded yet").unwrap();
         // As a freed file renamed to its number keeps its old time.
-        let old = std::time::SystemTime::now() - Duration::from_secs(7200);
+        let old = std::time::SystemTime::now() - Duration::from_hours(2);
         std::fs::File::options()
             .write(true)
             .open(&path)
@@ -1802,10 +1804,10 @@ mod tests {
             .unwrap();
         let placing = store.files.placing(&path);
         assert_eq!(store.sweep_orphans().unwrap(), 0);
-        assert_eq!(store.sweep_aged(Duration::from_secs(60)).unwrap(), (0, 0));
+        assert_eq!(store.sweep_aged(Duration::from_mins(1)).unwrap(), (0, 0));
         assert!(path.exists());
         drop(placing);
-        assert_eq!(store.sweep_aged(Duration::from_secs(60)).unwrap(), (0, 1));
+        assert_eq!(store.sweep_aged(Duration::from_mins(1)).unwrap(), (0, 1));
         assert!(!path.exists());
         std::fs::write(&path, b"left by a crash").unwrap();
         assert_eq!(store.sweep_orphans().unwrap(), 1);
