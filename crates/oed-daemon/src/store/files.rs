@@ -76,12 +76,17 @@ pub(super) struct Placing {
 
 impl Drop for Placing {
     fn drop(&mut self) {
-        let mut p = self.files.lock_placements();
-        if let Some(n) = p.in_flight.get_mut(&self.path) {
-            *n -= 1;
-            if *n == 0 {
-                p.in_flight.remove(&self.path);
-            }
+        count_down(&mut self.files.lock_placements().in_flight, &self.path);
+    }
+}
+
+/// Takes one off `path`'s count of holders (readers of a file, placements of a path),
+/// forgetting the path at zero.
+pub(super) fn count_down(counts: &mut HashMap<PathBuf, usize>, path: &Path) {
+    if let Some(n) = counts.get_mut(path) {
+        *n -= 1;
+        if *n == 0 {
+            counts.remove(path);
         }
     }
 }

@@ -56,13 +56,7 @@ pub struct Reading {
 
 impl Drop for Reading {
     fn drop(&mut self) {
-        let mut s = self.pool.lock();
-        if let Some(n) = s.readers.get_mut(&self.path) {
-            *n -= 1;
-            if *n == 0 {
-                s.readers.remove(&self.path);
-            }
-        }
+        super::files::count_down(&mut self.pool.lock().readers, &self.path);
     }
 }
 
