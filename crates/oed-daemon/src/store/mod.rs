@@ -1,7 +1,7 @@
 //! The drive's local store: shard files on disk and their records in RocksDB.
 //!
 //! Shard files live under `shards/`, numbered by the drive (`shards/n/<dir>/<number>.shard`,
-//! [`files`]; files written before numbering are at paths hashed from bucket, key, version
+//! `files`; files written before numbering are at paths hashed from bucket, key, version
 //! and shard), never at paths derived from user input. An upload writes straight into its
 //! numbered file, a new one or a freed one taken from the pool ([`pool`]).
 //! [`Store::put_shard`] is the one durable write: stream into the file while checking
@@ -818,10 +818,10 @@ impl Store {
         Ok(())
     }
 
-    /// Removes shard files that no record points to (left by a crash between rename and
-    /// commit, or between a record's deletion and its file's). Returns how many. Safe
-    /// while the drive takes writes: a file renamed into place whose record is not
-    /// committed yet is left alone ([`Placements`]).
+    /// Removes shard files that no record points to (left by a crash between a file's
+    /// creation and its record's commit, or between a record's deletion and its file's).
+    /// Returns how many. Safe while the drive takes writes: a file being written whose
+    /// record is not committed yet is left alone (`files::Placements`).
     ///
     /// # Errors
     /// [`Error::Io`] or [`Error::Meta`].
