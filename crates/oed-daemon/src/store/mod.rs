@@ -1146,29 +1146,30 @@ impl UploadFile {
         let files = Arc::clone(self.files.as_ref().expect("an upload's file"));
         let (id, path) = files.allocate()?;
         self.placing = Some(files.placing(&path));
-        if let Some(pool) = self.pool.clone()
-            && let Some((freed, len)) = pool.take()
-        {
-            match files::rename_new(&freed, &path) {
-                Ok(()) => {
-                    self.path = Some(path.clone());
-                    self.id = Some(id);
-                    self.dir_ticket = Some(files.ticket(&path));
-                    let f = self.open_at(&path, false)?;
-                    pool.reusing();
-                    self.reused_len = Some(len);
-                    return Ok(f);
-                }
+        let pool = self.pool.clone().expect("an upload's pool");
+        let reused = pool
+            .take()
+            .and_then(|(freed, len)| match files::rename_new(&freed, &path) {
+                Ok(()) => Some(len),
                 Err(e) => {
                     tracing::warn!(error = %e, path = %freed.display(), "shard file pool: a freed file cannot be reused");
                     remove_file_if_exists(&freed);
+                    None
                 }
-            }
+            });
+        // A renamed file is this upload's from now on (removed if it fails); a new one
+        // once it is made.
+        if reused.is_some() {
+            self.path = Some(path.clone());
         }
-        let f = self.open_at(&path, true)?;
-        self.path = Some(path.clone());
+        let f = self.open_at(&path, reused.is_none())?;
+        self.path = Some(path);
         self.id = Some(id);
-        self.dir_ticket = Some(files.ticket(&path));
+        self.dir_ticket = Some(files.ticket(id));
+        if reused.is_some() {
+            pool.reusing();
+            self.reused_len = reused;
+        }
         Ok(f)
     }
 
