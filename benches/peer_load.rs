@@ -46,6 +46,11 @@ struct Args {
     /// run's overwrites its shards (each write then replaces a stored version).
     #[arg(long, default_value_t = 1)]
     version: u128,
+    /// Send shard uploads as raw uploads (spliced into their files by the drive) instead
+    /// of request bodies; also set by `OED_RAW_SHARD_UPLOADS=true`, the drive setting's
+    /// variable, so that `ENV_B` of `benches/peer-ab` sets both.
+    #[arg(long)]
+    raw: bool,
 }
 
 fn record(bucket: &str, i: usize, size: usize, version: u128) -> ObjectRecord {
@@ -146,7 +151,9 @@ where
 async fn main() -> anyhow::Result<()> {
     let args = Arc::new(Args::parse());
     let secret = std::env::var("OED_CLUSTER_SECRET").context("set OED_CLUSTER_SECRET")?;
-    let client = PeerClient::new(&args.url, PeerKey::derive(secret.trim().as_bytes()));
+    let raw = args.raw || std::env::var("OED_RAW_SHARD_UPLOADS").is_ok_and(|v| v == "true");
+    let client =
+        PeerClient::new(&args.url, PeerKey::derive(secret.trim().as_bytes())).with_raw_uploads(raw);
     client.create_bucket(&args.bucket).await?;
     let size = args.size_kib * 1024;
     let rec = record(&args.bucket, 0, size, args.version);

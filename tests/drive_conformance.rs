@@ -50,12 +50,18 @@ impl Subject {
         }
     }
 
-    fn remote() -> Self {
+    /// A real drive through the peer client, which sends shard uploads as request bodies
+    /// or (`raw`) as raw uploads spliced into their files.
+    fn remote(raw: bool) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let d = Daemon::start(dir.path(), &[&format!("max_shard_bytes={MAX_SHARD_BYTES}")]);
         Self {
-            name: "peer client",
-            drive: Arc::new(d.client()),
+            name: if raw {
+                "peer client, raw uploads"
+            } else {
+                "peer client, upload bodies"
+            },
+            drive: Arc::new(d.client().with_raw_uploads(raw)),
             dir: dir.path().to_owned(),
             _keep: (Some(d), dir),
         }
@@ -70,13 +76,18 @@ impl Subject {
     }
 }
 
-/// Runs `case` against a local store and a remote drive, each fresh.
+/// Runs `case` against a local store and a remote drive (shard uploads sent both ways
+/// the peer API takes them), each fresh.
 fn both<F>(case: F)
 where
     F: for<'a> Fn(&'a Subject) -> std::pin::Pin<Box<dyn Future<Output = ()> + 'a>>,
 {
     let rt = oed_tests::runtime();
-    for subject in [Subject::local(), Subject::remote()] {
+    for subject in [
+        Subject::local(),
+        Subject::remote(false),
+        Subject::remote(true),
+    ] {
         println!("case against the {}", subject.name);
         rt.block_on(case(&subject));
     }

@@ -1,7 +1,8 @@
 //! The peer API of one real `oedd` on 127.0.0.1, as HTTP: the smoke test the ARM builds
-//! run, a graceful stop with an upload in flight, and requests that no `Drive` call
-//! makes (bad signatures, malformed queries, unknown routes) refused with a clear error
-//! and changing nothing. Every operation and its errors are in `drive_conformance.rs`.
+//! run, a graceful stop with an upload in flight, raw uploads (large ones, abandoned
+//! ones), and requests that no `Drive` call makes (bad signatures, malformed queries,
+//! unknown routes) refused with a clear error and changing nothing. Every operation and
+//! its errors are in `drive_conformance.rs`.
 
 use std::time::Duration;
 
@@ -47,10 +48,21 @@ fn smoke_put_get_and_clean_stop() {
 /// restart.
 #[test]
 fn sigterm_drains_the_upload_in_flight_then_stops() {
+    sigterm_drains_the_upload_in_flight(false);
+}
+
+/// The same with the upload sent as a raw upload: the drive's shutdown waits for the
+/// connection it was upgraded to.
+#[test]
+fn sigterm_drains_the_raw_upload_in_flight_then_stops() {
+    sigterm_drains_the_upload_in_flight(true);
+}
+
+fn sigterm_drains_the_upload_in_flight(raw: bool) {
     use futures_util::StreamExt;
     let dir = tempfile::tempdir().unwrap();
     let mut d = Daemon::start(dir.path(), &[]);
-    let c = d.client();
+    let c = d.client().with_raw_uploads(raw);
     let data = bytes(5 * 2 * 4096 + 321, 9);
     let rec = record("drain", "obj", 3, data.len() as u64, 2, 1, 0);
     let file = shard_file(&rec, &data);
@@ -261,15 +273,19 @@ fn shard_writes_from_another_map_epoch_are_refused() {
         let rec = record("epochs", "k", 1, data.len() as u64, 1, 1, 0);
         let file = shard_file(&rec, &data);
         let newer = c.clone().with_epoch(2);
-        let e = newer
-            .put_shard(&rec, upload(&file, 5000), false)
-            .await
-            .unwrap_err();
-        assert_eq!(e.code, ErrorCode::StaleMap, "{e}");
-        assert!(
-            e.message.contains("epoch 1") && e.message.contains("epoch 2"),
-            "{e}"
-        );
+        for raw in [false, true] {
+            let e = newer
+                .clone()
+                .with_raw_uploads(raw)
+                .put_shard(&rec, upload(&file, 5000), false)
+                .await
+                .unwrap_err();
+            assert_eq!(e.code, ErrorCode::StaleMap, "{e}");
+            assert!(
+                e.message.contains("epoch 1") && e.message.contains("epoch 2"),
+                "{e}"
+            );
+        }
         assert!(newer.stat("epochs", "k").await.unwrap().is_none());
         c.clone()
             .with_epoch(1)
@@ -339,5 +355,73 @@ fn the_peer_api_over_tls_trusts_the_cluster_ca_only() {
             let e = refused.buckets().await.expect_err(what);
             assert_eq!(e.code, ErrorCode::Unreachable, "{what}: {e}");
         }
+    });
+}
+
+/// Raw uploads of shards larger than the drive's pipe and its write batches, cut into
+/// pieces of odd sizes, are stored byte for byte and read back, and leave nothing beside
+/// their files (the S3 suite checks that the drives count them as spliced).
+#[test]
+fn raw_uploads_of_large_shards_are_stored_byte_for_byte() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = Daemon::start(dir.path(), &[]);
+    let c = d.client().with_raw_uploads(true);
+    rt().block_on(async {
+        c.create_bucket("raw").await.unwrap();
+        for (i, (len, piece)) in [(3 << 20, 100_003), ((5 << 20) + 77, 1 << 20), (70_001, 7)]
+            .into_iter()
+            .enumerate()
+        {
+            let data = bytes(len, i as u64 + 1);
+            let key = format!("obj{i}");
+            let rec = record("raw", &key, 1, data.len() as u64, 1, 1, 0);
+            let file = shard_file(&rec, &data);
+            let stored = c
+                .put_shard(&rec, upload(&file, piece), false)
+                .await
+                .unwrap();
+            assert_eq!(stored.record, rec);
+            assert_eq!(
+                read_shard(&c, "raw", &key).await,
+                chunk_bytes(&file),
+                "{key}"
+            );
+        }
+        assert_eq!(files_under(&dir.path().join("shards")).len(), 3);
+    });
+}
+
+/// A raw upload whose sender gives up halfway (its body fails) is not stored: the drive
+/// sees the connection end before the shard file does, refuses it, and removes what it
+/// wrote.
+#[test]
+fn an_abandoned_raw_upload_leaves_nothing() {
+    use futures_util::StreamExt;
+    let dir = tempfile::tempdir().unwrap();
+    let d = Daemon::start(dir.path(), &[]);
+    let c = d.client().with_raw_uploads(true);
+    rt().block_on(async {
+        c.create_bucket("raw").await.unwrap();
+        let data = bytes(2 << 20, 5);
+        let rec = record("raw", "gone", 1, data.len() as u64, 1, 1, 0);
+        let file = shard_file(&rec, &data);
+        let half = bytes::Bytes::copy_from_slice(&file[..file.len() / 2]);
+        let body =
+            futures_util::stream::iter([Ok(half)]).chain(futures_util::stream::once(async {
+                Err(std::io::Error::other("the sender gave up"))
+            }));
+        let e = c.put_shard(&rec, Box::pin(body), false).await.unwrap_err();
+        assert_eq!(e.code, ErrorCode::Unreachable, "{e}");
+        assert!(c.stat("raw", "gone").await.unwrap().is_none());
+        let shards = dir.path().join("shards");
+        let mut left = files_under(&shards);
+        for _ in 0..100 {
+            if left.is_empty() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            left = files_under(&shards);
+        }
+        assert!(left.is_empty(), "left behind: {left:?}");
     });
 }

@@ -26,6 +26,10 @@ pub enum FsyncPolicy {
 /// Everything `oedd serve` can be told. Defaults suit a drive with 1-2 GB of RAM.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
+#[allow(
+    clippy::struct_excessive_bools,
+    reason = "independent switches of a settings file, each documented on its own"
+)]
 pub struct Config {
     /// This drive's id, as the cluster map names it. Default: "drive-1".
     pub drive_id: String,
@@ -47,6 +51,12 @@ pub struct Config {
     /// Where the file system refuses `O_DIRECT`, the drive writes through the page cache
     /// as without it. Default: false (docs/drive.md, "Direct I/O").
     pub direct_io: bool,
+    /// Send shard uploads to other drives as raw uploads: `PUT shard` upgraded to a
+    /// connection of its own, whose bytes the receiving drive splices from the socket into
+    /// the shard file, one copy fewer than a request body (docs/peer-api.md, "Raw
+    /// uploads"). Over TLS, and to drives of earlier versions, uploads go as request
+    /// bodies either way. Default: true.
+    pub raw_shard_uploads: bool,
     /// Requests served at once; more wait for a slot. Default: 64.
     pub max_concurrent_requests: usize,
     /// Largest shard file accepted, in bytes. Default: 1 GiB.
@@ -200,6 +210,7 @@ impl Default for Config {
             cluster_secret_file: None,
             fsync: FsyncPolicy::Always,
             direct_io: false,
+            raw_shard_uploads: true,
             max_concurrent_requests: 64,
             max_shard_bytes: 1 << 30,
             max_request_body_bytes: 64 * 1024,

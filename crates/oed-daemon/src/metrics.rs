@@ -152,6 +152,10 @@ pub async fn metered(State(traffic): State<Traffic>, mut req: Request, next: Nex
     let s3 = OpName::default();
     req.extensions_mut().insert(s3.clone());
     let resp = next.run(req).await;
+    if resp.status() == StatusCode::SWITCHING_PROTOCOLS {
+        // A raw shard upload: counted with its outcome once it is stored or refused.
+        return resp;
+    }
     let (api, op) = match peer {
         Some(op) => ("peer", op.map_or("Other", PeerOp::name)),
         None => ("s3", s3.get().unwrap_or("Other")),
@@ -183,7 +187,7 @@ struct StateCollector {
     /// Bytes hashed for MD5 `ETag`s, by streams hashed together.
     md5: CounterVec,
     /// Counters kept as atomics on the hot path, copied here on scrape.
-    counters: [Counter; 11],
+    counters: [Counter; 12],
 }
 
 impl StateCollector {
@@ -328,6 +332,7 @@ impl StateCollector {
             stats.tls_handshake_failures.load(Ordering::Relaxed),
             self.store.shard_files_reused(),
             self.store.directory_syncs(),
+            self.store.uploads_spliced(),
         ];
         self.connections
             .set(stats.connections_open.load(Ordering::Relaxed) as f64);
@@ -339,7 +344,7 @@ impl StateCollector {
 
 /// The counters kept as atomics on the hot path ([`StateCollector::refresh`] copies them,
 /// in this order).
-fn hot_counters() -> prometheus::Result<[Counter; 11]> {
+fn hot_counters() -> prometheus::Result<[Counter; 12]> {
     let counter = |n: &str, h: &str| Counter::with_opts(Opts::new(n, h));
     Ok([
         counter(
@@ -385,6 +390,10 @@ fn hot_counters() -> prometheus::Result<[Counter; 11]> {
         counter(
             "oed_shard_directory_syncs_total",
             "fsyncs of shard file directories this drive ran; one serves every upload that named a file in the directory before it began, so per shard written (oed_shard_write_seconds_count{phase=\"place\"}) it falls as uploads run together.",
+        )?,
+        counter(
+            "oed_shard_uploads_spliced_total",
+            "Shard uploads from other drives that this drive received with splice, from the socket into the shard file (raw uploads over plain TCP, shards with a file of their own, direct_io off), stored or refused.",
         )?,
     ])
 }

@@ -95,6 +95,7 @@ impl DriveServer {
             repair: std::sync::OnceLock::new(),
             epoch: cluster.epoch.clone(),
             epoch_mismatches: AtomicU64::new(0),
+            store: Some(store.clone()),
         });
         let repair =
             crate::repair::Repair::new(cluster.clone(), crate::repair::RepairConfig::of(config));
@@ -404,10 +405,11 @@ async fn serve_http(
         if let Err(e) = tcp.set_nodelay(true) {
             tracing::debug!(error = %e, "cannot set TCP_NODELAY on a connection");
         }
-        let service = for_client(app.clone(), client);
+        let service = for_client(app.clone(), client, None);
         let (http, watcher, counts) = (http.clone(), graceful.watcher(), limits.counts.clone());
         let tls = limits.tls.clone();
         let handshake_timeout = limits.header_timeout;
+        let stop = shutdown.clone();
         tokio::spawn(async move {
             if let Some(c) = &counts {
                 c.stats.connections_open.fetch_add(1, Ordering::Relaxed);
@@ -415,9 +417,7 @@ async fn serve_http(
             let served = match tls {
                 None => {
                     let io = crate::stall::WriteDeadline::new(tcp, handshake_timeout);
-                    watcher
-                        .watch(http.serve_connection(TokioIo::new(io), service))
-                        .await
+                    serve_upgradable(&http, io, service, watcher, stop).await
                 }
                 Some(tls) => match first_contact(tcp, tls, handshake_timeout).await {
                     Contact::Tls(io) => {
@@ -425,10 +425,8 @@ async fn serve_http(
                         watcher.watch(http.serve_connection(io, service)).await
                     }
                     Contact::Clear(io, clear) => {
-                        let service = for_client(clear, client);
-                        watcher
-                            .watch(http.serve_connection(TokioIo::new(io), service))
-                            .await
+                        let service = for_client(clear, client, None);
+                        serve_upgradable(&http, io, service, watcher, stop).await
                     }
                     Contact::Refused(why) => {
                         tracing::debug!(why, "connection to the TLS listener closed");
@@ -450,17 +448,50 @@ async fn serve_http(
     graceful.shutdown().await;
 }
 
+/// Serves a connection in the clear that may be upgraded to a raw shard upload
+/// ([`crate::peer::RAW_UPLOAD`]). hyper's graceful shutdown does not take such a
+/// connection, so it is done here: when `stop` fires the connection is asked to close
+/// after the request it serves, and `watcher`, shared with the uploads it was upgraded
+/// to (through each request's extensions), keeps the server's shutdown waiting for
+/// them.
+async fn serve_upgradable(
+    http: &hyper::server::conn::http1::Builder,
+    io: crate::stall::WriteDeadline<tokio::net::TcpStream>,
+    mut service: ForClient,
+    watcher: hyper_util::server::graceful::Watcher,
+    stop: CancellationToken,
+) -> hyper::Result<()> {
+    service.hold = Some(crate::peer::ShutdownHold(Arc::new(watcher)));
+    let conn = http
+        .serve_connection(TokioIo::new(io), service)
+        .with_upgrades();
+    tokio::pin!(conn);
+    tokio::select! {
+        served = conn.as_mut() => served,
+        () = stop.cancelled() => {
+            conn.as_mut().graceful_shutdown();
+            conn.await
+        }
+    }
+}
+
 /// `app`, answering the requests of a connection from `client` with the client in scope
 /// for the coordinator's budget ([`crate::cluster::budget::CLIENT`]), which shares its
 /// memory fairly between clients.
-fn for_client(app: axum::Router, client: std::net::IpAddr) -> ForClient {
-    ForClient { app, client }
+fn for_client(
+    app: axum::Router,
+    client: std::net::IpAddr,
+    hold: Option<crate::peer::ShutdownHold>,
+) -> ForClient {
+    ForClient { app, client, hold }
 }
 
 /// See [`for_client`].
 struct ForClient {
     app: axum::Router,
     client: std::net::IpAddr,
+    /// Put in each request's extensions, if any (see [`serve_upgradable`]).
+    hold: Option<crate::peer::ShutdownHold>,
 }
 
 impl hyper::service::Service<http::Request<hyper::body::Incoming>> for ForClient {
@@ -471,7 +502,10 @@ impl hyper::service::Service<http::Request<hyper::body::Incoming>> for ForClient
         axum::routing::future::RouteFuture<std::convert::Infallible>,
     >;
 
-    fn call(&self, req: http::Request<hyper::body::Incoming>) -> Self::Future {
+    fn call(&self, mut req: http::Request<hyper::body::Incoming>) -> Self::Future {
+        if let Some(hold) = &self.hold {
+            req.extensions_mut().insert(hold.clone());
+        }
         let mut app = self.app.clone();
         crate::cluster::budget::CLIENT.scope(
             Some(self.client),

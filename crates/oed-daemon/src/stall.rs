@@ -33,6 +33,11 @@ impl<T> WriteDeadline<T> {
         }
     }
 
+    /// The connection, without the deadline.
+    pub fn into_inner(self) -> T {
+        self.inner
+    }
+
     /// What a write (or flush) of the inner connection came to: while it waits, the
     /// error once it has waited `limit`.
     fn watch<R>(&mut self, cx: &mut Context<'_>, done: Poll<io::Result<R>>) -> Poll<io::Result<R>> {

@@ -167,6 +167,8 @@ pub struct Cluster {
     pub op_timeout: Duration,
     /// Whether single-part `ETag`s are MD5 digests (S3's rule) or a cheaper digest.
     pub md5_etags: bool,
+    /// Shard uploads to other drives go as raw uploads (`raw_shard_uploads`).
+    raw_uploads: bool,
     /// Memory for the object data of the requests this drive coordinates.
     pub budget: budget::Budget,
     /// Counters.
@@ -214,7 +216,8 @@ impl Cluster {
         let http = crate::peer::client::PeerHttp::with_tls(&crate::tls::client_config(
             config.tls_ca_file.as_deref(),
         )?);
-        let drives = handles(&map, local, &store, key, &http);
+        let raw = config.raw_shard_uploads;
+        let drives = handles(&map, local, &store, key, &http, raw);
         Ok(Self {
             epoch: Arc::new(AtomicU64::new(map.epoch)),
             view: std::sync::RwLock::new(Arc::new(MapView {
@@ -231,6 +234,7 @@ impl Cluster {
             timeout,
             op_timeout: Duration::from_secs(config.op_timeout_seconds),
             md5_etags: config.md5_etags,
+            raw_uploads: raw,
             budget: budget::Budget::new(
                 config.coordinator_buffer_bytes,
                 Duration::from_secs(config.coordinator_wait_seconds),
@@ -315,7 +319,14 @@ impl Cluster {
             .map_err(|e| Error::Io(std::io::Error::other(e)))??;
         }
         crate::server::record_map(&self.store, &new)?;
-        let drives = handles(&new, local, &self.store, &self.key, &self.http);
+        let drives = handles(
+            &new,
+            local,
+            &self.store,
+            &self.key,
+            &self.http,
+            self.raw_uploads,
+        );
         tracing::warn!(
             from = old.epoch,
             to = new.epoch,
@@ -614,6 +625,7 @@ fn handles(
     store: &Store,
     key: &PeerKey,
     http: &crate::peer::client::PeerHttp,
+    raw: bool,
 ) -> Vec<Arc<dyn Drive>> {
     map.drives
         .iter()
@@ -624,7 +636,8 @@ fn handles(
             } else {
                 Arc::new(
                     PeerClient::with_http(&d.url(map.tls), key.clone(), http.clone())
-                        .with_epoch(map.epoch),
+                        .with_epoch(map.epoch)
+                        .with_raw_uploads(raw),
                 )
             }
         })

@@ -60,7 +60,7 @@ pub enum PeerError {
 }
 
 impl PeerError {
-    fn transport(e: impl Into<BoxError>) -> Self {
+    pub(super) fn transport(e: impl Into<BoxError>) -> Self {
         PeerError::Transport(e.into())
     }
 }
@@ -171,6 +171,9 @@ pub struct PeerClient {
     http: PeerHttp,
     /// The epoch of the cluster map this side runs, sent with every request.
     epoch: Option<u64>,
+    /// Whether shard uploads go as raw uploads, while the drive takes them
+    /// ([`PeerClient::with_raw_uploads`]); `None`: never.
+    raw: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
 }
 
 /// A signed request to a peer, ready to send; [`PeerClient::request`] makes one.
@@ -194,6 +197,15 @@ impl PeerRequest {
     #[cfg(test)]
     fn uri(&self) -> Result<&Uri, &PeerError> {
         self.head.as_ref().map(Request::uri)
+    }
+
+    /// Adds header `name: value` (both fixed text; not signed).
+    pub fn header(mut self, name: http::HeaderName, value: &'static str) -> Self {
+        if let Ok(head) = self.head.as_mut() {
+            head.headers_mut()
+                .insert(name, http::HeaderValue::from_static(value));
+        }
+        self
     }
 
     /// The body: `bytes`, sent with a Content-Length.
@@ -242,6 +254,11 @@ impl PeerResponse {
     #[must_use]
     pub fn header(&self, name: &str) -> Option<&str> {
         self.0.headers().get(name).and_then(|v| v.to_str().ok())
+    }
+
+    /// The response itself.
+    pub(super) fn into_inner(self) -> Response<Incoming> {
+        self.0
     }
 
     /// The whole body.
@@ -299,6 +316,7 @@ impl PeerClient {
             key,
             http,
             epoch: None,
+            raw: None,
         }
     }
 
@@ -306,6 +324,16 @@ impl PeerClient {
     #[must_use]
     pub fn with_epoch(mut self, epoch: u64) -> Self {
         self.epoch = Some(epoch);
+        self
+    }
+
+    /// The same client, sending shard uploads to an `http://` drive as raw uploads
+    /// (`raw`: [`super::RAW_UPLOAD`], which the drive splices into its file) or as request
+    /// bodies. A drive that answers a raw upload as one without a body (a version before
+    /// raw uploads) gets bodies from then on.
+    #[must_use]
+    pub fn with_raw_uploads(mut self, raw: bool) -> Self {
+        self.raw = raw.then(|| std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true)));
         self
     }
 
@@ -376,6 +404,27 @@ impl Drive for PeerClient {
         if tail {
             query.push_str("&tail=true");
         }
+        let raw = self.raw.as_ref().filter(|r| {
+            r.load(std::sync::atomic::Ordering::Relaxed)
+                && self
+                    .base
+                    .as_ref()
+                    .is_ok_and(|b| b.scheme == http::uri::Scheme::HTTP)
+        });
+        let body = match raw {
+            Some(flag) => match super::raw::put_shard(self, &query, body).await? {
+                super::raw::Sent::Answer(stored) => return *stored,
+                super::raw::Sent::NotTaken(body) => {
+                    tracing::info!(
+                        drive = ?self.base.as_ref().map(|b| b.authority.to_string()),
+                        "a drive takes no raw shard uploads (an earlier version): sending bodies"
+                    );
+                    flag.store(false, std::sync::atomic::Ordering::Relaxed);
+                    body
+                }
+            },
+            None => body,
+        };
         let resp = self
             .request(PeerOp::PutShard, &query, auth::STREAMING)
             .stream_body(body)
@@ -577,12 +626,18 @@ pub async fn check(resp: PeerResponse) -> Result<PeerResponse, DriveError> {
         return Ok(resp);
     }
     let body = resp.bytes().await?;
-    Err(serde_json::from_slice(&body).unwrap_or_else(|_| {
+    Err(error_answer(status.as_u16(), &body))
+}
+
+/// A drive's error answer with `status` and `body`: the error it names, or
+/// [`ErrorCode::Unknown`] when it names none.
+pub(super) fn error_answer(status: u16, body: &[u8]) -> DriveError {
+    serde_json::from_slice(body).unwrap_or_else(|_| {
         DriveError::new(
             ErrorCode::Unknown,
-            format!("{status}: {}", String::from_utf8_lossy(&body)),
+            format!("{status}: {}", String::from_utf8_lossy(body)),
         )
-    }))
+    })
 }
 
 #[cfg(test)]

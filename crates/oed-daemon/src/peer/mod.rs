@@ -6,7 +6,7 @@
 //!
 //! | method and path | query | what |
 //! |---|---|---|
-//! | `PUT shard` | `record` (JSON)`[, tail=true]` | store a shard; body: the shard file, streamed (then a JSON record tail) |
+//! | `PUT shard` | `record` (JSON)`[, tail=true]` | store a shard; body: the shard file, streamed (then a JSON record tail), or the same on the connection upgraded to a raw upload ([`raw`]) |
 //! | `GET shard` | `bucket, key[, version][, from, to]` | chunk bytes of stripes `from..to`, each CRC-checked (binary) |
 //! | `GET object` | `bucket, key` | the object record (stat) |
 //! | `DELETE object` | `bucket, key[, version]` | delete record and shard |
@@ -27,6 +27,9 @@
 
 pub mod auth;
 pub mod client;
+mod raw;
+
+pub use raw::{RAW_UPLOAD, ShutdownHold};
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -234,6 +237,8 @@ pub struct PeerState {
     pub epoch: Arc<AtomicU64>,
     /// Requests from drives that named another epoch since start.
     pub epoch_mismatches: AtomicU64,
+    /// The drive's store, when `drive` is one: raw uploads ([`raw`]) go to it.
+    pub store: Option<crate::store::Store>,
 }
 
 /// The peer API routes, with authentication and the concurrency limit applied.
@@ -366,7 +371,7 @@ async fn check_auth(state: &PeerState, req: Request) -> Result<Request, Error> {
 /// A handler's answer: errors in their public form ([`DriveError`]).
 type Answer<T> = Result<T, DriveError>;
 
-#[derive(Deserialize)]
+#[derive(Clone, Deserialize)]
 struct PutShardQuery {
     record: String,
     /// The shard file is followed by a JSON `RecordTail`.
@@ -392,6 +397,24 @@ impl<S: Stream + Unpin> Stream for Shared<S> {
 async fn put_shard(
     State(state): State<Arc<PeerState>>,
     Query(q): Query<PutShardQuery>,
+    req: Request,
+) -> Response {
+    let raw = req
+        .headers()
+        .get(header::UPGRADE)
+        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(RAW_UPLOAD.as_bytes()));
+    if raw && let Some(store) = state.store.clone() {
+        return raw::accept(state, store, &q, req);
+    }
+    put_shard_body(state, q, req.into_body())
+        .await
+        .into_response()
+}
+
+/// `PUT shard` with the shard file as the request's body.
+async fn put_shard_body(
+    state: Arc<PeerState>,
+    q: PutShardQuery,
     body: Body,
 ) -> Answer<Json<Stored>> {
     // Counted as it arrives, drained rest included; recorded when the stream is dropped.

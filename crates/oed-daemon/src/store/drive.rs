@@ -235,12 +235,12 @@ impl Store {
     }
 }
 
-/// Runs `f` (RocksDB reads and writes) on a blocking thread.
 /// `record` as it leaves the store: without this drive's file number.
-fn without_file(record: &mut ObjectRecord) {
+pub(crate) fn without_file(record: &mut ObjectRecord) {
     record.file = None;
 }
 
+/// Runs `f` (RocksDB reads and writes) on a blocking thread.
 async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 'static) -> Result<T> {
     tokio::task::spawn_blocking(f)
         .await

@@ -16,6 +16,10 @@ pub mod meta;
 mod pool;
 pub mod queue;
 pub mod record;
+mod splice;
+
+pub(crate) use drive::without_file;
+pub use splice::{RawConn, RawUpload};
 
 use std::io::Read;
 use std::ops::ControlFlow;
@@ -125,6 +129,8 @@ pub struct Shared {
     files: Arc<files::Files>,
     /// Freed shard files kept for reuse (`shard_file_pool_bytes`).
     pool: Arc<pool::Pool>,
+    /// Raw uploads received by `splice` since the start, stored or not ([`splice`]).
+    spliced: std::sync::atomic::AtomicU64,
 }
 
 /// A drive's identity, in `identity.json` of its data directory: written once, at the
@@ -245,6 +251,7 @@ impl Store {
             new_incarnation: created && !had_data,
             files,
             pool,
+            spliced: std::sync::atomic::AtomicU64::new(0),
         })))
     }
 
@@ -430,6 +437,13 @@ impl Store {
         self.files.dir_syncs()
     }
 
+    /// Shard uploads received by `splice` since the start, stored or not: raw uploads
+    /// over plain TCP of shards that get a file ([`Store::put_shard_raw`]).
+    #[must_use]
+    pub fn uploads_spliced(&self) -> u64 {
+        self.spliced.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// Freed shard files reused by uploads since the start.
     #[must_use]
     pub fn shard_files_reused(&self) -> u64 {
@@ -502,7 +516,7 @@ impl Store {
     /// [`Error::Io`], [`Error::Meta`]. On every error nothing visible has changed.
     pub async fn put_shard<S, E>(
         &self,
-        mut record: ObjectRecord,
+        record: ObjectRecord,
         body: S,
         with_tail: bool,
     ) -> Result<Stored>
@@ -510,6 +524,58 @@ impl Store {
         S: Stream<Item = std::result::Result<Bytes, E>> + Unpin,
         E: Into<Box<dyn std::error::Error + Send + Sync>>,
     {
+        let (record, expected, mut upload) = self.start_upload(record, with_tail).await?;
+        let started = Instant::now();
+        // On an error the upload is dropped, and its file with it.
+        let tail = upload
+            .receive(body, &expected, with_tail, self.fsync)
+            .await?;
+        self.end_upload(record, &expected, upload, tail, with_tail, started)
+            .await
+    }
+
+    /// [`Store::put_shard`] for an upload whose bytes come on a connection of their own
+    /// (the peer API's `PUT shard` upgraded, `docs/peer-api.md`): on Linux, over plain
+    /// TCP, into a file written through the page cache, they go from the socket through
+    /// a pipe into the file with `splice`, and are checked over the file's pages
+    /// ([`splice`]); otherwise they are read as any upload's body. The connection's
+    /// body ends when its sender shuts down its side.
+    ///
+    /// # Errors
+    /// Those of [`Store::put_shard`].
+    pub async fn put_shard_raw(
+        &self,
+        record: ObjectRecord,
+        conn: &mut RawUpload,
+        with_tail: bool,
+    ) -> Result<Stored> {
+        let (record, expected, mut upload) = self.start_upload(record, with_tail).await?;
+        let started = Instant::now();
+        let tail = match &mut upload {
+            Upload::File(file) if splice::takes(file, conn) => {
+                self.spliced
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                splice::receive(file, conn, &expected, with_tail, self.fsync).await?
+            }
+            _ => {
+                let body = conn.stream();
+                upload
+                    .receive(body, &expected, with_tail, self.fsync)
+                    .await?
+            }
+        };
+        self.end_upload(record, &expected, upload, tail, with_tail, started)
+            .await
+    }
+
+    /// The checks an upload passes before its body is read, and where it will be
+    /// received: the record as it will be stored (no file number yet), the shard header
+    /// the body must start with, and the upload (in memory, or a file).
+    async fn start_upload(
+        &self,
+        mut record: ObjectRecord,
+        with_tail: bool,
+    ) -> Result<(ObjectRecord, oed_ec::ShardHeader, Upload)> {
         record.validate()?;
         // Which file holds the shard is this drive's to say, at the commit.
         record.file = None;
@@ -531,9 +597,7 @@ impl Store {
             return Err(Error::TooLarge(self.max_shard_bytes));
         }
         self.check_space(expected.file_len()).await?;
-
-        let started = Instant::now();
-        let mut upload = if expected.file_len() <= self.inline_threshold {
+        let upload = if expected.file_len() <= self.inline_threshold {
             Upload::Inline(Vec::new())
         } else {
             Upload::File(Box::new(UploadFile::new(
@@ -542,11 +606,21 @@ impl Store {
                 Arc::clone(&self.pool),
             )))
         };
-        // On an error the upload is dropped, and its file with it.
-        if let Some(tail) = upload
-            .receive(body, &expected, with_tail, self.fsync)
-            .await?
-        {
+        Ok((record, expected, upload))
+    }
+
+    /// An upload received and checked in full: its tail applied to the record, then the
+    /// commit ([`Store::commit_upload`]).
+    async fn end_upload(
+        &self,
+        mut record: ObjectRecord,
+        expected: &oed_ec::ShardHeader,
+        mut upload: Upload,
+        tail: Option<RecordTail>,
+        with_tail: bool,
+        started: Instant,
+    ) -> Result<Stored> {
+        if let Some(tail) = tail {
             record.etag = tail.etag;
             record.parts = tail.parts;
             record.checksum = tail.checksum;
@@ -557,7 +631,7 @@ impl Store {
                 record.last_modified_ms = v.millis();
                 let header = oed_ec::ShardHeader {
                     version_id: v.0,
-                    ..expected
+                    ..*expected
                 };
                 upload.restamp(header.encode());
             }
@@ -1178,7 +1252,8 @@ impl UploadFile {
     fn open_at(&mut self, path: &Path, create: bool) -> std::io::Result<std::fs::File> {
         use std::os::unix::fs::OpenOptionsExt;
         let mut options = std::fs::OpenOptions::new();
-        options.write(true).create_new(create);
+        // Readable too: a spliced upload checks its bytes over the file's pages.
+        options.read(true).write(true).create_new(create);
         if self.want_direct {
             #[cfg(target_os = "linux")]
             match options.clone().custom_flags(libc::O_DIRECT).open(path) {
@@ -1322,6 +1397,15 @@ impl Drop for UploadFile {
     }
 }
 
+/// An upload whose shard header is not the one its record makes.
+fn header_mismatch() -> Error {
+    Error::BadRequest(
+        "shard header does not match the record (version, shard index, k, m, chunk size or \
+         object length)"
+            .into(),
+    )
+}
+
 fn join_error(e: tokio::task::JoinError) -> Error {
     Error::Io(std::io::Error::other(e))
 }
@@ -1374,11 +1458,7 @@ impl Upload {
             verifier.feed(&piece)?;
             if !header_checked && let Some(h) = verifier.header() {
                 if h != expected {
-                    return Err(Error::BadRequest(
-                        "shard header does not match the record (version, shard index, k, m, \
-                         chunk size or object length)"
-                            .into(),
-                    ));
+                    return Err(header_mismatch());
                 }
                 header_checked = true;
             }
@@ -1392,14 +1472,25 @@ impl Upload {
                 }
             }
         }
-        verifier.finish()?;
-        if !with_tail {
-            return Ok(None);
-        }
-        serde_json::from_slice(&tail)
-            .map(Some)
-            .map_err(|e| Error::BadRequest(format!("record tail after the shard file: {e}")))
+        end_of_upload(verifier, with_tail, &tail)
     }
+}
+
+/// The end of an upload's body: the shard file must be whole (`verifier`), and the bytes
+/// after it (`tail`) the record tail when `with_tail` is set (none otherwise, checked by
+/// the caller as they came).
+fn end_of_upload(
+    verifier: oed_ec::StreamVerifier,
+    with_tail: bool,
+    tail: &[u8],
+) -> Result<Option<RecordTail>> {
+    verifier.finish()?;
+    if !with_tail {
+        return Ok(None);
+    }
+    serde_json::from_slice(tail)
+        .map(Some)
+        .map_err(|e| Error::BadRequest(format!("record tail after the shard file: {e}")))
 }
 
 impl Store {

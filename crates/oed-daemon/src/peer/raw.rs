@@ -1,0 +1,394 @@
+//! Raw shard uploads: `PUT shard` upgraded to a connection of its own, so a drive can
+//! move the shard's bytes from the socket into its file without reading them into the
+//! daemon (`crate::store::RawUpload`, `docs/peer-api.md`, "Raw uploads").
+//!
+//! The request is the same signed `PUT shard` with an empty body and the headers
+//! `Connection: upgrade` and `Upgrade: oed-shard`. Once its signature and epoch are
+//! checked the drive answers `101 Switching Protocols`; the sender then sends the body
+//! it would have sent (the shard file, then the record tail with `tail=true`) and shuts
+//! down its side of the connection. The drive answers with one frame, `STATUS LENGTH\n`
+//! then `LENGTH` bytes of JSON (the stored record, or the error as a drive error
+//! answer), and closes the connection.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::extract::Request;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use bytes::{Buf, Bytes};
+use futures_util::StreamExt;
+use hyper_util::rt::TokioIo;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+
+use super::auth;
+use super::client::{PeerClient, PeerError, check};
+use super::{DRAIN_LIMIT, PeerOp, PeerState, PutShardQuery};
+use crate::drive::{DriveError, ErrorCode, ShardUpload, Stored};
+use crate::error::Error;
+use crate::store::record::ObjectRecord;
+use crate::store::{RawConn, RawUpload, Store};
+use oed_meter::traffic::{BodyMeter, Class, Direction};
+
+/// The protocol named in the `Upgrade` header of a raw upload.
+pub const RAW_UPLOAD: &str = "oed-shard";
+
+/// The most an answer's writing may wait for the sender to read it.
+const ANSWER_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Keeps the server's graceful shutdown waiting while a connection, or an upload it was
+/// upgraded to, is still at work (put in each request's extensions by the server).
+#[derive(Clone, Debug)]
+pub struct ShutdownHold(pub Arc<hyper_util::server::graceful::Watcher>);
+
+/// Answers an upgrade request of `PUT shard` with 101 and receives the upload on the
+/// upgraded connection in a task of its own; refuses it when the record is not JSON or
+/// the connection cannot be upgraded.
+pub(super) fn accept(
+    state: Arc<PeerState>,
+    store: Store,
+    q: &PutShardQuery,
+    mut req: Request,
+) -> Response {
+    let record = match serde_json::from_str::<ObjectRecord>(&q.record) {
+        Ok(r) => r,
+        Err(e) => return Error::BadRequest(format!("record: {e}")).into_response(),
+    };
+    let Some(on_upgrade) = req.extensions_mut().remove::<hyper::upgrade::OnUpgrade>() else {
+        return Error::BadRequest("this connection cannot be upgraded".into()).into_response();
+    };
+    let hold = req.extensions_mut().remove::<ShutdownHold>();
+    let tail = q.tail.unwrap_or(false);
+    tokio::spawn(async move {
+        let _hold = hold;
+        // Counted with the requests being served, as the upload was before its upgrade.
+        let _permit = state.slots.clone().acquire_owned().await;
+        let started = Instant::now();
+        let upgraded = match on_upgrade.await {
+            Ok(u) => u,
+            Err(e) => {
+                tracing::debug!(error = %e, "a raw upload's connection was not upgraded");
+                return;
+            }
+        };
+        let (prefix, conn) = match upgraded
+            .downcast::<TokioIo<crate::stall::WriteDeadline<tokio::net::TcpStream>>>()
+        {
+            Ok(parts) => (
+                parts.read_buf,
+                RawConn::Tcp(parts.io.into_inner().into_inner()),
+            ),
+            Err(u) => (Bytes::new(), RawConn::Other(TokioIo::new(u))),
+        };
+        let mut up = RawUpload::new(prefix, conn);
+        let result = store
+            .put_shard_raw(record, &mut up, tail)
+            .await
+            .map(|mut stored| {
+                crate::store::without_file(&mut stored.record);
+                stored
+            })
+            .map_err(DriveError::from);
+        let (status, body) = match &result {
+            Ok(stored) => (StatusCode::OK, serde_json::to_vec(stored)),
+            Err(e) => (e.code.status(), serde_json::to_vec(e)),
+        };
+        let body = body.unwrap_or_else(|_| b"{}".to_vec());
+        state.traffic.request(
+            "peer",
+            super::PeerOp::PutShard.name(),
+            status.as_u16(),
+            started.elapsed().as_secs_f64(),
+        );
+        answer(&mut up, status, &body, result.is_err()).await;
+        let mut meter = BodyMeter::new(state.traffic.clone(), Class::Peer, Direction::In);
+        meter.add(usize::try_from(up.received()).unwrap_or(usize::MAX));
+    });
+    let mut resp = StatusCode::SWITCHING_PROTOCOLS.into_response();
+    let h = resp.headers_mut();
+    h.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
+    h.insert(header::UPGRADE, HeaderValue::from_static(RAW_UPLOAD));
+    resp
+}
+
+/// Sends the answer frame and closes the connection. After an error the rest of the
+/// upload, up to [`DRAIN_LIMIT`] bytes or 5 s, is read and dropped first, so that a
+/// sender still sending reads the answer rather than a reset.
+async fn answer(up: &mut RawUpload, status: StatusCode, body: &[u8], drain: bool) {
+    let conn = up.conn();
+    let mut frame = format!("{} {}\n", status.as_u16(), body.len()).into_bytes();
+    frame.extend_from_slice(body);
+    match tokio::time::timeout(ANSWER_TIMEOUT, conn.write_all(&frame)).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => {
+            tracing::debug!(error = %e, "a raw upload's answer could not be sent");
+            return;
+        }
+        Err(_) => {
+            tracing::debug!("a raw upload's sender read nothing of its answer");
+            return;
+        }
+    }
+    if drain {
+        let rest = async {
+            let mut sink = vec![0u8; 64 * 1024];
+            let mut left = DRAIN_LIMIT;
+            while left > 0 {
+                match conn.read(&mut sink).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => left = left.saturating_sub(n),
+                }
+            }
+        };
+        let _ = tokio::time::timeout(Duration::from_secs(5), rest).await;
+    }
+    let _ = tokio::time::timeout(ANSWER_TIMEOUT, conn.shutdown()).await;
+}
+
+/// How a raw upload went, seen from its sender.
+pub(super) enum Sent {
+    /// The drive's answer (boxed: a record is large).
+    Answer(Box<Result<Stored, DriveError>>),
+    /// The drive took the request as an upload without a body (a version before raw
+    /// uploads): the body, unsent, to send the usual way.
+    NotTaken(ShardUpload),
+}
+
+/// Sends `body` to `client`'s drive as a raw upload of `PUT shard` with `query`, and reads
+/// the drive's answer (which may come before the body is all sent, when the drive
+/// refuses it early).
+///
+/// # Errors
+/// [`ErrorCode::Unreachable`] when the request could not be sent.
+pub(super) async fn put_shard(
+    client: &PeerClient,
+    query: &str,
+    body: ShardUpload,
+) -> Result<Sent, DriveError> {
+    let resp = client
+        .request(PeerOp::PutShard, query, auth::STREAMING)
+        .header(header::CONNECTION, "upgrade")
+        .header(header::UPGRADE, RAW_UPLOAD)
+        .send()
+        .await?;
+    if resp.status() != StatusCode::SWITCHING_PROTOCOLS {
+        let e = match check(resp).await {
+            Err(e) => e,
+            Ok(_) => {
+                DriveError::unreachable("the drive took a raw upload without switching protocols")
+            }
+        };
+        if e.code == ErrorCode::IncompleteBody {
+            return Ok(Sent::NotTaken(body));
+        }
+        return Ok(Sent::Answer(Box::new(Err(e))));
+    }
+    let upgraded = hyper::upgrade::on(resp.into_inner())
+        .await
+        .map_err(PeerError::transport)?;
+    let (mut rd, mut wr) = tokio::io::split(TokioIo::new(upgraded));
+    let send = async move {
+        // Pieces that are ready go out in one call: a chunk and its 4-byte CRC together.
+        let mut body = body.ready_chunks(32);
+        while let Some(pieces) = body.next().await {
+            let mut pieces: Vec<Bytes> = pieces
+                .into_iter()
+                .collect::<std::io::Result<_>>()
+                .map_err(Failed::Body)?;
+            write_all_vectored(&mut wr, &mut pieces)
+                .await
+                .map_err(Failed::Conn)?;
+        }
+        wr.shutdown().await.map_err(Failed::Conn)
+    };
+    let answer = read_answer(&mut rd);
+    tokio::pin!(send, answer);
+    let sent = tokio::select! {
+        sent = &mut send => sent,
+        answer = &mut answer => return Ok(Sent::Answer(Box::new(answer))),
+    };
+    match sent {
+        Ok(()) => Ok(Sent::Answer(Box::new(answer.await))),
+        // The body failed on this side (its sender gave up): the connection closes with
+        // the upload incomplete, which the drive refuses.
+        Err(Failed::Body(e)) => Err(DriveError::unreachable(format!(
+            "raw upload: the body failed: {e}"
+        ))),
+        // The drive may have answered and closed: its answer says why.
+        Err(Failed::Conn(e)) => match tokio::time::timeout(Duration::from_secs(1), answer).await {
+            Ok(Ok(stored)) => Ok(Sent::Answer(Box::new(Ok(stored)))),
+            Ok(Err(a)) if a.code != ErrorCode::Unreachable => Ok(Sent::Answer(Box::new(Err(a)))),
+            _ => Err(DriveError::unreachable(format!(
+                "raw upload: sending failed: {e}"
+            ))),
+        },
+    }
+}
+
+/// Why sending a raw upload's body stopped.
+enum Failed {
+    Body(std::io::Error),
+    Conn(std::io::Error),
+}
+
+/// Writes all of `pieces`, as many in each call as the connection takes.
+async fn write_all_vectored<W: AsyncWrite + Unpin>(
+    w: &mut W,
+    pieces: &mut [Bytes],
+) -> std::io::Result<()> {
+    let mut i = 0;
+    loop {
+        while i < pieces.len() && pieces[i].is_empty() {
+            i += 1;
+        }
+        if i == pieces.len() {
+            return Ok(());
+        }
+        let slices: Vec<std::io::IoSlice<'_>> = pieces[i..]
+            .iter()
+            .map(|p| std::io::IoSlice::new(p))
+            .collect();
+        let mut n = w.write_vectored(&slices).await?;
+        if n == 0 {
+            return Err(std::io::ErrorKind::WriteZero.into());
+        }
+        while n > 0 {
+            let take = n.min(pieces[i].len());
+            pieces[i].advance(take);
+            n -= take;
+            if pieces[i].is_empty() {
+                i += 1;
+            }
+        }
+    }
+}
+
+/// The most an answer's JSON may be (a record with many parts).
+const MAX_ANSWER: usize = 64 << 20;
+
+/// Reads the drive's answer frame (see the module docs).
+async fn read_answer<R: AsyncRead + Unpin>(r: &mut R) -> Result<Stored, DriveError> {
+    let bad = |what: String| DriveError::unreachable(format!("raw upload: {what}"));
+    let mut head = Vec::new();
+    loop {
+        let b = r
+            .read_u8()
+            .await
+            .map_err(|e| bad(format!("no answer from the drive: {e}")))?;
+        if b == b'\n' {
+            break;
+        }
+        head.push(b);
+        if head.len() > 32 {
+            return Err(bad("the answer's head is too long".into()));
+        }
+    }
+    let head = String::from_utf8_lossy(&head);
+    let (status, len) = head
+        .split_once(' ')
+        .and_then(|(s, l)| Some((s.parse::<u16>().ok()?, l.parse::<usize>().ok()?)))
+        .filter(|(_, len)| *len <= MAX_ANSWER)
+        .ok_or_else(|| bad(format!("the answer's head {head:?} is not STATUS LENGTH")))?;
+    let mut body = vec![0u8; len];
+    r.read_exact(&mut body)
+        .await
+        .map_err(|e| bad(format!("the answer was cut short: {e}")))?;
+    if status == StatusCode::OK.as_u16() {
+        return serde_json::from_slice(&body)
+            .map_err(|e| bad(format!("the answer could not be decoded: {e}")));
+    }
+    Err(super::client::error_answer(status, &body))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use axum::extract::Query;
+    use axum::http::HeaderMap;
+
+    use super::*;
+    use crate::drive::Drive;
+
+    /// A drive of a version before raw uploads, as far as `PUT shard` goes: it takes the
+    /// upgrade request as an upload without a body (`IncompleteBody`, as such a drive
+    /// answers an empty shard file) and stores bodies (here: notes them and echoes the
+    /// record). Returns its URL and what it saw: (asked to upgrade, body length).
+    async fn earlier_drive() -> (String, Arc<Mutex<Vec<(bool, usize)>>>) {
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let noted = seen.clone();
+        let app = axum::Router::new().route(
+            "/_oed/peer/v1/shard",
+            axum::routing::put(
+                move |q: Query<std::collections::HashMap<String, String>>,
+                      headers: HeaderMap,
+                      body: Bytes| async move {
+                    noted
+                        .lock()
+                        .unwrap()
+                        .push((headers.contains_key(header::UPGRADE), body.len()));
+                    if body.is_empty() {
+                        let e = DriveError::new(
+                            ErrorCode::IncompleteBody,
+                            "the body ended before its last frame",
+                        );
+                        return e.into_response();
+                    }
+                    (StatusCode::OK, q["record"].clone()).into_response()
+                },
+            ),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        (url, seen)
+    }
+
+    #[tokio::test]
+    async fn a_drive_that_takes_no_raw_uploads_gets_bodies_from_then_on() {
+        let (url, seen) = earlier_drive().await;
+        let client = PeerClient::new(&url, auth::PeerKey::derive(b"0123456789abcdef"))
+            .with_raw_uploads(true);
+        let data = vec![7u8; 10_000];
+        let layout = oed_ec::Layout::new(1, 1, 4096).unwrap();
+        let file = Bytes::from(
+            oed_ec::encode_object(layout, 1, &data)
+                .unwrap()
+                .swap_remove(0),
+        );
+        let record: ObjectRecord = serde_json::from_value(serde_json::json!({
+            "bucket": "b", "key": "k", "version_id": "00000000000000000000000000000001",
+            "size": data.len(), "k": 1, "m": 1, "chunk_size": 4096, "shard_index": 0,
+            "drives": ["d1", "d2"], "last_modified_ms": 0, "etag": ""
+        }))
+        .unwrap();
+        for _ in 0..2 {
+            let body: ShardUpload = Box::pin(futures_util::stream::iter([Ok(file.clone())]));
+            let stored = client.put_shard(&record, body, false).await.unwrap();
+            assert_eq!(stored.record, record);
+        }
+        assert_eq!(
+            *seen.lock().unwrap(),
+            [(true, 0), (false, file.len()), (false, file.len())],
+            "one raw upload tried, then bodies only"
+        );
+    }
+
+    #[tokio::test]
+    async fn answers_are_read_whole_and_their_errors_keep_their_code() {
+        let e = DriveError::new(ErrorCode::Superseded, "a newer version is stored");
+        let body = serde_json::to_vec(&e).unwrap();
+        let mut frame = format!("409 {}\n", body.len()).into_bytes();
+        frame.extend_from_slice(&body);
+        assert_eq!(read_answer(&mut &frame[..]).await.unwrap_err(), e);
+        for bad in [
+            &b"409"[..],
+            b"409 5\n{}",
+            b"xyz 2\n{}",
+            b"200 99999999999\n",
+        ] {
+            let got = read_answer(&mut &bad[..]).await.unwrap_err();
+            assert_eq!(got.code, ErrorCode::Unreachable, "{bad:?}: {got}");
+        }
+    }
+}

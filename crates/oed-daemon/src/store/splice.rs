@@ -1,0 +1,454 @@
+//! A shard upload received from a connection of its own ([`RawUpload`]): the peer API's
+//! `PUT shard` upgraded to a raw byte stream (`docs/peer-api.md`, "Raw uploads").
+//!
+//! Over plain TCP on Linux the bytes are not read into the daemon at all: `splice` moves
+//! them from the socket into a pipe (the socket's pages, referenced, not copied) and from
+//! the pipe into the shard file (the one copy, into the page cache), in batches of about
+//! [`super::WRITE_BATCH`] bytes on a blocking thread. Each batch is then checked where it
+//! now lies, over the file's pages mapped read-only: every frame's CRC32C, as an upload
+//! read through a buffer is checked, and nothing is committed before the whole file has
+//! passed. So a received byte costs one copy instead of two (socket to buffer, buffer to
+//! page cache), and the check reads the bytes that are stored rather than a copy of
+//! them. The shard's 64-byte header is read the ordinary way first, so a wrong upload is
+//! refused before any of its data is written.
+//!
+//! Anything else (TLS, `direct_io`, a shard small enough to be kept in RocksDB, another
+//! system) reads the connection as any body ([`RawUpload::stream`]).
+
+use std::io;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use bytes::{Bytes, BytesMut};
+use futures_util::{Stream, StreamExt};
+use hyper_util::rt::TokioIo;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, ReadBuf};
+use tokio::net::TcpStream;
+
+use super::UploadFile;
+use super::record::{MAX_TAIL_BYTES, RecordTail};
+use crate::error::{Error, Result};
+
+/// The connection an upgraded upload arrives on.
+pub enum RawConn {
+    /// Plain TCP: its bytes can be spliced.
+    Tcp(TcpStream),
+    /// Anything else hyper upgraded (a TLS stream): read as it comes.
+    Other(TokioIo<hyper::upgrade::Upgraded>),
+}
+
+impl AsyncRead for RawConn {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            RawConn::Tcp(s) => Pin::new(s).poll_read(cx, buf),
+            RawConn::Other(s) => Pin::new(s).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for RawConn {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            RawConn::Tcp(s) => Pin::new(s).poll_write(cx, buf),
+            RawConn::Other(s) => Pin::new(s).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            RawConn::Tcp(s) => Pin::new(s).poll_flush(cx),
+            RawConn::Other(s) => Pin::new(s).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            RawConn::Tcp(s) => Pin::new(s).poll_shutdown(cx),
+            RawConn::Other(s) => Pin::new(s).poll_shutdown(cx),
+        }
+    }
+}
+
+/// An upload's bytes on a connection of their own: those hyper had already read past the
+/// request's head, then the connection's, up to the sender's shutdown of its side.
+pub struct RawUpload {
+    prefix: Bytes,
+    conn: RawConn,
+    received: u64,
+}
+
+impl RawUpload {
+    /// The upload on `conn`, `prefix` having been read from it already.
+    #[must_use]
+    pub fn new(prefix: Bytes, conn: RawConn) -> Self {
+        Self {
+            prefix,
+            conn,
+            received: 0,
+        }
+    }
+
+    /// Bytes received of it so far (for the traffic counters).
+    #[must_use]
+    pub fn received(&self) -> u64 {
+        self.received
+    }
+
+    /// The connection, to answer on once the upload is stored or refused.
+    pub fn conn(&mut self) -> &mut RawConn {
+        &mut self.conn
+    }
+
+    /// The rest of the upload as a body: the prefix, then what the connection brings.
+    pub(super) fn stream(&mut self) -> impl Stream<Item = io::Result<Bytes>> + Unpin + '_ {
+        let prefix = std::mem::take(&mut self.prefix);
+        let received = &mut self.received;
+        futures_util::stream::iter((!prefix.is_empty()).then_some(Ok(prefix)))
+            .chain(tokio_util::io::ReaderStream::with_capacity(
+                &mut self.conn,
+                crate::peer::client::READ_BUFFER_MAX,
+            ))
+            .map(move |piece| {
+                if let Ok(p) = &piece {
+                    *received += p.len() as u64;
+                }
+                piece
+            })
+    }
+}
+
+/// Whether `file`'s upload on `conn` is spliced: plain TCP on Linux, written through the
+/// page cache.
+pub(super) fn takes(file: &UploadFile, conn: &RawUpload) -> bool {
+    cfg!(target_os = "linux") && !file.want_direct && matches!(conn.conn, RawConn::Tcp(_))
+}
+
+fn broken(e: &io::Error) -> Error {
+    Error::BodyBroken(e.to_string())
+}
+
+/// Receives a whole shard file from `conn` into `file` (see the module docs), checking it
+/// as [`super::Upload::receive`] does: the header must be `expected`, every frame's CRC32C
+/// must match, and the file must end after its last frame, where the record tail
+/// follows when `with_tail` is set. Returns the tail.
+#[cfg(target_os = "linux")]
+pub(super) async fn receive(
+    file: &mut Box<UploadFile>,
+    up: &mut RawUpload,
+    expected: &oed_ec::ShardHeader,
+    with_tail: bool,
+    fsync: bool,
+) -> Result<Option<RecordTail>> {
+    let file_len = expected.file_len();
+    let mut verifier = oed_ec::StreamVerifier::new();
+    let mut tail = read_head(file, up, &mut verifier, expected, with_tail).await?;
+    let mut pos = verifier.bytes_seen();
+    if verifier.header().is_some() && pos < file_len {
+        (verifier, pos) = splice_body(file, up, verifier, file_len, fsync).await?;
+    }
+    // After the file: the tail, or nothing.
+    let limit = if with_tail { MAX_TAIL_BYTES } else { 0 };
+    let mut rest = Vec::new();
+    (&mut up.conn)
+        .take((limit - tail.len() + 1) as u64)
+        .read_to_end(&mut rest)
+        .await
+        .map_err(|e| broken(&e))?;
+    up.received += rest.len() as u64;
+    tail.extend_from_slice(&rest);
+    if pos == file_len && tail.len() > limit {
+        return Err(Error::Shard(oed_ec::Error::TrailingData));
+    }
+    super::end_of_upload(verifier, with_tail, &tail)
+}
+
+/// Reads the shard's header the ordinary way (the prefix, then what the header still
+/// lacks), checks it against `expected` and hands it to `file`; returns the bytes read
+/// past the file's end (the start of its tail, when the file is only a header).
+#[cfg(target_os = "linux")]
+async fn read_head(
+    file: &mut UploadFile,
+    up: &mut RawUpload,
+    verifier: &mut oed_ec::StreamVerifier,
+    expected: &oed_ec::ShardHeader,
+    with_tail: bool,
+) -> Result<Vec<u8>> {
+    let file_len = expected.file_len();
+    let mut head = BytesMut::from(&std::mem::take(&mut up.prefix)[..]);
+    let want = oed_ec::format::HEADER_LEN.min(file_len as usize);
+    while head.len() < want {
+        let mut more = vec![0u8; want - head.len()];
+        let n = up.conn.read(&mut more).await.map_err(|e| broken(&e))?;
+        if n == 0 {
+            break;
+        }
+        head.extend_from_slice(&more[..n]);
+    }
+    up.received += head.len() as u64;
+    let mut head = head.freeze();
+    let mut tail = Vec::new();
+    if head.len() as u64 > file_len {
+        let extra = head.split_off(file_len as usize);
+        if !with_tail || extra.len() > MAX_TAIL_BYTES {
+            return Err(Error::Shard(oed_ec::Error::TrailingData));
+        }
+        tail.extend_from_slice(&extra);
+    }
+    verifier.feed(&head)?;
+    if verifier.header().is_some_and(|h| h != expected) {
+        return Err(super::header_mismatch());
+    }
+    if !head.is_empty() {
+        file.push(head);
+    }
+    Ok(tail)
+}
+
+/// Splices the rest of the file, up to `file_len` bytes in all, from the connection into
+/// `file`, checking each batch; returns the verifier and how far the file came (short of
+/// `file_len` when the connection ended first).
+#[cfg(target_os = "linux")]
+async fn splice_body(
+    file: &mut Box<UploadFile>,
+    up: &mut RawUpload,
+    verifier: oed_ec::StreamVerifier,
+    file_len: u64,
+    fsync: bool,
+) -> Result<(oed_ec::StreamVerifier, u64)> {
+    let RawConn::Tcp(sock) = &up.conn else {
+        unreachable!("only TCP connections are spliced (`takes`)")
+    };
+    let mut pos = verifier.bytes_seen();
+    let pipe = Pipe::new().map_err(Error::Io)?;
+    let batch = super::WRITE_BATCH.min(pipe.capacity);
+    let mut in_pipe = 0usize;
+    let mut file_and_check = (file, verifier);
+    loop {
+        if in_pipe >= batch || (pos == file_len && in_pipe > 0) {
+            drain_pipe(&mut file_and_check, &pipe, in_pipe, fsync).await?;
+            in_pipe = 0;
+        }
+        if pos == file_len {
+            break;
+        }
+        let want = (file_len - pos).min((pipe.capacity - in_pipe) as u64) as usize;
+        let got = match sock.try_io(tokio::io::Interest::READABLE, || pipe.fill(sock, want)) {
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                if in_pipe == 0 {
+                    sock.readable().await.map_err(|e| broken(&e))?;
+                    continue;
+                }
+                // The pipe may be out of room with bytes still in the socket, whose
+                // readiness was just cleared: empty the pipe, then ask once more before
+                // waiting.
+                drain_pipe(&mut file_and_check, &pipe, in_pipe, fsync).await?;
+                in_pipe = 0;
+                match pipe.fill(sock, want) {
+                    Ok(n) => n,
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                        sock.readable().await.map_err(|e| broken(&e))?;
+                        continue;
+                    }
+                    Err(e) => return Err(broken(&e)),
+                }
+            }
+            Err(e) => return Err(broken(&e)),
+        };
+        if got == 0 {
+            // The body ended early: what came is checked, and the check says where.
+            if in_pipe > 0 {
+                drain_pipe(&mut file_and_check, &pipe, in_pipe, fsync).await?;
+            }
+            break;
+        }
+        in_pipe += got;
+        pos += got as u64;
+        up.received += got as u64;
+    }
+    Ok((file_and_check.1, pos))
+}
+
+#[cfg(not(target_os = "linux"))]
+pub(super) async fn receive(
+    _file: &mut Box<UploadFile>,
+    _up: &mut RawUpload,
+    _expected: &oed_ec::ShardHeader,
+    _with_tail: bool,
+    _fsync: bool,
+) -> Result<Option<RecordTail>> {
+    unreachable!("only Linux splices (`takes`)")
+}
+
+/// Moves the `n` bytes in `pipe` to the end of the upload's file and checks them there,
+/// on one trip to a blocking thread (the file is opened, and its pending bytes written,
+/// at the first). With `fsync`, their writeback starts at once, as a batch's does.
+#[cfg(target_os = "linux")]
+async fn drain_pipe(
+    state: &mut (&mut Box<UploadFile>, oed_ec::StreamVerifier),
+    pipe: &Pipe,
+    n: usize,
+    fsync: bool,
+) -> Result<()> {
+    use std::os::fd::AsRawFd;
+    let mut temp = std::mem::take(&mut **state.0);
+    let mut verifier = std::mem::take(&mut state.1);
+    let from = pipe.read.try_clone().map_err(Error::Io)?;
+    let (temp, verifier, result) = tokio::task::spawn_blocking(move || {
+        let result = (|| -> Result<()> {
+            let start = temp.len;
+            let f = temp.write_pending().map_err(Error::Io)?;
+            let mut left = n;
+            while left > 0 {
+                match splice(from.as_raw_fd(), f.as_raw_fd(), left) {
+                    Ok(0) => {
+                        return Err(Error::Io(io::Error::other(
+                            "the pipe ran dry before the batch was in the file",
+                        )));
+                    }
+                    Ok(moved) => left -= moved,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(e) => return Err(Error::Io(e)),
+                }
+            }
+            let f = temp.file.as_ref().expect("opened above");
+            check_mapped(f, start, n, &mut verifier)?;
+            if fsync {
+                super::start_writeback(f);
+            }
+            Ok(())
+        })();
+        temp.len += n as u64;
+        (temp, verifier, result)
+    })
+    .await
+    .map_err(super::join_error)?;
+    **state.0 = temp;
+    state.1 = verifier;
+    result
+}
+
+/// Feeds `n` bytes of `file` from `start` to `verifier`, read over its pages mapped
+/// read-only (already in the page cache: they were just written).
+#[cfg(target_os = "linux")]
+#[expect(unsafe_code, reason = "mmap has no safe wrapper in std")]
+fn check_mapped(
+    file: &std::fs::File,
+    start: u64,
+    n: usize,
+    verifier: &mut oed_ec::StreamVerifier,
+) -> Result<()> {
+    use std::os::fd::AsRawFd;
+    if n == 0 {
+        return Ok(());
+    }
+    // SAFETY: sysconf reads no memory of ours.
+    let page = u64::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096);
+    let at = start / page * page;
+    let skip = (start - at) as usize;
+    let len = skip + n;
+    let offset = libc::off64_t::try_from(at).map_err(|_| Error::Io(io::Error::other("offset")))?;
+    // SAFETY: a new read-only shared mapping of `len` bytes of an open file, at a
+    // page-aligned offset; the kernel chooses where. Only this upload writes the file,
+    // and not while it is mapped, so the bytes do not change under the slice below.
+    let p = unsafe {
+        libc::mmap64(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ,
+            libc::MAP_SHARED | libc::MAP_POPULATE,
+            file.as_raw_fd(),
+            offset,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return Err(Error::Io(io::Error::last_os_error()));
+    }
+    // SAFETY: the mapping is `len` bytes from `p`, the file is at least `start + n`
+    // long (the batch was just written), and the slice ends before the unmapping.
+    let bytes = unsafe { std::slice::from_raw_parts(p.cast::<u8>().add(skip), n) };
+    let checked = verifier.feed(bytes);
+    // SAFETY: unmaps exactly the mapping made above, which nothing refers to any more.
+    unsafe {
+        libc::munmap(p, len);
+    }
+    checked.map_err(Error::from)
+}
+
+/// One `splice` call moving at most `len` bytes from `from` to `to`, without blocking on
+/// a pipe.
+#[cfg(target_os = "linux")]
+#[expect(unsafe_code, reason = "splice has no safe wrapper in std")]
+fn splice(from: std::os::fd::RawFd, to: std::os::fd::RawFd, len: usize) -> io::Result<usize> {
+    // SAFETY: both descriptors are open for the call; null offsets mean each file's own
+    // position; the call reads and writes no memory of ours.
+    let n = unsafe {
+        libc::splice(
+            from,
+            std::ptr::null_mut(),
+            to,
+            std::ptr::null_mut(),
+            len,
+            libc::SPLICE_F_MOVE | libc::SPLICE_F_NONBLOCK,
+        )
+    };
+    usize::try_from(n).map_err(|_| io::Error::last_os_error())
+}
+
+/// The pipe an upload's bytes pass through, as large as the system lets it be made (up
+/// to 1 MiB): both ends non-blocking.
+#[cfg(target_os = "linux")]
+struct Pipe {
+    read: std::os::fd::OwnedFd,
+    write: std::os::fd::OwnedFd,
+    /// Bytes it holds at most.
+    capacity: usize,
+}
+
+#[cfg(target_os = "linux")]
+impl Pipe {
+    #[expect(unsafe_code, reason = "pipe2 and fcntl have no safe wrapper in std")]
+    fn new() -> io::Result<Self> {
+        use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+        let mut fds = [0; 2];
+        // SAFETY: pipe2 writes two descriptors into the array it is given.
+        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: both were just opened by pipe2 and are owned by nothing else.
+        let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+        // A larger pipe takes a batch in fewer calls; refused past the system's limit
+        // (/proc/sys/fs/pipe-max-size) for unprivileged users, which leaves the default.
+        // SAFETY: fcntl on a descriptor owned above; no memory of ours is involved.
+        let capacity = unsafe {
+            libc::fcntl(write.as_raw_fd(), libc::F_SETPIPE_SZ, 1 << 20);
+            libc::fcntl(write.as_raw_fd(), libc::F_GETPIPE_SZ)
+        };
+        let capacity = usize::try_from(capacity).map_err(|_| io::Error::last_os_error())?;
+        Ok(Self {
+            read,
+            write,
+            capacity,
+        })
+    }
+
+    /// Moves at most `len` bytes waiting in `sock` into the pipe: `WouldBlock` when the
+    /// socket has none, or the pipe no room.
+    fn fill(&self, sock: &TcpStream, len: usize) -> io::Result<usize> {
+        use std::os::fd::AsRawFd;
+        loop {
+            match splice(sock.as_raw_fd(), self.write.as_raw_fd(), len) {
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                other => return other,
+            }
+        }
+    }
+}
