@@ -41,6 +41,29 @@ pub fn oedd() -> PathBuf {
         cmd.args(["build", "--quiet", "-p", "oed-daemon", "--bin", "oedd"])
             .arg("--target-dir")
             .arg(target_dir);
+        // Cargo sets these for the test crate, and some build scripts watch them (ring's:
+        // `CARGO_PKG_NAME`, `CARGO_MANIFEST_DIR`): passed on, they would make this build
+        // and the next `cargo test` rebuild those crates and everything above them in turn.
+        for (name, _) in std::env::vars_os() {
+            let name = name.to_string_lossy();
+            if [
+                "CARGO_PKG_",
+                "CARGO_MANIFEST_",
+                "CARGO_CRATE_",
+                "CARGO_BIN_",
+            ]
+            .iter()
+            .any(|p| name.starts_with(p))
+                || [
+                    "CARGO_PRIMARY_PACKAGE",
+                    "CARGO_TARGET_TMPDIR",
+                    "CARGO_RUSTC_CURRENT_DIR",
+                ]
+                .contains(&name.as_ref())
+            {
+                cmd.env_remove(name.as_ref());
+            }
+        }
         if profile_dir.file_name().is_some_and(|n| n == "release") {
             cmd.arg("--release");
         }

@@ -36,6 +36,14 @@ fn smoke_put_get_and_clean_stop() {
             .unwrap();
         let got = read_shard(&c, "smoke", "obj").await;
         assert_eq!(got, chunk_bytes(&file));
+        // The same as a raw upload, spliced into its file by the drive.
+        let rec = record("smoke", "raw", 7, data.len() as u64, 4, 2, 4);
+        let file = shard_file(&rec, &data);
+        let raw = c.clone().with_raw_uploads(true);
+        raw.put_shard(&rec, upload(&file, 10_000), false)
+            .await
+            .unwrap();
+        assert_eq!(read_shard(&c, "smoke", "raw").await, chunk_bytes(&file));
     });
     assert!(
         d.terminate(Duration::from_secs(30)),

@@ -24,7 +24,7 @@ use crate::cluster::map::ClusterMap;
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::metrics::DriveMetrics;
-use crate::peer::{self, PeerState, auth::PeerKey};
+use crate::peer::{self, ConnectionHold, PeerState, auth::PeerKey};
 use crate::store::Store;
 
 /// A drive ready to serve: its store, its view of the cluster, and the state its routes
@@ -414,10 +414,12 @@ async fn serve_http(
             if let Some(c) = &counts {
                 c.stats.connections_open.fetch_add(1, Ordering::Relaxed);
             }
+            let slot = Arc::new(slot);
             let served = match tls {
                 None => {
                     let io = crate::stall::WriteDeadline::new(tcp, handshake_timeout);
-                    serve_upgradable(&http, io, service, watcher, stop).await
+                    let hold = ConnectionHold::new(watcher, slot.clone());
+                    serve_upgradable(&http, io, service, hold, stop).await
                 }
                 Some(tls) => match first_contact(tcp, tls, handshake_timeout).await {
                     Contact::Tls(io) => {
@@ -426,7 +428,8 @@ async fn serve_http(
                     }
                     Contact::Clear(io, clear) => {
                         let service = for_client(clear, client, None);
-                        serve_upgradable(&http, io, service, watcher, stop).await
+                        let hold = ConnectionHold::new(watcher, slot.clone());
+                        serve_upgradable(&http, io, service, hold, stop).await
                     }
                     Contact::Refused(why) => {
                         tracing::debug!(why, "connection to the TLS listener closed");
@@ -451,17 +454,17 @@ async fn serve_http(
 /// Serves a connection in the clear that may be upgraded to a raw shard upload
 /// ([`crate::peer::RAW_UPLOAD`]). hyper's graceful shutdown does not take such a
 /// connection, so it is done here: when `stop` fires the connection is asked to close
-/// after the request it serves, and `watcher`, shared with the uploads it was upgraded
-/// to (through each request's extensions), keeps the server's shutdown waiting for
-/// them.
+/// after the request it serves. `hold` goes in each request's extensions, so an upload
+/// the connection is upgraded to keeps the server's shutdown waiting, and its
+/// connection slot taken, until it ends.
 async fn serve_upgradable(
     http: &hyper::server::conn::http1::Builder,
     io: crate::stall::WriteDeadline<tokio::net::TcpStream>,
     mut service: ForClient,
-    watcher: hyper_util::server::graceful::Watcher,
+    hold: ConnectionHold,
     stop: CancellationToken,
 ) -> hyper::Result<()> {
-    service.hold = Some(crate::peer::ShutdownHold(Arc::new(watcher)));
+    service.hold = Some(hold);
     let conn = http
         .serve_connection(TokioIo::new(io), service)
         .with_upgrades();
@@ -481,7 +484,7 @@ async fn serve_upgradable(
 fn for_client(
     app: axum::Router,
     client: std::net::IpAddr,
-    hold: Option<crate::peer::ShutdownHold>,
+    hold: Option<ConnectionHold>,
 ) -> ForClient {
     ForClient { app, client, hold }
 }
@@ -491,7 +494,7 @@ struct ForClient {
     app: axum::Router,
     client: std::net::IpAddr,
     /// Put in each request's extensions, if any (see [`serve_upgradable`]).
-    hold: Option<crate::peer::ShutdownHold>,
+    hold: Option<ConnectionHold>,
 }
 
 impl hyper::service::Service<http::Request<hyper::body::Incoming>> for ForClient {

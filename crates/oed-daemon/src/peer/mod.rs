@@ -29,7 +29,7 @@ pub mod auth;
 pub mod client;
 mod raw;
 
-pub use raw::{RAW_UPLOAD, ShutdownHold};
+pub use raw::{ConnectionHold, RAW_UPLOAD};
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};

@@ -36,10 +36,28 @@ pub const RAW_UPLOAD: &str = "oed-shard";
 /// The most an answer's writing may wait for the sender to read it.
 const ANSWER_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// Keeps the server's graceful shutdown waiting while a connection, or an upload it was
-/// upgraded to, is still at work (put in each request's extensions by the server).
+/// What a connection holds while it is open, held by the raw uploads it was upgraded to
+/// as well (the server puts it in each request's extensions): the server's graceful
+/// shutdown waits for it, and it counts against `max_connections`.
 #[derive(Clone, Debug)]
-pub struct ShutdownHold(pub Arc<hyper_util::server::graceful::Watcher>);
+pub struct ConnectionHold {
+    _shutdown: Arc<hyper_util::server::graceful::Watcher>,
+    _slot: Arc<tokio::sync::OwnedSemaphorePermit>,
+}
+
+impl ConnectionHold {
+    /// Holds `shutdown` and `slot` for as long as a clone lives.
+    #[must_use]
+    pub fn new(
+        shutdown: hyper_util::server::graceful::Watcher,
+        slot: Arc<tokio::sync::OwnedSemaphorePermit>,
+    ) -> Self {
+        Self {
+            _shutdown: Arc::new(shutdown),
+            _slot: slot,
+        }
+    }
+}
 
 /// Answers an upgrade request of `PUT shard` with 101 and receives the upload on the
 /// upgraded connection in a task of its own; refuses it when the record is not JSON or
@@ -57,7 +75,7 @@ pub(super) fn accept(
     let Some(on_upgrade) = req.extensions_mut().remove::<hyper::upgrade::OnUpgrade>() else {
         return Error::BadRequest("this connection cannot be upgraded".into()).into_response();
     };
-    let hold = req.extensions_mut().remove::<ShutdownHold>();
+    let hold = req.extensions_mut().remove::<ConnectionHold>();
     let tail = q.tail.unwrap_or(false);
     tokio::spawn(async move {
         let _hold = hold;
