@@ -405,7 +405,7 @@ async fn serve_http(
         if let Err(e) = tcp.set_nodelay(true) {
             tracing::debug!(error = %e, "cannot set TCP_NODELAY on a connection");
         }
-        let service = for_client(app.clone(), client, None);
+        let service = for_client(app.clone(), client);
         let (http, watcher, counts) = (http.clone(), graceful.watcher(), limits.counts.clone());
         let tls = limits.tls.clone();
         let handshake_timeout = limits.header_timeout;
@@ -427,7 +427,7 @@ async fn serve_http(
                         watcher.watch(http.serve_connection(io, service)).await
                     }
                     Contact::Clear(io, clear) => {
-                        let service = for_client(clear, client, None);
+                        let service = for_client(clear, client);
                         let hold = ConnectionHold::new(watcher, slot.clone());
                         serve_upgradable(&http, io, service, hold, stop).await
                     }
@@ -481,12 +481,12 @@ async fn serve_upgradable(
 /// `app`, answering the requests of a connection from `client` with the client in scope
 /// for the coordinator's budget ([`crate::cluster::budget::CLIENT`]), which shares its
 /// memory fairly between clients.
-fn for_client(
-    app: axum::Router,
-    client: std::net::IpAddr,
-    hold: Option<ConnectionHold>,
-) -> ForClient {
-    ForClient { app, client, hold }
+fn for_client(app: axum::Router, client: std::net::IpAddr) -> ForClient {
+    ForClient {
+        app,
+        client,
+        hold: None,
+    }
 }
 
 /// See [`for_client`].

@@ -371,7 +371,7 @@ async fn check_auth(state: &PeerState, req: Request) -> Result<Request, Error> {
 /// A handler's answer: errors in their public form ([`DriveError`]).
 type Answer<T> = Result<T, DriveError>;
 
-#[derive(Clone, Deserialize)]
+#[derive(Deserialize)]
 struct PutShardQuery {
     record: String,
     /// The shard file is followed by a JSON `RecordTail`.

@@ -118,9 +118,10 @@ pub(super) fn accept(
             status.as_u16(),
             started.elapsed().as_secs_f64(),
         );
-        answer(&mut up, status, &body, result.is_err()).await;
+        let drained = answer(&mut up, status, &body, result.is_err()).await;
+        // Counted as an upload's body is: what came, the drained rest included.
         let mut meter = BodyMeter::new(state.traffic.clone(), Class::Peer, Direction::In);
-        meter.add(usize::try_from(up.received()).unwrap_or(usize::MAX));
+        meter.add(usize::try_from(up.received() + drained).unwrap_or(usize::MAX));
     });
     let mut resp = StatusCode::SWITCHING_PROTOCOLS.into_response();
     let h = resp.headers_mut();
@@ -131,8 +132,8 @@ pub(super) fn accept(
 
 /// Sends the answer frame and closes the connection. After an error the rest of the
 /// upload, up to [`DRAIN_LIMIT`] bytes or 5 s, is read and dropped first, so that a
-/// sender still sending reads the answer rather than a reset.
-async fn answer(up: &mut RawUpload, status: StatusCode, body: &[u8], drain: bool) {
+/// sender still sending reads the answer rather than a reset. Returns the bytes dropped.
+async fn answer(up: &mut RawUpload, status: StatusCode, body: &[u8], drain: bool) -> u64 {
     let conn = up.conn();
     let mut frame = format!("{} {}\n", status.as_u16(), body.len()).into_bytes();
     frame.extend_from_slice(body);
@@ -140,27 +141,28 @@ async fn answer(up: &mut RawUpload, status: StatusCode, body: &[u8], drain: bool
         Ok(Ok(())) => {}
         Ok(Err(e)) => {
             tracing::debug!(error = %e, "a raw upload's answer could not be sent");
-            return;
+            return 0;
         }
         Err(_) => {
             tracing::debug!("a raw upload's sender read nothing of its answer");
-            return;
+            return 0;
         }
     }
+    let mut dropped = 0u64;
     if drain {
         let rest = async {
             let mut sink = vec![0u8; 64 * 1024];
-            let mut left = DRAIN_LIMIT;
-            while left > 0 {
+            while dropped < DRAIN_LIMIT as u64 {
                 match conn.read(&mut sink).await {
                     Ok(0) | Err(_) => break,
-                    Ok(n) => left = left.saturating_sub(n),
+                    Ok(n) => dropped += n as u64,
                 }
             }
         };
         let _ = tokio::time::timeout(Duration::from_secs(5), rest).await;
     }
     let _ = tokio::time::timeout(ANSWER_TIMEOUT, conn.shutdown()).await;
+    dropped
 }
 
 /// How a raw upload went, seen from its sender.

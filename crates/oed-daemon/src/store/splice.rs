@@ -152,7 +152,7 @@ pub(super) async fn receive(
     let mut tail = read_head(file, up, &mut verifier, expected, with_tail).await?;
     let mut pos = verifier.bytes_seen();
     if verifier.header().is_some() && pos < file_len {
-        (verifier, pos) = splice_body(file, up, verifier, file_len, fsync).await?;
+        pos = splice_body(file, up, &mut verifier, file_len, fsync).await?;
     }
     // After the file: the tail, or nothing.
     let limit = if with_tail { MAX_TAIL_BYTES } else { 0 };
@@ -213,16 +213,16 @@ async fn read_head(
 }
 
 /// Splices the rest of the file, up to `file_len` bytes in all, from the connection into
-/// `file`, checking each batch; returns the verifier and how far the file came (short of
+/// `file`, checking each batch with `verifier`; returns how far the file came (short of
 /// `file_len` when the connection ended first).
 #[cfg(target_os = "linux")]
 async fn splice_body(
     file: &mut Box<UploadFile>,
     up: &mut RawUpload,
-    verifier: oed_ec::StreamVerifier,
+    verifier: &mut oed_ec::StreamVerifier,
     file_len: u64,
     fsync: bool,
-) -> Result<(oed_ec::StreamVerifier, u64)> {
+) -> Result<u64> {
     let RawConn::Tcp(sock) = &up.conn else {
         unreachable!("only TCP connections are spliced (`takes`)")
     };
@@ -230,10 +230,9 @@ async fn splice_body(
     let pipe = Pipe::new().map_err(Error::Io)?;
     let batch = super::WRITE_BATCH.min(pipe.capacity);
     let mut in_pipe = 0usize;
-    let mut file_and_check = (file, verifier);
     loop {
         if in_pipe >= batch || (pos == file_len && in_pipe > 0) {
-            drain_pipe(&mut file_and_check, &pipe, in_pipe, fsync).await?;
+            drain_pipe(file, verifier, &pipe, in_pipe, fsync).await?;
             in_pipe = 0;
         }
         if pos == file_len {
@@ -250,7 +249,7 @@ async fn splice_body(
                 // The pipe may be out of room with bytes still in the socket, whose
                 // readiness was just cleared: empty the pipe, then ask once more before
                 // waiting.
-                drain_pipe(&mut file_and_check, &pipe, in_pipe, fsync).await?;
+                drain_pipe(file, verifier, &pipe, in_pipe, fsync).await?;
                 in_pipe = 0;
                 match pipe.fill(sock, want) {
                     Ok(n) => n,
@@ -266,7 +265,7 @@ async fn splice_body(
         if got == 0 {
             // The body ended early: what came is checked, and the check says where.
             if in_pipe > 0 {
-                drain_pipe(&mut file_and_check, &pipe, in_pipe, fsync).await?;
+                drain_pipe(file, verifier, &pipe, in_pipe, fsync).await?;
             }
             break;
         }
@@ -274,7 +273,7 @@ async fn splice_body(
         pos += got as u64;
         up.received += got as u64;
     }
-    Ok((file_and_check.1, pos))
+    Ok(pos)
 }
 
 #[cfg(not(target_os = "linux"))]
@@ -293,16 +292,17 @@ pub(super) async fn receive(
 /// at the first). With `fsync`, their writeback starts at once, as a batch's does.
 #[cfg(target_os = "linux")]
 async fn drain_pipe(
-    state: &mut (&mut Box<UploadFile>, oed_ec::StreamVerifier),
+    file: &mut UploadFile,
+    verifier: &mut oed_ec::StreamVerifier,
     pipe: &Pipe,
     n: usize,
     fsync: bool,
 ) -> Result<()> {
     use std::os::fd::AsRawFd;
-    let mut temp = std::mem::take(&mut **state.0);
-    let mut verifier = std::mem::take(&mut state.1);
-    let from = pipe.read.try_clone().map_err(Error::Io)?;
-    let (temp, verifier, result) = tokio::task::spawn_blocking(move || {
+    let mut temp = std::mem::take(file);
+    let mut check = std::mem::take(verifier);
+    let from = std::sync::Arc::clone(&pipe.read);
+    let (temp, check, result) = tokio::task::spawn_blocking(move || {
         let result = (|| -> Result<()> {
             let start = temp.len;
             let f = temp.write_pending().map_err(Error::Io)?;
@@ -320,19 +320,19 @@ async fn drain_pipe(
                 }
             }
             let f = temp.file.as_ref().expect("opened above");
-            check_mapped(f, start, n, &mut verifier)?;
+            check_mapped(f, start, n, &mut check)?;
             if fsync {
                 super::start_writeback(f);
             }
             Ok(())
         })();
         temp.len += n as u64;
-        (temp, verifier, result)
+        (temp, check, result)
     })
     .await
     .map_err(super::join_error)?;
-    **state.0 = temp;
-    state.1 = verifier;
+    *file = temp;
+    *verifier = check;
     result
 }
 
@@ -407,7 +407,8 @@ fn splice(from: std::os::fd::RawFd, to: std::os::fd::RawFd, len: usize) -> io::R
 /// to 1 MiB): both ends non-blocking.
 #[cfg(target_os = "linux")]
 struct Pipe {
-    read: std::os::fd::OwnedFd,
+    /// Shared with the blocking thread that empties it into the file.
+    read: std::sync::Arc<std::os::fd::OwnedFd>,
     write: std::os::fd::OwnedFd,
     /// Bytes it holds at most.
     capacity: usize,
@@ -434,7 +435,7 @@ impl Pipe {
         };
         let capacity = usize::try_from(capacity).map_err(|_| io::Error::last_os_error())?;
         Ok(Self {
-            read,
+            read: std::sync::Arc::new(read),
             write,
             capacity,
         })
