@@ -8,6 +8,8 @@
 //! outside the timed loop.
 //!
 //! `cargo bench -p oed-benches --bench ec` (set `OED_BENCH_POOL_MIB` to shrink the pool).
+//! The `stripe4+2/...` groups compare the coordinator's stripe copied into one buffer
+//! with the same stripe coded and checksummed in the pieces it was received in.
 
 use std::hint::black_box;
 use std::time::Duration;
@@ -123,12 +125,68 @@ fn checksums(c: &mut Criterion) {
     }
 }
 
+/// A PUT's stripe on the coordinator (4+2, 1 MiB chunks), from a body received in pieces
+/// (drawn from the pool, as from memory): copied into one buffer per stripe, coded, and
+/// each chunk's CRC32C taken, as before 2026-11-26; against coded and checksummed in its
+/// pieces where they are (`Codec::encode_pieces`, `frame_crc_pieces`). Throughput counts the
+/// stripe's data bytes.
+fn stripe_from_pieces(c: &mut Criterion) {
+    let (k, m, chunk) = (4, 2, MIB);
+    let codec = Codec::new(k, m).expect("profile");
+    for piece in [64 * KIB, 16 * KIB] {
+        let n = k * chunk / piece;
+        let per_chunk = chunk / piece;
+        let mut pool = Pool::new(pool_bytes(), piece);
+        let mut g = c.benchmark_group(format!("stripe4+2/{}-pieces", label(piece)));
+        g.throughput(Throughput::Bytes((k * chunk) as u64));
+        let mut stripe = vec![0u8; k * chunk];
+        let mut parity = vec![vec![0u8; chunk]; m];
+        g.bench_function("copy,encode,crc", |b| {
+            b.iter(|| {
+                pool.with_slots(n, 0, |pieces, _| {
+                    for (dst, p) in stripe.chunks_exact_mut(piece).zip(pieces) {
+                        dst.copy_from_slice(p);
+                    }
+                    let d: Vec<&[u8]> = stripe.chunks_exact(chunk).collect();
+                    let mut p: Vec<&mut [u8]> = parity.iter_mut().map(Vec::as_mut_slice).collect();
+                    codec.encode(&d, &mut p).expect("encode");
+                    let crcs: u32 = d
+                        .iter()
+                        .chain(parity.iter().map(|p| &p[..]).collect::<Vec<_>>().iter())
+                        .map(|c| oed_ec::frame_crc(1, c))
+                        .fold(0, |a, c| a ^ c);
+                    black_box(crcs)
+                })
+            });
+        });
+        g.bench_function("encode,crc in pieces", |b| {
+            b.iter(|| {
+                pool.with_slots(n, 0, |pieces, _| {
+                    let d: Vec<&[&[u8]]> = pieces.chunks_exact(per_chunk).collect();
+                    let mut p: Vec<&mut [u8]> = parity.iter_mut().map(Vec::as_mut_slice).collect();
+                    codec.encode_pieces(&d, &mut p).expect("encode");
+                    let data: u32 = d
+                        .iter()
+                        .map(|c| oed_ec::frame_crc_pieces(1, c))
+                        .fold(0, |a, c| a ^ c);
+                    let parity: u32 = parity
+                        .iter()
+                        .map(|c| oed_ec::frame_crc(1, c))
+                        .fold(0, |a, c| a ^ c);
+                    black_box(data ^ parity)
+                })
+            });
+        });
+        g.finish();
+    }
+}
+
 criterion_group! {
     name = benches;
     config = Criterion::default()
         .sample_size(20)
         .warm_up_time(Duration::from_secs(1))
         .measurement_time(Duration::from_secs(3));
-    targets = erasure_coding, checksums
+    targets = erasure_coding, checksums, stripe_from_pieces
 }
 criterion_main!(benches);

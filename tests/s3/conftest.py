@@ -174,22 +174,25 @@ class Cluster:
         S3SigV4Auth(Credentials(ACCESS_KEY, self.secret), "s3", "us-east-1").add_auth(req)
         return dict(req.headers.items())
 
-    def raw(self, method, path, headers, body=b""):
+    def raw(self, method, path, headers, body=b"", until=b"</Error>"):
         """Sends a request to drive 0 on a raw socket, headers as given (plus Host), and
-        returns the answer as text. The drive may answer and close before the body is
-        sent (a request refused on its headers); that is not an error here."""
+        returns the answer as text, read until `until` or the end. `body` is bytes, or
+        an iterable of bytes sent one write each. The drive may answer and close before
+        the body is sent (a request refused on its headers); that is not an error here."""
         import socket
         head = f"{method} {path} HTTP/1.1\r\nHost: {self.addrs[0]}\r\n"
         head += "".join(f"{k}: {v}\r\n" for k, v in headers.items() if k.lower() != "host")
         host, port = self.addrs[0].split(":")
         with socket.create_connection((host, int(port)), timeout=30) as sock:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             try:
                 sock.sendall(head.encode() + b"\r\n")
-                sock.sendall(body)
+                for piece in [body] if isinstance(body, bytes) else body:
+                    sock.sendall(piece)
             except (BrokenPipeError, ConnectionResetError):
                 pass
             answer = b""
-            while b"</Error>" not in answer:
+            while until not in answer:
                 piece = sock.recv(65536)
                 if not piece:
                     break

@@ -135,6 +135,62 @@ impl Codec {
         Ok(())
     }
 
+    /// [`Codec::encode`] for data shards that each arrive in pieces (a received body's
+    /// buffers, as they came), so that nobody has to copy them into one buffer per shard
+    /// first. The code works byte column by byte column, so the kernel runs once per
+    /// stretch over which no data shard moves on to its next piece, and the parity is the
+    /// same as [`Codec::encode`]'s over the shards joined. Pieces may be empty; few and
+    /// large pieces code at the kernel's full speed.
+    ///
+    /// # Errors
+    /// [`Error::ShardCount`] or [`Error::ShardLength`] (a data shard's pieces adding up to
+    /// another length than the parity shards) when the shapes are wrong; nothing is
+    /// written then.
+    pub fn encode_pieces<P: AsRef<[u8]>>(
+        &self,
+        data: &[&[P]],
+        parity: &mut [&mut [u8]],
+    ) -> Result<()> {
+        check_count(self.k, data.len())?;
+        check_count(self.m, parity.len())?;
+        let Some(len) = parity.first().map(|p| p.len()) else {
+            return Ok(());
+        };
+        check_lengths(len, parity.iter().map(|s| s.len()))?;
+        check_lengths(
+            len,
+            data.iter()
+                .map(|d| d.iter().map(|p| p.as_ref().len()).sum()),
+        )?;
+        // For each data shard: its piece being coded and the offset in it.
+        let mut at = vec![(0usize, 0usize); self.k];
+        let mut rows: Vec<&[u8]> = Vec::with_capacity(self.k);
+        let mut done = 0;
+        while done < len {
+            // The next stretch over which no data shard moves to another piece.
+            let mut run = len - done;
+            for (pieces, (i, off)) in data.iter().zip(at.iter_mut()) {
+                while pieces[*i].as_ref().len() == *off {
+                    *i += 1;
+                    *off = 0;
+                }
+                run = run.min(pieces[*i].as_ref().len() - *off);
+            }
+            rows.clear();
+            for (pieces, (i, off)) in data.iter().zip(at.iter_mut()) {
+                rows.push(&pieces[*i].as_ref()[*off..*off + run]);
+                *off += run;
+            }
+            let mut out: Vec<&mut [u8]> = parity
+                .iter_mut()
+                .map(|p| &mut p[done..done + run])
+                .collect();
+            self.kernel.mul_rows(&self.parity_rows, &rows, &mut out);
+            done += run;
+        }
+        Ok(())
+    }
+
     /// [`Codec::encode`] on one slice of `k + m` shards: data first, parity after.
     ///
     /// # Errors

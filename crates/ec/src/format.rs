@@ -65,6 +65,15 @@ pub fn frame_crc(stripe: u64, chunk: &[u8]) -> u32 {
     bind_stripe(crc32c::crc32c(chunk), stripe)
 }
 
+/// [`frame_crc`] of a chunk that is in pieces (in order), without joining them.
+#[must_use]
+pub fn frame_crc_pieces<P: AsRef<[u8]>>(stripe: u64, pieces: &[P]) -> u32 {
+    let crc = pieces
+        .iter()
+        .fold(0, |crc, p| crc32c::crc32c_append(crc, p.as_ref()));
+    bind_stripe(crc, stripe)
+}
+
 /// Completes a frame's CRC32C from the CRC32C of its chunk (for chunks checked in
 /// pieces, as [`StreamVerifier`] does).
 fn bind_stripe(chunk_crc: u32, stripe: u64) -> u32 {

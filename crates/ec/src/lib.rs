@@ -49,7 +49,9 @@ pub mod object;
 
 pub use codec::Codec;
 pub use error::{Error, Result};
-pub use format::{ShardHeader, ShardReader, ShardWriter, StreamVerifier, frame_crc};
+pub use format::{
+    ShardHeader, ShardReader, ShardWriter, StreamVerifier, frame_crc, frame_crc_pieces,
+};
 pub use kernel::Kernel;
 pub use layout::{ChunkSpan, Layout, Stripe};
 pub use object::encode_object;

@@ -189,3 +189,66 @@ proptest! {
         prop_assert_eq!(back, shards);
     }
 }
+
+/// `data` cut at the offsets `cuts` picks (repeats and zero-length pieces included).
+fn cut(data: &[u8], cuts: &[prop::sample::Index]) -> Vec<Vec<u8>> {
+    let mut at: Vec<usize> = cuts.iter().map(|c| c.index(data.len() + 1)).collect();
+    at.push(0);
+    at.push(data.len());
+    at.sort_unstable();
+    at.windows(2).map(|w| data[w[0]..w[1]].to_vec()).collect()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(128))]
+
+    /// Data shards in pieces cut anywhere code to the same parity, with every kernel,
+    /// and their frame CRCs are the CRCs of the shards joined.
+    #[test]
+    fn shards_in_pieces_encode_like_shards_joined(
+        k in 1usize..=10,
+        m in 0usize..=4,
+        len in 0usize..3000,
+        seed in any::<u64>(),
+        cuts in proptest::collection::vec(
+            proptest::collection::vec(any::<prop::sample::Index>(), 0..12), 10),
+    ) {
+        let data = random_shards(k, len, seed);
+        let pieces: Vec<Vec<Vec<u8>>> =
+            data.iter().zip(&cuts).map(|(d, c)| cut(d, c)).collect();
+        let refs: Vec<&[Vec<u8>]> = pieces.iter().map(Vec::as_slice).collect();
+        for kernel in Kernel::available() {
+            let codec = Codec::with_kernel(k, m, kernel).unwrap();
+            let mut parity = vec![vec![0xEE_u8; len]; m];
+            let mut out: Vec<&mut [u8]> = parity.iter_mut().map(Vec::as_mut_slice).collect();
+            codec.encode_pieces(&refs, &mut out).unwrap();
+            prop_assert_eq!(&parity[..], &encode(&codec, &data)[k..], "{:?}", kernel);
+        }
+        for (d, p) in data.iter().zip(&pieces) {
+            prop_assert_eq!(oed_ec::frame_crc_pieces(seed, p), oed_ec::frame_crc(seed, d));
+        }
+    }
+}
+
+#[test]
+fn pieces_of_the_wrong_length_are_refused_and_write_nothing() {
+    let codec = Codec::new(2, 1).unwrap();
+    let a: &[&[u8]] = &[b"abc", b"d"];
+    let b: &[&[u8]] = &[b"abc"];
+    let mut parity = [0xEE_u8; 4];
+    let got = codec.encode_pieces(&[a, b], &mut [&mut parity[..]]);
+    assert!(
+        matches!(
+            got,
+            Err(Error::ShardLength {
+                index: 1,
+                expected: 4,
+                got: 3
+            })
+        ),
+        "{got:?}"
+    );
+    assert_eq!(parity, [0xEE; 4]);
+    let got = codec.encode_pieces(&[a], &mut [&mut parity[..]]);
+    assert!(matches!(got, Err(Error::ShardCount { .. })), "{got:?}");
+}

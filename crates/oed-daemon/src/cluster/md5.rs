@@ -52,40 +52,66 @@ pub fn hashed_bytes_by_streams() -> [u64; MAX_LANES + 1] {
     std::array::from_fn(|i| HASHED[i].load(Ordering::Relaxed))
 }
 
-/// One piece of a stream, handed to the hashing thread.
+/// The next bytes of a stream, handed to the hashing thread: one or more buffers (a
+/// stripe of a received body, as it came), hashed in order.
 struct Job {
     state: Md5,
-    data: Bytes,
+    data: Vec<Bytes>,
     done: oneshot::Sender<Md5>,
 }
 
-/// A job on the thread: `pos` is where its next whole block starts.
+/// A job on the thread: `piece` is the buffer being hashed (counted into the state) and
+/// `pos` where its next whole block starts; the bytes of a buffer short of a block are
+/// kept in the state when the lane moves on to the next one.
 struct Lane {
     job: Job,
+    piece: usize,
     pos: usize,
     arrived: Instant,
 }
 
 impl Lane {
     fn start(mut job: Job) -> Self {
-        let pos = job.state.begin(&job.data);
+        let pos = job.data.first().map_or(0, |d| job.state.begin(d));
         Self {
             job,
+            piece: 0,
             pos,
             arrived: Instant::now(),
         }
     }
 
-    fn blocks_left(&self) -> usize {
-        (self.job.data.len() - self.pos) / 64
+    /// The buffer being hashed (empty once all are).
+    fn current(&self) -> &[u8] {
+        self.job.data.get(self.piece).map_or(&[], |d| &d[..])
     }
 
-    /// Keeps the bytes short of a block and hands the state back.
+    /// Whole blocks left in the buffer being hashed.
+    fn blocks_left(&self) -> usize {
+        (self.current().len() - self.pos) / 64
+    }
+
+    /// Moves on past buffers with no whole block left, keeping their last bytes in the
+    /// state; false once every buffer is hashed.
+    fn next_blocks(&mut self) -> bool {
+        while self.blocks_left() == 0 {
+            let Some(d) = self.job.data.get(self.piece) else {
+                return false;
+            };
+            self.job.state.keep(&d[self.pos..]);
+            self.piece += 1;
+            let Some(d) = self.job.data.get(self.piece) else {
+                return false;
+            };
+            self.pos = self.job.state.begin(d);
+        }
+        true
+    }
+
+    /// Hands the state back (every buffer hashed or kept).
     fn finish(self) {
-        let Lane { mut job, pos, .. } = self;
-        job.state.keep(&job.data[pos..]);
         // The stream may have been dropped (its request cancelled): nothing to do then.
-        let _ = job.done.send(job.state);
+        let _ = self.job.done.send(self.job.state);
     }
 }
 
@@ -171,7 +197,7 @@ fn run_with(
             }
         }
         // Pieces with no whole block left are done.
-        for done in active.extract_if(.., |lane| lane.blocks_left() == 0) {
+        for done in active.extract_if(.., |lane| !lane.next_blocks()) {
             done.finish();
         }
         let Some(n) = active.iter().map(Lane::blocks_left).min() else {
@@ -193,7 +219,7 @@ fn round(kernel: Lanes, lanes: &mut [Lane], n: usize) {
     }
     let count = lanes.len();
     for (d, lane) in data.iter_mut().zip(lanes.iter()) {
-        *d = &lane.job.data[lane.pos..lane.pos + 64 * n];
+        *d = &lane.current()[lane.pos..lane.pos + 64 * n];
     }
     kernel.compress(&mut states[..count], &data[..count]);
     for (lane, h) in lanes.iter_mut().zip(states) {
@@ -260,17 +286,20 @@ impl Md5Stream {
         }
     }
 
-    /// Hashes `data` after the pieces before it. Returns once the previous piece is done;
-    /// this one is hashed in the background.
+    /// Hashes `data` (buffers in order, hashed as if joined) after the pieces before it.
+    /// Returns once the previous piece is done; this one is hashed in the background.
     ///
     /// # Errors
     /// When the `oed-md5` thread stopped with the previous piece (it does not fail
     /// otherwise); the stream is then unusable.
-    pub async fn update(&mut self, data: Bytes) -> std::io::Result<()> {
+    pub async fn update(&mut self, data: Vec<Bytes>) -> std::io::Result<()> {
         let mut state = self.settle().await?;
-        let lanes = lanes().filter(|_| data.len() >= HAND_OVER_MIN);
+        let len: usize = data.iter().map(Bytes::len).sum();
+        let lanes = lanes().filter(|_| len >= HAND_OVER_MIN);
         let Some(lanes) = lanes else {
-            state.absorb(&data);
+            for d in &data {
+                state.absorb(d);
+            }
             self.progress = Progress::Ready(state);
             return Ok(());
         };
@@ -283,7 +312,9 @@ impl Md5Stream {
             Ok(()) => Progress::Hashing(rx),
             // The thread is gone: hash here.
             Err(mpsc::SendError(mut job)) => {
-                job.state.absorb(&job.data);
+                for d in &job.data {
+                    job.state.absorb(d);
+                }
                 Progress::Ready(job.state)
             }
         };
@@ -319,13 +350,13 @@ mod tests {
     async fn known_answers_and_every_padding_length() {
         let hex = |d: [u8; 16]| hex::encode(d);
         let mut s = Md5Stream::new();
-        s.update(Bytes::new()).await.unwrap();
+        s.update(vec![Bytes::new()]).await.unwrap();
         assert_eq!(
             hex(s.finish().await.unwrap()),
             "d41d8cd98f00b204e9800998ecf8427e"
         );
         let mut s = Md5Stream::new();
-        s.update(Bytes::from_static(b"abc")).await.unwrap();
+        s.update(vec![Bytes::from_static(b"abc")]).await.unwrap();
         assert_eq!(
             hex(s.finish().await.unwrap()),
             "900150983cd24fb0d6963f7d28e17f72"
@@ -333,8 +364,25 @@ mod tests {
         for len in (0..=130).chain([HAND_OVER_MIN - 1, HAND_OVER_MIN, HAND_OVER_MIN + 55]) {
             let data = bytes(len, len as u32);
             let mut s = Md5Stream::new();
-            s.update(Bytes::from(data.clone())).await.unwrap();
+            s.update(vec![Bytes::from(data.clone())]).await.unwrap();
             assert_eq!(s.finish().await.unwrap(), reference(&data), "length {len}");
+            // The same bytes in buffers cut short of, at and past a block.
+            let data = Bytes::from(data);
+            let mut s = Md5Stream::new();
+            let (a, b) = (len / 3, len / 3 + len.min(65) / 2);
+            s.update(vec![
+                data.slice(..a),
+                Bytes::new(),
+                data.slice(a..b),
+                data.slice(b..),
+            ])
+            .await
+            .unwrap();
+            assert_eq!(
+                s.finish().await.unwrap(),
+                reference(&data),
+                "length {len} in pieces"
+            );
         }
     }
 
@@ -354,9 +402,19 @@ mod tests {
                         let size =
                             [1, 63, 65, 20_000, 100_001, 64 * 1024, 17][(i + t as usize) % 7];
                         let end = (at + size).min(data.len());
-                        s.update(Bytes::copy_from_slice(&data[at..end]))
-                            .await
-                            .unwrap();
+                        // Some updates in two buffers, cut at an odd offset.
+                        let cut = if i.is_multiple_of(2) {
+                            at + (end - at) / 2 + 1
+                        } else {
+                            at
+                        };
+                        let cut = cut.min(end);
+                        s.update(vec![
+                            Bytes::copy_from_slice(&data[at..cut]),
+                            Bytes::copy_from_slice(&data[cut..end]),
+                        ])
+                        .await
+                        .unwrap();
                         at = end;
                         i += 1;
                     }
@@ -400,7 +458,14 @@ mod tests {
             let mut state = Md5::new();
             // A tail carried in from an earlier piece.
             state.absorb(&input[..input.len().min(9)]);
-            let data = Bytes::copy_from_slice(&input[input.len().min(9)..]);
+            // The rest in up to three buffers, cut at odd offsets.
+            let rest = Bytes::copy_from_slice(&input[input.len().min(9)..]);
+            let (a, b) = (rest.len() / 2 + 3, rest.len() * 3 / 4 + 1);
+            let data = if b < rest.len() {
+                vec![rest.slice(..a), rest.slice(a..b), rest.slice(b..)]
+            } else {
+                vec![rest]
+            };
             tx.send(Job { state, data, done }).unwrap();
             answers.push(answer);
         }
@@ -426,7 +491,7 @@ mod tests {
         let kernel = Lanes::best();
         let piece = |seed| {
             let (done, answer) = oneshot::channel();
-            let data = Bytes::from(bytes(64 * ROUND_BLOCKS * 3, seed));
+            let data = vec![Bytes::from(bytes(64 * ROUND_BLOCKS * 3, seed))];
             (
                 Job {
                     state: Md5::new(),

@@ -169,6 +169,9 @@ pub struct Cluster {
     pub md5_etags: bool,
     /// Shard uploads to other drives go as raw uploads (`raw_shard_uploads`).
     raw_uploads: bool,
+    /// Bodies copied into one buffer per stripe, as before the pieces were coded where
+    /// they are (`OED_BENCH_STRIPE_COPY=true`, for benchmarks comparing the two).
+    stripe_copy: bool,
     /// Memory for the object data of the requests this drive coordinates.
     pub budget: budget::Budget,
     /// Counters.
@@ -235,6 +238,7 @@ impl Cluster {
             op_timeout: Duration::from_secs(config.op_timeout_seconds),
             md5_etags: config.md5_etags,
             raw_uploads: raw,
+            stripe_copy: std::env::var("OED_BENCH_STRIPE_COPY").is_ok_and(|v| v == "true"),
             budget: budget::Budget::new(
                 config.coordinator_buffer_bytes,
                 Duration::from_secs(config.coordinator_wait_seconds),

@@ -25,7 +25,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::task::{Context, Poll};
 
-use bytes::{Buf, Bytes, BytesMut};
+use bytes::{Bytes, BytesMut};
 use futures_util::{Stream, StreamExt};
 use sha2::Digest as _;
 use tokio::sync::mpsc;
@@ -183,19 +183,33 @@ fn write_share(obj: &NewObject, layout: oed_ec::Layout) -> u64 {
 }
 
 /// The receiving end of one shard upload, as a stream.
-struct ChunkChannel(mpsc::Receiver<std::io::Result<Bytes>>);
+struct ChunkChannel {
+    rx: mpsc::Receiver<std::io::Result<Vec<Bytes>>>,
+    /// The rest of the item last received.
+    pending: std::vec::IntoIter<Bytes>,
+}
 
 impl Stream for ChunkChannel {
     type Item = std::io::Result<Bytes>;
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        self.0.poll_recv(cx)
+        loop {
+            if let Some(piece) = self.pending.next() {
+                return Poll::Ready(Some(Ok(piece)));
+            }
+            match std::task::ready!(self.rx.poll_recv(cx)) {
+                Some(Ok(pieces)) => self.pending = pieces.into_iter(),
+                Some(Err(e)) => return Poll::Ready(Some(Err(e))),
+                None => return Poll::Ready(None),
+            }
+        }
     }
 }
 
 /// The `k + m` uploads of one write, as the coordinator feeds them.
 struct Uploads<'a> {
     cluster: &'a Cluster,
-    senders: Vec<Option<mpsc::Sender<std::io::Result<Bytes>>>>,
+    /// One item per frame: the chunk's pieces and its CRC.
+    senders: Vec<Option<mpsc::Sender<std::io::Result<Vec<Bytes>>>>>,
     tasks: Vec<tokio::task::JoinHandle<Option<Result<Stored, DriveError>>>>,
     quorum: usize,
 }
@@ -215,7 +229,8 @@ impl<'a> Uploads<'a> {
             quorum: Cluster::write_quorum(record.k, record.m),
         };
         for (i, drive) in placed.iter().enumerate() {
-            let (tx, rx) = mpsc::channel(4);
+            // The header, then up to two frames waiting.
+            let (tx, rx) = mpsc::channel(2);
             let mut rec = record.clone();
             rec.shard_index = i as u16;
             let header =
@@ -223,11 +238,18 @@ impl<'a> Uploads<'a> {
             let drive = drive.clone();
             up.tasks.push(cluster.tasks.spawn(async move {
                 drive
-                    .put_shard(&rec, Box::pin(ChunkChannel(rx)), true)
+                    .put_shard(
+                        &rec,
+                        Box::pin(ChunkChannel {
+                            rx,
+                            pending: Vec::new().into_iter(),
+                        }),
+                        true,
+                    )
                     .await
             }));
             // The channel is new and has room: this cannot wait.
-            let _ = tx.try_send(Ok(Bytes::copy_from_slice(&header.encode())));
+            let _ = tx.try_send(Ok(vec![Bytes::copy_from_slice(&header.encode())]));
             up.senders.push(Some(tx));
         }
         Ok(up)
@@ -237,22 +259,17 @@ impl<'a> Uploads<'a> {
         self.senders.iter().filter(|s| s.is_some()).count()
     }
 
-    /// Sends `pieces` to shard `i`; a drive that does not take them in time is dropped.
-    async fn send(&mut self, i: usize, pieces: [Bytes; 2]) {
+    /// Sends `pieces` (a frame) to shard `i`; a drive that does not take them in time is
+    /// dropped.
+    async fn send(&mut self, i: usize, pieces: Vec<Bytes>) {
         let Some(tx) = &self.senders[i] else { return };
-        for p in pieces {
-            if p.is_empty() {
-                continue;
-            }
-            let sent = tokio::time::timeout(self.cluster.timeout, tx.send(Ok(p))).await;
-            if !matches!(sent, Ok(Ok(()))) {
-                tracing::warn!(
-                    shard = i,
-                    "shard upload failed or stalled; going on without it"
-                );
-                self.senders[i] = None;
-                return;
-            }
+        let sent = tokio::time::timeout(self.cluster.timeout, tx.send(Ok(pieces))).await;
+        if !matches!(sent, Ok(Ok(()))) {
+            tracing::warn!(
+                shard = i,
+                "shard upload failed or stalled; going on without it"
+            );
+            self.senders[i] = None;
         }
     }
 
@@ -417,7 +434,7 @@ impl Cluster {
             version_id: Some(record.version_id),
         })?);
         for i in 0..total {
-            up.send(i, [tail.clone(), Bytes::new()]).await;
+            up.send(i, vec![tail.clone()]).await;
         }
         up.senders.clear();
         let mut stored = Vec::with_capacity(total);
@@ -529,7 +546,8 @@ impl Cluster {
         let codec = self.codec(layout.k() as u16, layout.m() as u16)?;
         let codec = &*codec;
         let stripe_size = layout.stripe_size() as usize;
-        let mut buf = BytesMut::with_capacity(stripe_size.min(obj.size as usize));
+        let mut buf = StripeBuf::new(self.stripe_copy);
+        buf.reserve(stripe_size.min(obj.size as usize));
         let mut received: u64 = 0;
         let mut stripe: u64 = 0;
         // Hashed a stripe at a time, in lanes with other uploads' (super::md5).
@@ -551,10 +569,9 @@ impl Cluster {
             }
             while !piece.is_empty() {
                 let take = (stripe_size - buf.len()).min(piece.len());
-                buf.extend_from_slice(&piece[..take]);
-                piece.advance(take);
+                buf.push(piece.split_to(take));
                 if buf.len() == stripe_size {
-                    let data = buf.split().freeze();
+                    let data = buf.take();
                     if let Some(h) = md5.as_mut() {
                         h.update(data.clone()).await?;
                     }
@@ -571,8 +588,8 @@ impl Cluster {
                 expected: obj.size,
             });
         }
-        if !buf.is_empty() {
-            let data = buf.split().freeze();
+        if buf.len() > 0 {
+            let data = buf.take();
             if let Some(h) = md5.as_mut() {
                 h.update(data.clone()).await?;
             }
@@ -602,7 +619,8 @@ impl Cluster {
         Ok((etag, checksum))
     }
 
-    /// Codes one stripe and hands each drive its chunk and the chunk's CRC32C.
+    /// Codes one stripe (the body's pieces, as received) and hands each drive its chunk,
+    /// in pieces, and the chunk's CRC32C.
     #[allow(clippy::too_many_arguments)]
     async fn send_stripe(
         &self,
@@ -611,7 +629,7 @@ impl Cluster {
         codec: &oed_ec::Codec,
         size: u64,
         index: u64,
-        data: Bytes,
+        data: Vec<Bytes>,
         fast: &mut sha2::Sha256,
     ) -> Result<()> {
         let stripe = layout
@@ -619,22 +637,17 @@ impl Cluster {
             .ok_or_else(|| Error::BadRequest("body longer than declared".into()))?;
         let cl = stripe.chunk_len;
         let k = layout.k();
+        let len: usize = data.iter().map(Bytes::len).sum();
         // The tail stripe's chunks are padded with zeros to equal length.
-        let data = if data.len() < k * cl {
-            let mut padded = BytesMut::with_capacity(k * cl);
-            padded.extend_from_slice(&data);
-            padded.resize(k * cl, 0);
-            padded.freeze()
-        } else {
-            data
-        };
-        let chunks: Vec<Bytes> = (0..k).map(|i| data.slice(i * cl..(i + 1) * cl)).collect();
+        let mut data = data;
+        pad_with_zeros(&mut data, (k * cl).saturating_sub(len));
+        let chunks = split_chunks(data, k, cl);
         let mut parity: Vec<Vec<u8>> = (0..layout.m()).map(|_| vec![0u8; cl]).collect();
         {
-            let d: Vec<&[u8]> = chunks.iter().map(|c| &c[..]).collect();
+            let d: Vec<&[Bytes]> = chunks.iter().map(Vec::as_slice).collect();
             let mut p: Vec<&mut [u8]> = parity.iter_mut().map(Vec::as_mut_slice).collect();
             let started = std::time::Instant::now();
-            codec.encode(&d, &mut p)?;
+            codec.encode_pieces(&d, &mut p)?;
             self.traffic.ec(
                 EcOp::Encode,
                 (k * cl) as u64,
@@ -643,17 +656,115 @@ impl Cluster {
         }
         let all = chunks
             .into_iter()
-            .chain(parity.into_iter().map(Bytes::from));
-        for (i, chunk) in all.enumerate() {
-            let crc = oed_ec::frame_crc(index, &chunk);
+            .chain(parity.into_iter().map(|p| vec![Bytes::from(p)]));
+        for (i, mut chunk) in all.enumerate() {
+            let crc = oed_ec::frame_crc_pieces(index, &chunk);
             if i < k {
                 fast.update(crc.to_le_bytes());
             }
-            up.send(i, [chunk, Bytes::copy_from_slice(&crc.to_le_bytes())])
-                .await;
+            chunk.push(Bytes::copy_from_slice(&crc.to_le_bytes()));
+            up.send(i, chunk).await;
         }
         up.check_quorum()
     }
+}
+
+/// Body pieces smaller than this are copied into a buffer of the stripe's with the small
+/// pieces next to them, so that a stripe is never cut into many short runs (each a call
+/// of the erasure code, an entry of a `writev`).
+const MIN_PIECE: usize = 16 * 1024;
+
+/// A stripe being received: the body's pieces as they came (reference-counted, not
+/// copied), small ones joined ([`MIN_PIECE`]). The erasure code, the frame CRCs, MD5 and
+/// the sends all work on the pieces, so the coordinator never copies a body into one
+/// buffer per stripe (`OED_BENCH_STRIPE_COPY=true` copies every byte, as before, for
+/// benchmarks).
+struct StripeBuf {
+    pieces: Vec<Bytes>,
+    small: BytesMut,
+    len: usize,
+    /// Copy every piece (the benchmark switch).
+    copy_all: bool,
+}
+
+impl StripeBuf {
+    fn new(copy_all: bool) -> Self {
+        Self {
+            pieces: Vec::new(),
+            small: BytesMut::new(),
+            len: 0,
+            copy_all,
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Makes room for the next stripe's `len` bytes when they are all copied (the
+    /// benchmark switch: one buffer per stripe, allocated once, as before).
+    fn reserve(&mut self, len: usize) {
+        if self.copy_all {
+            self.small.reserve(len);
+        }
+    }
+
+    fn push(&mut self, piece: Bytes) {
+        self.len += piece.len();
+        if self.copy_all || piece.len() < MIN_PIECE {
+            self.small.extend_from_slice(&piece);
+            if !self.copy_all && self.small.len() >= MIN_PIECE {
+                self.pieces.push(self.small.split().freeze());
+            }
+            return;
+        }
+        if !self.small.is_empty() {
+            self.pieces.push(self.small.split().freeze());
+        }
+        self.pieces.push(piece);
+    }
+
+    /// The stripe's pieces, in order; empty again after.
+    fn take(&mut self) -> Vec<Bytes> {
+        if !self.small.is_empty() {
+            self.pieces.push(self.small.split().freeze());
+        }
+        self.len = 0;
+        std::mem::take(&mut self.pieces)
+    }
+}
+
+/// Zeros to pad the last stripe of an object with (at most `k - 1` bytes: its chunks are
+/// as long as its data divided by `k`, rounded up), shared by every request.
+static ZEROS: [u8; 256] = [0; 256];
+
+/// Appends `n` zero bytes to `pieces`, as pieces of [`ZEROS`] (nothing copied).
+fn pad_with_zeros(pieces: &mut Vec<Bytes>, mut n: usize) {
+    while n > 0 {
+        let take = n.min(ZEROS.len());
+        pieces.push(Bytes::from_static(&ZEROS[..take]));
+        n -= take;
+    }
+}
+
+/// The `k` chunks of `cl` bytes each of a whole stripe in pieces, each chunk in pieces
+/// (none empty; slices of the same buffers, nothing copied).
+fn split_chunks(pieces: Vec<Bytes>, k: usize, cl: usize) -> Vec<Vec<Bytes>> {
+    let mut chunks: Vec<Vec<Bytes>> = (0..k).map(|_| Vec::new()).collect();
+    let mut i = 0;
+    let mut room = cl;
+    for mut p in pieces {
+        while !p.is_empty() && i < k {
+            let take = room.min(p.len());
+            chunks[i].push(p.split_to(take));
+            room -= take;
+            if room == 0 {
+                i += 1;
+                room = cl;
+            }
+        }
+    }
+    chunks
 }
 
 #[cfg(test)]
@@ -671,6 +782,80 @@ mod tests {
     }
 
     /// A body's checksum against a header, a trailer, or nothing; what is stored.
+    /// A body's pieces go into stripes uncopied unless small, come out in order, and a
+    /// stripe's chunks are slices of them, none empty; the benchmark switch copies all.
+    #[test]
+    fn stripes_keep_large_pieces_and_join_small_ones() {
+        use rand::{Rng as _, SeedableRng as _};
+        let mut rng = rand::rngs::SmallRng::seed_from_u64(7);
+        for copy_all in [false, true] {
+            for _ in 0..50 {
+                let body: Vec<u8> = (0..rng.gen_range(1..300_000))
+                    .map(|_| rng.r#gen())
+                    .collect();
+                let body = Bytes::from(body);
+                let mut buf = StripeBuf::new(copy_all);
+                let mut at = 0;
+                let mut large = false;
+                while at < body.len() {
+                    let n = [1, 5, 100, 16_383, 16_384, 40_000, 70_000][rng.gen_range(0..7)];
+                    let end = (at + n).min(body.len());
+                    large |= end - at >= MIN_PIECE;
+                    buf.push(body.slice(at..end));
+                    at = end;
+                }
+                assert_eq!(buf.len(), body.len());
+                let pieces = buf.take();
+                assert_eq!(buf.len(), 0);
+                assert_eq!(pieces.concat(), body);
+                if copy_all {
+                    assert_eq!(pieces.len(), 1);
+                    continue;
+                }
+                // Uncopied pieces point into the body itself.
+                let inside = |p: &Bytes| {
+                    let (b, e) = (body.as_ptr() as usize, body.as_ptr() as usize + body.len());
+                    (b..e).contains(&(p.as_ptr() as usize))
+                };
+                assert_eq!(pieces.iter().any(inside), large);
+                // A short piece is only ever the join of small ones before a large piece,
+                // or at the end.
+                for w in pieces.windows(2) {
+                    assert!(
+                        w[0].len() >= MIN_PIECE || w[1].len() >= MIN_PIECE,
+                        "{} {}",
+                        w[0].len(),
+                        w[1].len()
+                    );
+                }
+                let (k, cl) = (4, body.len().div_ceil(4));
+                let mut whole = pieces.concat();
+                whole.resize(k * cl, 0);
+                let mut stripe = pieces;
+                pad_with_zeros(&mut stripe, k * cl - body.len());
+                let chunks = split_chunks(stripe, k, cl);
+                assert_eq!(chunks.len(), k);
+                for (i, c) in chunks.iter().enumerate() {
+                    assert!(c.iter().all(|p| !p.is_empty()));
+                    assert_eq!(c.concat(), whole[i * cl..(i + 1) * cl], "chunk {i}");
+                }
+            }
+        }
+    }
+
+    /// Padding of any length comes as pieces of the shared zeros, none empty.
+    #[test]
+    fn the_last_stripe_is_padded_with_shared_zeros() {
+        for n in [0, 1, ZEROS.len() - 1, ZEROS.len(), 2 * ZEROS.len() + 5] {
+            let mut pieces = vec![Bytes::from_static(b"data")];
+            pad_with_zeros(&mut pieces, n);
+            assert_eq!(pieces.iter().map(Bytes::len).sum::<usize>(), 4 + n);
+            assert!(pieces[1..].iter().all(|p| !p.is_empty()
+                && p.iter().all(|b| *b == 0)
+                && ZEROS.as_ptr_range().contains(&p.as_ptr())));
+        }
+    }
+
     #[test]
     fn body_checksums_are_checked_against_what_the_client_sent() {
         let a = Algorithm::Crc32c;
