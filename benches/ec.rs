@@ -152,7 +152,8 @@ fn stripe_from_pieces(c: &mut Criterion) {
                     codec.encode(&d, &mut p).expect("encode");
                     let crcs: u32 = d
                         .iter()
-                        .chain(parity.iter().map(|p| &p[..]).collect::<Vec<_>>().iter())
+                        .copied()
+                        .chain(parity.iter().map(Vec::as_slice))
                         .map(|c| oed_ec::frame_crc(1, c))
                         .fold(0, |a, c| a ^ c);
                     black_box(crcs)

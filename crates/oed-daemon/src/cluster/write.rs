@@ -629,7 +629,7 @@ impl Cluster {
         codec: &oed_ec::Codec,
         size: u64,
         index: u64,
-        data: Vec<Bytes>,
+        mut data: Vec<Bytes>,
         fast: &mut sha2::Sha256,
     ) -> Result<()> {
         let stripe = layout
@@ -639,7 +639,6 @@ impl Cluster {
         let k = layout.k();
         let len: usize = data.iter().map(Bytes::len).sum();
         // The tail stripe's chunks are padded with zeros to equal length.
-        let mut data = data;
         pad_with_zeros(&mut data, (k * cl).saturating_sub(len));
         let chunks = split_chunks(data, k, cl);
         let mut parity: Vec<Vec<u8>> = (0..layout.m()).map(|_| vec![0u8; cl]).collect();
