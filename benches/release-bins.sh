@@ -2,9 +2,16 @@
 # holding the release `oedd` (with `oedd bench`, the S3 load) and the named load tools of
 # oed-benches. They are built in the same cache as CI and the other scripts (RocksDB's C++
 # is built once), unless BIN_DIR names a directory of prebuilt ones, e.g. to compare two
-# builds in turn.
+# builds in turn. They are linked as packages are, with the code a drive runs placed
+# first (deploy/link-ordered; docs/drive.md, "The code pages").
 release_bins() {
   export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$HOME/.cache/oed/target}
+  local host
+  host=$(rustc -vV | sed -n 's/^host: //p')
+  export "CARGO_TARGET_$(tr 'a-z-' 'A-Z_' <<<"$host")_LINKER=$(deploy/link-ordered --install)"
+  export CODE_ORDER_FILE=$PWD/deploy/code-order.txt.gz
+  # Cargo does not know the linker reads the order file: a newer one must link again.
+  [ ! deploy/code-order.txt.gz -nt "$CARGO_TARGET_DIR/release/oedd" ] || touch crates/oed-daemon/src/main.rs
   if [ -n "${BIN_DIR:-}" ]; then
     bin=$BIN_DIR
     return

@@ -99,7 +99,14 @@ for arch in "${arches[@]}"; do
   t=$(triple_of "$arch")
   lib=$(bash deploy/rocksdb-unity.sh "$t" release)
   echo "package: building oedd for $arch ($t)" >&2
-  ROCKSDB_LIB_DIR=$lib ROCKSDB_STATIC=1 \
+  # Linked with the code a drive runs placed first (deploy/link-ordered), by the target's
+  # own C compiler driver (the cross gcc) and rustc's lld.
+  linker_var="CARGO_TARGET_$(tr 'a-z-' 'A-Z_' <<<"$t")_LINKER"
+  link_cc=${!linker_var:-cc}
+  ordered=$(bash deploy/link-ordered --install)
+  [ "$link_cc" != "$ordered" ] || link_cc=cc
+  env CODE_ORDER_CC="$link_cc" CODE_ORDER_FILE="$root/deploy/code-order.txt.gz" "$linker_var=$ordered" \
+    ROCKSDB_LIB_DIR="$lib" ROCKSDB_STATIC=1 \
     cargo build --locked -p oed-daemon --bin oedd --profile deb --target "$t"
   bin=$CARGO_TARGET_DIR/$t/deb/oedd
   check_depends "$bin"
