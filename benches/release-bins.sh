@@ -39,3 +39,12 @@ bench_phase() {
       printf "%s: %s MiB/s, %s objects/s, %s errors; latency ms p50 %s p90 %s p99 %s max %s\n",
         (p == "write" ? "PUT" : "GET"), $3, $5, $11, $6, $7, $8, $9 }'
 }
+
+# uncache FILE: drops FILE's pages from the page cache (written back first), so that a
+# program started from it reads it from disk as after a reboot: a binary just written
+# maps more of its pages (docs/drive.md, "The code pages").
+uncache() {
+  sync
+  python3 -c 'import os, sys
+fd = os.open(sys.argv[1], os.O_RDONLY); os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED); os.close(fd)' "$1"
+}

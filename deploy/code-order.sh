@@ -35,9 +35,7 @@ cleanup() {
   rm -rf "$dir"
 }
 trap cleanup EXIT
-sync
-python3 -c 'import os, sys
-fd = os.open(sys.argv[1], os.O_RDONLY); os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED); os.close(fd)' "$exe"
+uncache "$exe"
 echo 0 >"$ra"
 
 "$exe" dev --drives 6 --k 4 --m 2 --dir "$dir/cluster" >"$dir/dev.log" 2>&1 &
