@@ -33,6 +33,7 @@
 //! - [`uri`]: percent-encoding as S3, SigV4 and the peer API use it.
 //! - [`admin`]: `oedd admin`, cluster health and repair actions over the peer API.
 //! - [`notify`]: readiness and shutdown notices to systemd (`Type=notify`).
+//! - [`relocations`]: the pages of the executable's dynamic relocations, given back at start.
 //! - [`op_client`]: `oedd op`, a near-data operation signed with SigV4 from a shell.
 //! - [`bench`]: `oedd bench`, an IOR-like benchmark of any S3 endpoint with the share of
 //!   the theoretical peak and the drives' energy per phase.
@@ -51,6 +52,7 @@ pub mod metrics;
 pub mod notify;
 pub mod op_client;
 pub mod peer;
+pub mod relocations;
 pub mod repair;
 pub mod s3;
 pub mod server;

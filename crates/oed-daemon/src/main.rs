@@ -1068,6 +1068,11 @@ fn parse_sets(set: Vec<String>) -> anyhow::Result<Vec<(String, String)>> {
 fn serve(args: ServeArgs) -> anyhow::Result<()> {
     limit_malloc_arenas();
     init_tracing();
+    let released = oed_daemon::relocations::release_relocation_pages();
+    tracing::debug!(
+        kib = released / 1024,
+        "gave back the pages of the executable's relocations"
+    );
     let mut overrides = Vec::new();
     if let Some(d) = args.data_dir {
         overrides.push(("data_dir".to_owned(), toml_string(&d.display().to_string())));

@@ -1650,18 +1650,26 @@ fn stored_crcs(
 }
 
 /// Sends the checked chunks of stripes `from..to` to `tx` until the end, a failure (returned), or
-/// the receiver going away.
+/// the receiver going away. Runs on a blocking thread of the runtime. A chunk is read
+/// only once the receiver has taken the one before it, so that one chunk waits for it
+/// while it works on another: without that wait the next chunk was read while the last
+/// still sat in the channel, and the coordinator of 4 MiB GETs held about one more
+/// 256 KiB chunk per GET (`docs/benchmarks.md`, "Memory under load").
 fn read_stripes_into(
     bytes: ShardBytes,
     from: u64,
     to: u64,
     tx: &mpsc::Sender<Result<Bytes>>,
 ) -> Result<()> {
+    let runtime = tokio::runtime::Handle::current();
     for_each_chunk(bytes, from, to, &mut |_, buf| {
         if tx.blocking_send(Ok(Bytes::from(buf))).is_err() {
-            ControlFlow::Break(())
-        } else {
-            ControlFlow::Continue(())
+            return ControlFlow::Break(());
+        }
+        // The channel holds one: a permit is free once the receiver took the chunk.
+        match runtime.block_on(tx.reserve()) {
+            Ok(_taken) => ControlFlow::Continue(()),
+            Err(_) => ControlFlow::Break(()),
         }
     })
 }
