@@ -4,7 +4,7 @@
 //! must adjust at start (`.rela.dyn`; `.rel.dyn` on 32-bit ARM). The loader reads every
 //! entry, so every page of the table is mapped into the process, and it stays counted in
 //! the drive's resident memory for the process's life although nothing reads it again:
-//! 0.8 MiB of an idle drive's 16 on x86_64 (`docs/drive.md`, "The code pages"). The pages
+//! 0.8 MiB of an idle drive's 16 on x86_64 (`docs/drive.md`, "The relocation table"). The pages
 //! are clean pages of the file: dropping them from this process (`MADV_DONTNEED`) loses
 //! nothing, and a read of them (none is expected) would map them from the file again.
 //!
@@ -20,9 +20,11 @@ const DT_RELA: usize = 7;
 const DT_RELASZ: usize = 8;
 const DT_REL: usize = 17;
 const DT_RELSZ: usize = 18;
-/// Program header types.
+/// Program header types, and the flag of a writable segment.
+const PT_LOAD: u32 = 1;
 const PT_DYNAMIC: u32 = 2;
 const PT_PHDR: u32 = 6;
+const PF_W: u32 = 2;
 
 /// One program header, as this process's word size has it.
 #[cfg(target_pointer_width = "64")]
@@ -31,9 +33,10 @@ type Phdr = libc::Elf64_Phdr;
 type Phdr = libc::Elf32_Phdr;
 
 /// Where this process's executable keeps its dynamic relocations, in this process's
-/// addresses: `None` when it has none (a static or non-PIE build without them) or its
-/// headers cannot be read. Read from the file's own dynamic section (the loader may have
-/// rewritten the one in memory).
+/// addresses: `None` when it has none (a static or non-PIE build without them), when
+/// they do not lie inside one read-only segment (pages that something may have written
+/// must not be dropped), or when its headers cannot be read. Read from the file's own
+/// dynamic section (the loader may have rewritten the one in memory).
 #[must_use]
 pub fn relocation_table() -> Option<Range<usize>> {
     let phdrs = program_headers()?;
@@ -59,8 +62,16 @@ pub fn relocation_table() -> Option<Range<usize>> {
             _ => {}
         }
     }
-    let start = bias.checked_add(table?)?;
-    Some(start..start.checked_add(size?)?)
+    let (table, size) = (table?, size?);
+    let end = table.checked_add(size)?;
+    phdrs.iter().find(|p| {
+        let (from, len) = (p.p_vaddr as usize, p.p_memsz as usize);
+        p.p_type == PT_LOAD
+            && p.p_flags & PF_W == 0
+            && from <= table
+            && from.checked_add(len).is_some_and(|to| end <= to)
+    })?;
+    Some(bias.checked_add(table)?..bias.checked_add(end)?)
 }
 
 /// This process's program headers, where the loader mapped them (`AT_PHDR`).
