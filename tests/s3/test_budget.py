@@ -5,8 +5,10 @@ open with sockets whose receive buffer is tiny and reads nothing from them.
 """
 
 import hashlib
+import re
 import socket
 import time
+import urllib.request
 from urllib.parse import urlsplit
 
 import pytest
@@ -47,6 +49,20 @@ def send_get(url, source="127.0.0.1", timeout=10):
     return s
 
 
+def held_bytes(cluster):
+    """The bytes of drive 0's budget that requests hold now."""
+    return cluster.metric(0, "oed_coordinator_buffer_bytes", '{what="held"}')
+
+
+def wait_held(cluster, until, timeout=10):
+    """Polls drive 0's budget until `until(held bytes)` holds or `timeout` seconds pass;
+    returns the last value read."""
+    deadline = time.time() + timeout
+    while not until(now := held_bytes(cluster)) and time.time() < deadline:
+        time.sleep(0.1)
+    return now
+
+
 def stalled_get(url, source="127.0.0.1"):
     """Sends a GET and reads only the status line: the body stays unread."""
     s = send_get(url, source)
@@ -65,10 +81,7 @@ def test_requests_past_the_budget_get_slowdown_and_change_nothing(small):
 
     held = [stalled_get(url) for _ in range(4)]
     try:
-        deadline = time.time() + 10
-        while small.metric(0, "oed_coordinator_buffer_bytes", '{what="held"}') < MIB and time.time() < deadline:
-            time.sleep(0.1)
-        assert small.metric(0, "oed_coordinator_buffer_bytes", '{what="held"}') == MIB
+        assert wait_held(small, lambda b: b >= MIB) == MIB
         assert small.metric(0, "oed_coordinator_buffer_bytes", '{what="limit"}') == MIB
 
         # A fifth GET waits its 2 s and is refused; so is a PUT, which stores nothing.
@@ -99,13 +112,52 @@ def test_requests_past_the_budget_get_slowdown_and_change_nothing(small):
             s.close()
 
     # Everything given back; the refused PUT left the object as it was.
-    deadline = time.time() + 10
-    while small.metric(0, "oed_coordinator_buffer_bytes", '{what="held"}') > 0 and time.time() < deadline:
-        time.sleep(0.1)
-    assert small.metric(0, "oed_coordinator_buffer_bytes", '{what="held"}') == 0
+    assert wait_held(small, lambda b: b <= 0) == 0
     assert s3.get_object(Bucket="budget", Key="other")["Body"].read() == b"kept"
     s3.put_object(Bucket="budget", Key="other", Body=b"y" * MIB)
     assert s3.get_object(Bucket="budget", Key="other")["Body"].read() == b"y" * MIB
+
+
+def stat_requests(cluster, i):
+    """The peer API's StatObject requests drive i has answered, whatever their status."""
+    url = f"http://{cluster.metrics_addrs[i]}/metrics"
+    text = urllib.request.urlopen(url, timeout=5).read().decode()
+    found = re.findall(
+        r'^oed_requests_total\{api="peer",[^}]*op="StatObject"[^}]*\} (\S+)$', text, re.M
+    )
+    return sum(float(v) for v in found)
+
+
+def test_a_get_waiting_for_memory_asks_the_drives_nothing(small):
+    """A GET takes its share before it looks its object up on the drives, so GETs that
+    wait for memory hold no connections to them: the coordinator's connections follow
+    the GETs moving data, not the clients (docs/cluster.md, "Memory and back-pressure")."""
+    s3 = small.client()
+    s3.create_bucket(Bucket="lookup")
+    s3.put_object(Bucket="lookup", Key="big", Body=b"z" * SIZE)
+    url = s3.generate_presigned_url("get_object", Params={"Bucket": "lookup", "Key": "big"})
+    held = [stalled_get(url) for _ in range(4)]
+    waiting = []
+    try:
+        assert wait_held(small, lambda b: b >= MIB) == MIB
+        # Drive 0 coordinates; drives 1 and 2 hold the object's other shards and answer
+        # its lookups.
+        before = [stat_requests(small, i) for i in (1, 2)]
+        waiting = [send_get(url) for _ in range(6)]
+        time.sleep(1)  # within the 2 s the GETs may wait
+        assert [stat_requests(small, i) for i in (1, 2)] == before
+        # They are refused when the wait runs out, having asked nothing.
+        for s in waiting:
+            assert s.recv(64).decode(errors="replace").startswith("HTTP/1.1 503")
+        assert [stat_requests(small, i) for i in (1, 2)] == before
+    finally:
+        for s in held + waiting:
+            s.close()
+    assert wait_held(small, lambda b: b <= 0) == 0
+    # Given back, a GET looks up and reads as before.
+    before = stat_requests(small, 1)
+    assert s3.get_object(Bucket="lookup", Key="big")["Body"].read() == b"z" * SIZE
+    assert stat_requests(small, 1) > before
 
 
 @pytest.fixture(scope="module")
@@ -150,9 +202,7 @@ def test_a_client_with_many_requests_does_not_keep_another_waiting(fair):
     for t in threads:
         t.start()
     try:
-        deadline = time.time() + 10
-        while fair.metric(0, "oed_coordinator_buffer_bytes", '{what="held"}') < MIB and time.time() < deadline:
-            time.sleep(0.1)
+        wait_held(fair, lambda b: b >= MIB)
         time.sleep(0.5)  # A's three requests reach the queue
         # A fourth request of A's waiting: refused at once.
         over = send_get(url)
@@ -180,7 +230,4 @@ def test_a_client_with_many_requests_does_not_keep_another_waiting(fair):
     finally:
         for s in held + queued:
             s.close()
-    deadline = time.time() + 20
-    while fair.metric(0, "oed_coordinator_buffer_bytes", '{what="held"}') > 0 and time.time() < deadline:
-        time.sleep(0.1)
-    assert fair.metric(0, "oed_coordinator_buffer_bytes", '{what="held"}') == 0
+    assert wait_held(fair, lambda b: b <= 0, timeout=20) == 0

@@ -161,6 +161,30 @@ impl Share {
     pub(crate) fn none() -> Self {
         Share(None)
     }
+
+    /// The bytes the share holds.
+    #[must_use]
+    pub fn bytes(&self) -> u64 {
+        self.0.as_ref().map_or(0, |h| u64::from(h.kib) * 1024)
+    }
+
+    /// Keeps `bytes` of the share (never more than it holds) and gives the rest back at
+    /// once, to the requests waiting for it.
+    pub fn shrink_to(&mut self, bytes: u64) {
+        let Some(held) = self.0.as_mut() else { return };
+        let kib = u32::try_from(bytes.div_ceil(1024)).unwrap_or(u32::MAX);
+        if kib == 0 {
+            self.0 = None;
+            return;
+        }
+        if kib >= held.kib {
+            return;
+        }
+        let mut st = lock(&held.state);
+        st.give_back(held.client, held.kib - kib);
+        held.kib = kib;
+        st.dispatch();
+    }
 }
 
 fn lock(state: &Mutex<State>) -> MutexGuard<'_, State> {
@@ -393,6 +417,36 @@ mod tests {
         drop(all);
         assert_eq!(b.held_bytes(), 0);
         assert!(matches!(b.take(0).await.unwrap(), Share(None)));
+    }
+
+    #[tokio::test]
+    async fn a_share_shrunk_gives_the_rest_to_a_waiting_request() {
+        let b = Arc::new(Budget::new(4 << 20, Duration::from_secs(10), 64));
+        let mut provisional = b.take(3 << 20).await.unwrap();
+        let waiting = {
+            let b = b.clone();
+            tokio::spawn(async move { b.take(2 << 20).await })
+        };
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert!(!waiting.is_finished(), "1 MiB free is not enough");
+        // The read needs 64 KiB of its 3 MiB: the rest goes to the waiting request.
+        provisional.shrink_to(64 << 10);
+        assert_eq!(provisional.bytes(), 64 << 10);
+        let second = tokio::time::timeout(Duration::from_secs(5), waiting)
+            .await
+            .expect("granted when the share shrank")
+            .unwrap()
+            .unwrap();
+        assert_eq!(b.held_bytes(), (64 << 10) + (2 << 20));
+        // A share never grows, and shrinking to nothing gives it all back.
+        provisional.shrink_to(1 << 20);
+        assert_eq!(provisional.bytes(), 64 << 10);
+        provisional.shrink_to(0);
+        assert_eq!(provisional.bytes(), 0);
+        assert_eq!(b.held_bytes(), 2 << 20);
+        drop(provisional);
+        drop(second);
+        assert_eq!(b.held_bytes(), 0);
     }
 
     #[tokio::test]

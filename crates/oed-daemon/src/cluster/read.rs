@@ -56,7 +56,36 @@ impl Cluster {
         record: &ObjectRecord,
         range: Range<u64>,
     ) -> Result<ObjectBody> {
-        self.read(record, range, true).await
+        self.read(record, range, Pacing::Take).await
+    }
+
+    /// The share of the [`Budget`] a read of a large object coded with the cluster's
+    /// profile takes, taken now: for a GET, before it looks its object up, so that a GET
+    /// that would wait for its share does not first hold a connection to every drive
+    /// for the lookup (connections then follow the reads moving data, not the clients).
+    /// [`Cluster::read_object_with`] keeps what the read needs of it.
+    ///
+    /// # Errors
+    /// [`Error::SlowDown`] when no share comes free in time.
+    pub async fn take_read_share(&self) -> Result<Share> {
+        let p = self.map().profile;
+        let stripe = u64::from(p.k) * u64::from(p.chunk_size);
+        self.budget.take(Budget::read_share(u64::MAX, stripe)).await
+    }
+
+    /// [`Cluster::read_object`] with a share taken before ([`Cluster::take_read_share`]):
+    /// what the read does not need of it is given back at once; a read that needs more
+    /// (an object coded in larger stripes) gives it back and waits for its own.
+    ///
+    /// # Errors
+    /// As [`Cluster::read_object`].
+    pub async fn read_object_with(
+        self: &Arc<Self>,
+        record: &ObjectRecord,
+        range: Range<u64>,
+        share: Share,
+    ) -> Result<ObjectBody> {
+        self.read(record, range, Pacing::Held(share)).await
     }
 
     /// [`Cluster::read_object`] for the source of a copy: it takes no share of its own,
@@ -69,14 +98,14 @@ impl Cluster {
         record: &ObjectRecord,
         range: Range<u64>,
     ) -> Result<ObjectBody> {
-        self.read(record, range, false).await
+        self.read(record, range, Pacing::Unpaced).await
     }
 
     async fn read(
         self: &Arc<Self>,
         record: &ObjectRecord,
         range: Range<u64>,
-        budgeted: bool,
+        pacing: Pacing,
     ) -> Result<ObjectBody> {
         let exts = extents(record);
         let size = record.object_size();
@@ -96,12 +125,19 @@ impl Cluster {
         let Some((first, first_range)) = plan.first().cloned() else {
             return Ok(ObjectBody(rx));
         };
-        let share = if budgeted {
-            let stripe = u64::from(first.k) * u64::from(first.chunk_size);
-            let len = range.end - range.start;
-            self.budget.take(Budget::read_share(len, stripe)).await?
-        } else {
-            Share::none()
+        let stripe = u64::from(first.k) * u64::from(first.chunk_size);
+        let need = Budget::read_share(range.end - range.start, stripe);
+        let share = match pacing {
+            Pacing::Take => self.budget.take(need).await?,
+            Pacing::Held(mut share) if share.bytes() >= need => {
+                share.shrink_to(need);
+                share
+            }
+            Pacing::Held(share) => {
+                drop(share);
+                self.budget.take(need).await?
+            }
+            Pacing::Unpaced => Share::none(),
         };
         let bucket = record.bucket.clone();
         let stripes = stripe_range(&first, &first_range)?;
@@ -136,6 +172,16 @@ impl Cluster {
         });
         Ok(ObjectBody(rx))
     }
+}
+
+/// How a read holds its share of the [`Budget`].
+enum Pacing {
+    /// It takes its own.
+    Take,
+    /// It was taken before; the read keeps what it needs of it.
+    Held(Share),
+    /// None: the read is paced by a share held elsewhere (a copy's write).
+    Unpaced,
 }
 
 impl Cluster {

@@ -470,6 +470,9 @@ pub(crate) async fn get(
     cluster: &Arc<Cluster>,
     input: GetObjectInput,
 ) -> S3Result<S3Response<GetObjectOutput>> {
+    // The share of the coordinator's memory first, then the lookup: a GET that waits
+    // for memory holds no connections to the drives meanwhile (docs/cluster.md).
+    let share = cluster.take_read_share().await.or_s3()?;
     let rec = record(cluster, &input.bucket, &input.key).await?;
     check_conditions(
         &rec,
@@ -481,7 +484,10 @@ pub(crate) async fn get(
     )?;
     let w = wanted(&rec, input.range.as_ref(), input.part_number)?;
     let len = w.bytes.end - w.bytes.start;
-    let body = cluster.read_object(&rec, w.bytes).await.or_s3()?;
+    let body = cluster
+        .read_object_with(&rec, w.bytes, share)
+        .await
+        .or_s3()?;
     let mut resp = S3Response::new(GetObjectOutput {
         body: Some(StreamingBlob::wrap(body)),
         content_length: Some(super::s3_i64(len)),
