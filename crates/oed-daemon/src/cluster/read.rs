@@ -129,7 +129,8 @@ impl Cluster {
         let need = Budget::read_share(range.end - range.start, stripe);
         let share = match pacing {
             Pacing::Take => self.budget.take(need).await?,
-            Pacing::Held(mut share) if share.bytes() >= need => {
+            // A share is never more than the whole budget (see [`Budget::take`]).
+            Pacing::Held(mut share) if share.bytes() >= need.min(self.budget.limit_bytes()) => {
                 share.shrink_to(need);
                 share
             }
