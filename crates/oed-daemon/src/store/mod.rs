@@ -1662,8 +1662,13 @@ fn read_stripes_into(
     tx: &mpsc::Sender<Result<Bytes>>,
 ) -> Result<()> {
     let runtime = tokio::runtime::Handle::current();
-    for_each_chunk(bytes, from, to, &mut |_, buf| {
+    for_each_chunk(bytes, from, to, &mut |stripe, buf| {
         if tx.blocking_send(Ok(Bytes::from(buf))).is_err() {
+            return ControlFlow::Break(());
+        }
+        // After the last chunk there is nothing to read ahead of: the thread ends
+        // now rather than waiting on a client that may have stopped reading.
+        if stripe + 1 >= to {
             return ControlFlow::Break(());
         }
         // The channel holds one: a permit is free once the receiver took the chunk.
@@ -2268,6 +2273,40 @@ mod tests {
         assert_eq!((pool_files(&store), store.shard_files_reused()), (0, 1));
         let path = current_path(&store, "another");
         assert!(std::fs::read(path).unwrap() == v5);
+    }
+
+    /// A read hands its chunks over one at a time, and once the last is handed over its
+    /// thread ends (the channel closes) without waiting for a receiver that may never
+    /// take it: a client that stopped reading holds no blocking thread.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_read_ends_once_its_last_chunk_is_handed_over() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open_store(dir.path());
+        // Two data shards of 4 KiB chunks: five stripes.
+        let file = put(&store, "k", 1, 40_000).await;
+        let (rec, bytes) = store.shard("bkt", "k", None).unwrap();
+        let mut rx = store.read_stripes(rec, bytes, 0, 5);
+        let mut got = Vec::new();
+        for _ in 0..4 {
+            got.extend_from_slice(&rx.recv().await.unwrap().unwrap());
+        }
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while !rx.is_closed() && std::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        assert!(
+            rx.is_closed(),
+            "the read waits for its last chunk to be taken"
+        );
+        got.extend_from_slice(&rx.recv().await.unwrap().unwrap());
+        assert!(rx.recv().await.is_none());
+        let mut expected = Vec::new();
+        let mut reader = oed_ec::ShardReader::new(std::io::Cursor::new(file)).unwrap();
+        let mut chunk = Vec::new();
+        while reader.read_chunk(&mut chunk).unwrap().is_some() {
+            expected.append(&mut chunk);
+        }
+        assert!(got == expected, "the chunks read are the shard's");
     }
 
     /// A read whose version was replaced under it (its file gone before it was opened)
