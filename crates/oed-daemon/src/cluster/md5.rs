@@ -400,32 +400,6 @@ mod tests {
         }
     }
 
-    /// Every byte of a stripe handed to the thread is counted in
-    /// `oed_md5_bytes_total`, the blocks that span two of its buffers included (hashed
-    /// alone: counted under 1). Other tests only add to the counters.
-    #[tokio::test]
-    async fn bytes_in_odd_buffers_are_all_counted() {
-        let total = || hashed_bytes_by_streams().iter().sum::<u64>();
-        let before = total();
-        let data = Bytes::from(bytes(64 * 1024 * 4, 77));
-        let mut s = Md5Stream::new();
-        // Two stripes of 128 KiB, each in buffers cut 1, 2 and 3 bytes off a block.
-        for stripe in data.chunks(128 * 1024) {
-            let stripe = data.slice_ref(stripe);
-            let cuts = [0, 40_001, 80_002, 100_003, stripe.len()];
-            s.update(cuts.windows(2).map(|w| stripe.slice(w[0]..w[1])).collect())
-                .await
-                .unwrap();
-        }
-        assert_eq!(s.finish().await.unwrap(), reference(&data));
-        assert!(
-            total() - before >= data.len() as u64,
-            "counted {} of {} bytes",
-            total() - before,
-            data.len()
-        );
-    }
-
     /// Streams of pieces of many sizes (most large enough for the hashing thread, cut at
     /// odd offsets so that tails carry over), hashed concurrently so that lanes are
     /// joined and left in every order.
