@@ -221,13 +221,30 @@ class Cluster:
             timeout=600,
         )
 
+    def metrics_text(self, i):
+        """Drive i's /metrics, as text."""
+        url = f"http://{self.metrics_addrs[i]}/metrics"
+        return urllib.request.urlopen(url, timeout=5).read().decode()
+
     def metric(self, i, name, labels=""):
         """The value of series `name{labels}` on drive i's /metrics."""
-        url = f"http://{self.metrics_addrs[i]}/metrics"
-        text = urllib.request.urlopen(url, timeout=5).read().decode()
+        text = self.metrics_text(i)
         m = re.search(rf"^{re.escape(name)}{re.escape(labels)} (\S+)$", text, re.M)
         assert m, f"{name}{labels} not exported by {self.ids[i]}"
         return float(m.group(1))
+
+    def series(self, i, name):
+        """Every series of metric `name` on drive i's /metrics: (labels as a dict, value)."""
+        text = self.metrics_text(i)
+        found = []
+        for labels, value in re.findall(rf"^{re.escape(name)}(?:\{{([^}}]*)\}})? (\S+)$", text, re.M):
+            found.append((dict(re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', labels)), float(value)))
+        return found
+
+    def metric_sum(self, i, name, **labels):
+        """The sum of drive i's series of `name` whose labels include `labels`."""
+        return sum(v for have, v in self.series(i, name)
+                   if all(have.get(k) == w for k, w in labels.items()))
 
     def admin(self, *args, timeout=60, check=True):
         """Runs `oedd admin` against this cluster; returns its standard output (with

@@ -5,10 +5,8 @@ open with sockets whose receive buffer is tiny and reads nothing from them.
 """
 
 import hashlib
-import re
 import socket
 import time
-import urllib.request
 from urllib.parse import urlsplit
 
 import pytest
@@ -120,12 +118,7 @@ def test_requests_past_the_budget_get_slowdown_and_change_nothing(small):
 
 def stat_requests(cluster, i):
     """The peer API's StatObject requests drive i has answered, whatever their status."""
-    url = f"http://{cluster.metrics_addrs[i]}/metrics"
-    text = urllib.request.urlopen(url, timeout=5).read().decode()
-    found = re.findall(
-        r'^oed_requests_total\{api="peer",[^}]*op="StatObject"[^}]*\} (\S+)$', text, re.M
-    )
-    return sum(float(v) for v in found)
+    return cluster.metric_sum(i, "oed_requests_total", api="peer", op="StatObject")
 
 
 def test_a_get_waiting_for_memory_asks_the_drives_nothing(small):

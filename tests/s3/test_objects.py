@@ -7,9 +7,7 @@ import concurrent.futures
 import datetime
 import hashlib
 import os
-import re
 import socket
-import urllib.request
 
 import pytest
 from botocore.exceptions import ClientError
@@ -382,11 +380,9 @@ def test_md5_etags_of_concurrent_uploads_and_what_the_metric_counts(cluster, s3,
     bytes by how many uploads shared a call (1 to 16)."""
 
     def hashed():
-        text = urllib.request.urlopen(f"http://{cluster.metrics_addrs[0]}/metrics",
-                                      timeout=5).read().decode()
-        found = re.findall(r'^oed_md5_bytes_total\{streams="(\d+)"\} (\S+)$', text, re.M)
-        assert all(1 <= int(n) <= 16 for n, _ in found), found
-        return sum(float(v) for _, v in found)
+        found = cluster.series(0, "oed_md5_bytes_total")
+        assert found and all(1 <= int(l["streams"]) <= 16 for l, _ in found), found
+        return sum(v for _, v in found)
 
     before = hashed()
     bodies = {f"md5-{i}": data(6 * STRIPE + 1000 * i, 700 + i) for i in range(6)}
