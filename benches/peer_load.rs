@@ -47,8 +47,9 @@ struct Args {
     #[arg(long, default_value_t = 1)]
     version: u128,
     /// Send shard uploads as raw uploads (spliced into their files by the drive) instead
-    /// of request bodies; also set by `OED_RAW_SHARD_UPLOADS=true`, the drive setting's
-    /// variable, so that `ENV_B` of `benches/peer-ab` sets both.
+    /// of request bodies, whatever their size (a drive sends only those of
+    /// `raw_shard_upload_min_bytes` and more); also set by `OED_RAW_SHARD_UPLOADS=true`,
+    /// the drive setting's variable, so that `ENV_B` of `benches/peer-ab` sets both.
     #[arg(long)]
     raw: bool,
 }

@@ -1,10 +1,12 @@
 """Raw shard uploads between drives (docs/peer-api.md, "Raw uploads"), on a real 6-drive
 4+2 cluster whose drives differ: three coordinate with `raw_shard_uploads = false` (shard
-uploads as request bodies), three with the default (raw uploads, which the receiving
-drive splices from the socket into the shard file). Objects of sizes around the drives'
-inline threshold, chunk and write batch, written through either kind of drive, come back
-byte for byte from every drive; the drives count spliced uploads only once a raw-upload
-coordinator writes; and a drive killed with SIGKILL while raw uploads stream to it loses
+uploads as request bodies), two send every shard as a raw upload, which the receiving
+drive splices from the socket into the shard file (`raw_shard_upload_min_bytes = 0`),
+and one has the defaults (raw uploads of shard files of 512 KiB and more, bodies below).
+Objects of sizes around the drives' inline threshold, chunk and write batch, written
+through any kind of drive, come back byte for byte from every drive; the drives count
+spliced uploads only when a coordinator sends raw uploads, and a default one only for
+its large shards; and a drive killed with SIGKILL while raw uploads stream to it loses
 no acknowledged object."""
 
 import hashlib
@@ -16,7 +18,8 @@ from conftest import Cluster
 
 CHUNK = 262144
 BODIES_ONLY = (3, 4, 5)
-RAW = (0, 1, 2)
+RAW = (0, 1)
+DEFAULT = 2
 SPLICED = "oed_shard_uploads_spliced_total"
 
 
@@ -28,7 +31,8 @@ def data(n, seed):
 def mixed():
     c = Cluster(
         chunk=CHUNK,
-        extra=lambda i: ["raw_shard_uploads=false"] if i in BODIES_ONLY else [],
+        extra=lambda i: (["raw_shard_uploads=false"] if i in BODIES_ONLY
+                         else ["raw_shard_upload_min_bytes=0"] if i in RAW else []),
     )
     yield c
     c.stop()
@@ -67,6 +71,30 @@ def test_bodies_then_raw_uploads_read_back_and_are_counted(mixed):
     # Peer traffic in is counted for raw uploads as for bodies.
     for i in range(6):
         assert mixed.metric(i, "oed_traffic_bytes_total", '{class="peer",direction="in"}') > 0
+
+
+def test_a_default_coordinator_sends_only_large_shards_as_raw_uploads(mixed):
+    """Shard files under `raw_shard_upload_min_bytes` (512 KiB) go as request bodies on
+    kept-alive connections; larger ones as raw uploads."""
+    s3 = mixed.client(DEFAULT)
+    s3.create_bucket(Bucket="rawmin")
+    # 4 data shards of 256 KiB chunks: one stripe, files of one chunk (256 KiB and a
+    # header), under the minimum.
+    small = {f"small-{n}": data(n, f"s{n}") for n in (3 * CHUNK + 5, 4 * CHUNK)}
+    before = spliced(mixed)
+    for k, b in small.items():
+        s3.put_object(Bucket="rawmin", Key=k, Body=b)
+    assert spliced(mixed) == before, "shards under the minimum were sent as raw uploads"
+    # Three stripes: files of three chunks, over the minimum.
+    big = data(3 * 4 * CHUNK, "big")
+    s3.put_object(Bucket="rawmin", Key="big", Body=big)
+    after = spliced(mixed)
+    others = [i for i in range(6) if i != DEFAULT]
+    assert all(after[i] > before[i] for i in others), (before, after)
+    for i in range(6):
+        c = mixed.client(i)
+        for k, b in {**small, "big": big}.items():
+            assert c.get_object(Bucket="rawmin", Key=k)["Body"].read() == b, f"drive {i + 1}: {k}"
 
 
 def test_a_drive_killed_during_raw_uploads_loses_no_acknowledged_object(mixed):

@@ -57,6 +57,11 @@ pub struct Config {
     /// uploads"). Over TLS, and to drives of earlier versions, uploads go as request
     /// bodies either way. Default: true.
     pub raw_shard_uploads: bool,
+    /// The smallest shard file sent as a raw upload; smaller ones go as request bodies on
+    /// kept-alive connections (a raw upload takes a connection of its own, which costs
+    /// more than the copy it saves on a small shard). 0: every shard. Default: 524288
+    /// (docs/drive.md, "Shards from other drives: raw uploads").
+    pub raw_shard_upload_min_bytes: u64,
     /// Requests served at once; more wait for a slot. Default: 64.
     pub max_concurrent_requests: usize,
     /// Largest shard file accepted, in bytes. Default: 1 GiB.
@@ -211,6 +216,7 @@ impl Default for Config {
             fsync: FsyncPolicy::Always,
             direct_io: false,
             raw_shard_uploads: true,
+            raw_shard_upload_min_bytes: crate::peer::client::RAW_UPLOAD_MIN_BYTES,
             max_concurrent_requests: 64,
             max_shard_bytes: 1 << 30,
             max_request_body_bytes: 64 * 1024,

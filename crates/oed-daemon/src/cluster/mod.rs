@@ -167,8 +167,9 @@ pub struct Cluster {
     pub op_timeout: Duration,
     /// Whether single-part `ETag`s are MD5 digests (S3's rule) or a cheaper digest.
     pub md5_etags: bool,
-    /// Shard uploads to other drives go as raw uploads (`raw_shard_uploads`).
-    raw_uploads: bool,
+    /// Shard uploads to other drives go as raw uploads (`raw_shard_uploads`) when their
+    /// file is at least this long (`raw_shard_upload_min_bytes`); `None`: never.
+    raw_uploads: Option<u64>,
     /// Bodies copied into one buffer per stripe, as before the pieces were coded where
     /// they are (`OED_BENCH_STRIPE_COPY=true`, for benchmarks comparing the two).
     stripe_copy: bool,
@@ -219,7 +220,9 @@ impl Cluster {
         let http = crate::peer::client::PeerHttp::with_tls(&crate::tls::client_config(
             config.tls_ca_file.as_deref(),
         )?);
-        let raw = config.raw_shard_uploads;
+        let raw = config
+            .raw_shard_uploads
+            .then_some(config.raw_shard_upload_min_bytes);
         let drives = handles(&map, local, &store, key, &http, raw);
         Ok(Self {
             epoch: Arc::new(AtomicU64::new(map.epoch)),
@@ -629,7 +632,7 @@ fn handles(
     store: &Store,
     key: &PeerKey,
     http: &crate::peer::client::PeerHttp,
-    raw: bool,
+    raw: Option<u64>,
 ) -> Vec<Arc<dyn Drive>> {
     map.drives
         .iter()
@@ -641,7 +644,8 @@ fn handles(
                 Arc::new(
                     PeerClient::with_http(&d.url(map.tls), key.clone(), http.clone())
                         .with_epoch(map.epoch)
-                        .with_raw_uploads(raw),
+                        .with_raw_uploads(raw.is_some())
+                        .with_raw_upload_min(raw.unwrap_or(0)),
                 )
             }
         })

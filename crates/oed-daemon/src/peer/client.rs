@@ -34,6 +34,15 @@ pub const VERSION_HEADER: &str = "x-oed-version-id";
 /// The request header naming the epoch of the cluster map its sender runs.
 pub const EPOCH_HEADER: &str = "x-oed-map-epoch";
 
+/// The default of `raw_shard_upload_min_bytes`, the smallest shard file a drive sends as a
+/// raw upload ([`super::RAW_UPLOAD`]); smaller ones go as request bodies on the pool's
+/// kept-alive connections. A raw upload costs a connection of its own (connect, upgrade,
+/// close) and saves a copy of its bytes: on the development machine, one drive taking 16
+/// uploads at once spent 13-18% more CPU per shard on raw uploads than on bodies for
+/// shards of 64 and 256 KiB, and 15-23% less for 512 KiB and 1 MiB
+/// (`docs/benchmarks.md`, "Raw uploads and small shards").
+pub const RAW_UPLOAD_MIN_BYTES: u64 = 512 * 1024;
+
 /// The response header of `GET shard` that names the stripes sent, `from-to`.
 pub const STRIPES_HEADER: &str = "x-oed-stripes";
 
@@ -174,6 +183,8 @@ pub struct PeerClient {
     /// Whether shard uploads go as raw uploads, while the drive takes them
     /// ([`PeerClient::with_raw_uploads`]); `None`: never.
     raw: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
+    /// The smallest shard file sent as a raw upload ([`PeerClient::with_raw_upload_min`]).
+    raw_min: u64,
 }
 
 /// A signed request to a peer, ready to send; [`PeerClient::request`] makes one.
@@ -317,6 +328,7 @@ impl PeerClient {
             http,
             epoch: None,
             raw: None,
+            raw_min: 0,
         }
     }
 
@@ -334,6 +346,15 @@ impl PeerClient {
     #[must_use]
     pub fn with_raw_uploads(mut self, raw: bool) -> Self {
         self.raw = raw.then(|| std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true)));
+        self
+    }
+
+    /// The same client, sending raw uploads ([`PeerClient::with_raw_uploads`]) only of
+    /// shard files of at least `bytes` (`raw_shard_upload_min_bytes`; 0, the default
+    /// here: all), smaller ones as request bodies.
+    #[must_use]
+    pub fn with_raw_upload_min(mut self, bytes: u64) -> Self {
+        self.raw_min = bytes;
         self
     }
 
@@ -398,6 +419,7 @@ impl Drive for PeerClient {
         body: ShardUpload,
         tail: bool,
     ) -> Result<Stored, DriveError> {
+        let file_len = shard_file_len(record);
         let record = serde_json::to_string(record)
             .map_err(|e| DriveError::new(ErrorCode::BadRequest, e.to_string()))?;
         let mut query = format!("record={}", q(&record));
@@ -410,6 +432,7 @@ impl Drive for PeerClient {
                     .base
                     .as_ref()
                     .is_ok_and(|b| b.scheme == http::uri::Scheme::HTTP)
+                && file_len >= self.raw_min
         });
         let body = match raw {
             Some(flag) => match super::raw::put_shard(self, &query, body).await? {
@@ -638,6 +661,19 @@ pub(super) fn error_answer(status: u16, body: &[u8]) -> DriveError {
             format!("{status}: {}", String::from_utf8_lossy(body)),
         )
     })
+}
+
+/// The length of the shard file `record` describes (0 when it describes none: the drive
+/// refuses such an upload however it is sent).
+fn shard_file_len(record: &ObjectRecord) -> u64 {
+    record
+        .layout()
+        .ok()
+        .and_then(|layout| {
+            oed_ec::ShardHeader::new(record.version_id.0, record.shard_index, layout, record.size)
+                .ok()
+        })
+        .map_or(0, |h| h.file_len())
 }
 
 #[cfg(test)]

@@ -364,11 +364,8 @@ mod tests {
         (url, seen)
     }
 
-    #[tokio::test]
-    async fn a_drive_that_takes_no_raw_uploads_gets_bodies_from_then_on() {
-        let (url, seen) = earlier_drive().await;
-        let client = PeerClient::new(&url, auth::PeerKey::derive(b"0123456789abcdef"))
-            .with_raw_uploads(true);
+    /// A shard file of 10,000 bytes of object (1+1, 4 KiB chunks) and its record.
+    fn small_shard() -> (Bytes, ObjectRecord) {
         let data = vec![7u8; 10_000];
         let layout = oed_ec::Layout::new(1, 1, 4096).unwrap();
         let file = Bytes::from(
@@ -382,6 +379,15 @@ mod tests {
             "drives": ["d1", "d2"], "last_modified_ms": 0, "etag": ""
         }))
         .unwrap();
+        (file, record)
+    }
+
+    #[tokio::test]
+    async fn a_drive_that_takes_no_raw_uploads_gets_bodies_from_then_on() {
+        let (url, seen) = earlier_drive().await;
+        let client = PeerClient::new(&url, auth::PeerKey::derive(b"0123456789abcdef"))
+            .with_raw_uploads(true);
+        let (file, record) = small_shard();
         for _ in 0..2 {
             let body: ShardUpload = Box::pin(futures_util::stream::iter([Ok(file.clone())]));
             let stored = client.put_shard(&record, body, false).await.unwrap();
@@ -391,6 +397,29 @@ mod tests {
             *seen.lock().unwrap(),
             [(true, 0), (false, file.len()), (false, file.len())],
             "one raw upload tried, then bodies only"
+        );
+    }
+
+    /// A shard file under the client's minimum goes as a body with no upgrade asked for,
+    /// and says nothing about whether the drive takes raw uploads: one at the minimum
+    /// still tries a raw upload first.
+    #[tokio::test]
+    async fn shards_under_the_minimum_go_as_bodies_without_an_upgrade() {
+        let (url, seen) = earlier_drive().await;
+        let (file, record) = small_shard();
+        let client = PeerClient::new(&url, auth::PeerKey::derive(b"0123456789abcdef"))
+            .with_raw_uploads(true);
+        let len = file.len() as u64;
+        for min in [len + 1, len] {
+            let body: ShardUpload = Box::pin(futures_util::stream::iter([Ok(file.clone())]));
+            let c = client.clone().with_raw_upload_min(min);
+            let stored = c.put_shard(&record, body, false).await.unwrap();
+            assert_eq!(stored.record, record);
+        }
+        assert_eq!(
+            *seen.lock().unwrap(),
+            [(false, file.len()), (true, 0), (false, file.len())],
+            "a body under the minimum; at it, a raw upload tried first"
         );
     }
 
