@@ -220,7 +220,6 @@ impl<'a> Uploads<'a> {
         cluster: &'a Cluster,
         record: &ObjectRecord,
         placed: &[Arc<dyn Drive>],
-        layout: oed_ec::Layout,
     ) -> Result<Self> {
         let mut up = Uploads {
             cluster,
@@ -233,8 +232,7 @@ impl<'a> Uploads<'a> {
             let (tx, rx) = mpsc::channel(2);
             let mut rec = record.clone();
             rec.shard_index = i as u16;
-            let header =
-                oed_ec::ShardHeader::new(rec.version_id.0, rec.shard_index, layout, rec.size)?;
+            let header = rec.shard_header()?;
             let drive = drive.clone();
             up.tasks.push(cluster.tasks.spawn(async move {
                 drive
@@ -313,13 +311,13 @@ impl Cluster {
         let started = std::time::Instant::now();
         let (record, placed, layout) = self.new_record(&obj)?;
         // Refused here, before any shard moves, not by every drive as a failed write.
-        let shard_len = oed_ec::ShardHeader::new(0, 0, layout, record.size)?.file_len();
+        let shard_len = record.shard_header()?.file_len();
         let most = self.store.max_shard_bytes();
         if shard_len > most {
             return Err(Error::TooLarge(most.saturating_mul(u64::from(record.k))));
         }
         let _share = self.budget.take(write_share(&obj, layout)).await?;
-        let mut up = Uploads::start(self, &record, &placed, layout)?;
+        let mut up = Uploads::start(self, &record, &placed)?;
         let (etag, checksum) = match self.stream_stripes(&mut up, &obj, layout, &mut body).await {
             Ok(done) => done,
             Err(e) => {

@@ -666,14 +666,7 @@ pub(super) fn error_answer(status: u16, body: &[u8]) -> DriveError {
 /// The length of the shard file `record` describes (0 when it describes none: the drive
 /// refuses such an upload however it is sent).
 fn shard_file_len(record: &ObjectRecord) -> u64 {
-    record
-        .layout()
-        .ok()
-        .and_then(|layout| {
-            oed_ec::ShardHeader::new(record.version_id.0, record.shard_index, layout, record.size)
-                .ok()
-        })
-        .map_or(0, |h| h.file_len())
+    record.shard_header().map_or(0, |h| h.file_len())
 }
 
 #[cfg(test)]

@@ -205,8 +205,7 @@ async fn rebuild(r: &Arc<Repair>, current: &ObjectRecord, shard: usize) -> Resul
     let stripes = layout.stripe_count(current.size);
     let mut record = current.clone();
     record.shard_index = shard as u16;
-    let header =
-        oed_ec::ShardHeader::new(record.version_id.0, record.shard_index, layout, record.size)?;
+    let header = record.shard_header()?;
     let (tx, rx) = mpsc::channel::<std::io::Result<Bytes>>(8);
     let produce = async {
         let sent = produce(r, current, shard, stripes, header, &tx).await;

@@ -590,9 +590,7 @@ impl Store {
         {
             return Err(Error::Superseded);
         }
-        let layout = record.layout()?;
-        let expected =
-            oed_ec::ShardHeader::new(record.version_id.0, record.shard_index, layout, record.size)?;
+        let expected = record.shard_header()?;
         if expected.file_len() > self.max_shard_bytes {
             return Err(Error::TooLarge(self.max_shard_bytes));
         }

@@ -283,6 +283,21 @@ impl ObjectRecord {
             .map_err(|e| Error::BadRequest(format!("record: {e}")))
     }
 
+    /// The header of the shard file this record describes: its version, shard index,
+    /// layout and object length.
+    ///
+    /// # Errors
+    /// [`Error::BadRequest`] when the layout is out of range, [`Error::Shard`] when the
+    /// shard index or the object's length does not fit it.
+    pub fn shard_header(&self) -> Result<oed_ec::ShardHeader> {
+        Ok(oed_ec::ShardHeader::new(
+            self.version_id.0,
+            self.shard_index,
+            self.layout()?,
+            self.size,
+        )?)
+    }
+
     /// Checks the names and the shard index.
     ///
     /// # Errors
@@ -433,5 +448,19 @@ mod tests {
         assert!(ids.windows(2).all(|w| w[0] < w[1]) && a < ids[0]);
         assert!(ids[0].millis() > 1_700_000_000_000);
         assert!("xyz".parse::<VersionId>().is_err());
+    }
+
+    #[test]
+    fn a_record_names_its_shard_header() {
+        let mut r = test_record("k", 7, 10_000);
+        r.shard_index = 2;
+        let h = r.shard_header().unwrap();
+        let want = oed_ec::ShardHeader::new(7, 2, r.layout().unwrap(), 10_000).unwrap();
+        assert_eq!(h.encode(), want.encode());
+        r.shard_index = 3;
+        assert!(matches!(r.shard_header(), Err(Error::Shard(_))));
+        r.shard_index = 0;
+        r.k = 0;
+        assert!(matches!(r.shard_header(), Err(Error::BadRequest(_))));
     }
 }
