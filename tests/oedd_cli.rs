@@ -25,3 +25,68 @@ fn unknown_subcommand_fails_with_usage() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("Usage"), "{err}");
 }
+
+/// `oedd dev` finds ports free, releases them and lets each drive bind its own: another
+/// process can take one in between. The cluster then starts again on other ports.
+#[test]
+fn oedd_dev_starts_again_on_other_ports_when_a_drive_cannot_bind() {
+    use oed_daemon::dev::{DevCluster, DevOptions, free_ports};
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let taken_port = taken.local_addr().expect("addr").port();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let opts = DevOptions {
+        drives: 3,
+        k: 2,
+        m: 1,
+        dir: Some(dir.path().to_path_buf()),
+        fsync: false,
+        oedd: oed_tests::oedd(),
+        tls: false,
+        clear_peers: false,
+    };
+    // First a drive's metrics port is taken, then its S3 port; the third attempt is free.
+    let mut attempts = 0;
+    let cluster = DevCluster::start_on(&opts, |n| {
+        attempts += 1;
+        let mut ports = free_ports(n)?;
+        match attempts {
+            1 => ports[opts.drives + 1] = taken_port,
+            2 => ports[0] = taken_port,
+            _ => {}
+        }
+        Ok(ports)
+    })
+    .expect("the cluster starts on its third attempt");
+    assert_eq!(attempts, 3);
+    let taken_suffix = format!(":{taken_port}");
+    for url in cluster.endpoints.iter().chain(&cluster.metrics) {
+        assert!(!url.contains(&taken_suffix), "{url}");
+        let addr = url
+            .trim_start_matches("http://")
+            .split('/')
+            .next()
+            .expect("host:port");
+        std::net::TcpStream::connect(addr).unwrap_or_else(|e| panic!("{url}: {e}"));
+    }
+    // The map the drives run names the ports they listen on.
+    let map = std::fs::read_to_string(dir.path().join("cluster.toml")).expect("map");
+    assert!(!map.contains(&taken_suffix), "{map}");
+    drop(cluster);
+
+    // A port taken on every attempt ends the start with the drive named.
+    let err = DevCluster::start_on(&opts, |n| {
+        let mut ports = free_ports(n)?;
+        ports[0] = taken_port;
+        Ok(ports)
+    })
+    .err()
+    .expect("no attempt can start drive-1");
+    let said = std::iter::successors(Some(&err as &dyn std::error::Error), |e| e.source())
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(": ");
+    assert!(
+        said.contains("drive-1 exited before it listened, 3 times"),
+        "{said}"
+    );
+}

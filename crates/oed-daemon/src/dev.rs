@@ -71,7 +71,10 @@ fn random_hex(bytes: usize) -> String {
 }
 
 /// Free ports on 127.0.0.1 (bound and released; a drive binds its own a moment later).
-fn free_ports(n: usize) -> Result<Vec<u16>> {
+///
+/// # Errors
+/// When no port can be bound.
+pub fn free_ports(n: usize) -> Result<Vec<u16>> {
     let listeners = (0..n)
         .map(|_| std::net::TcpListener::bind("127.0.0.1:0"))
         .collect::<std::io::Result<Vec<_>>>()?;
@@ -81,13 +84,42 @@ fn free_ports(n: usize) -> Result<Vec<u16>> {
         .collect()
 }
 
+/// How often `oedd dev` starts its drives again, on other ports, when one exits before
+/// it listens.
+const START_ATTEMPTS: usize = 3;
+
+/// What one attempt at starting the drives came to.
+enum Launch {
+    Up(DevCluster),
+    /// This drive exited before it listened; the others were stopped again.
+    Exited(String),
+}
+
 impl DevCluster {
     /// Writes the map and starts the drives; returns once every drive listens.
     ///
+    /// The ports are found free and released before the drives bind them: another
+    /// process can take one meanwhile. A drive that exits before it listens makes the
+    /// whole cluster start again on other ports, up to three times.
+    ///
     /// # Errors
     /// [`Error::Config`] for an impossible profile; [`Error::Io`] when a drive cannot be
-    /// started or does not come up within 60 s (the drives started are stopped again).
+    /// started, exits before it listens three times over, or does not come up within
+    /// 60 s (the drives started are stopped again).
     pub fn start(opts: &DevOptions) -> Result<Self> {
+        Self::start_on(opts, free_ports)
+    }
+
+    /// [`DevCluster::start`] with the ports of each attempt taken from `ports` (asked
+    /// for two per drive: S3 and peers, then metrics).
+    ///
+    /// # Errors
+    /// As [`DevCluster::start`], and what `ports` returns.
+    #[doc(hidden)]
+    pub fn start_on(
+        opts: &DevOptions,
+        mut ports: impl FnMut(usize) -> Result<Vec<u16>>,
+    ) -> Result<Self> {
         if opts.drives < usize::from(opts.k + opts.m) {
             return Err(Error::Config(format!(
                 "--drives {} is fewer than k + m = {}",
@@ -103,7 +135,44 @@ impl DevCluster {
             ),
         };
         std::fs::create_dir_all(&dir)?;
-        let all_ports = free_ports(2 * opts.drives)?;
+        let mut attempt = 1;
+        loop {
+            let all_ports = ports(2 * opts.drives)?;
+            if all_ports.len() != 2 * opts.drives {
+                return Err(Error::Config(format!(
+                    "{} ports for {} drives",
+                    all_ports.len(),
+                    opts.drives
+                )));
+            }
+            match Self::launch(opts, &dir, remove_dir, &all_ports)? {
+                Launch::Up(cluster) => return Ok(cluster),
+                Launch::Exited(id) if attempt < START_ATTEMPTS => {
+                    eprintln!(
+                        "oedd dev: {id} exited before it listened (its log is above); \
+                         starting the drives again on other ports"
+                    );
+                    attempt += 1;
+                }
+                Launch::Exited(id) => {
+                    if remove_dir {
+                        let _ = std::fs::remove_dir_all(&dir);
+                    }
+                    return Err(Error::Io(std::io::Error::other(format!(
+                        "{id} exited before it listened, {START_ATTEMPTS} times (its log is above)"
+                    ))));
+                }
+            }
+        }
+    }
+
+    /// Writes the map of drives on `all_ports` and starts them.
+    fn launch(
+        opts: &DevOptions,
+        dir: &Path,
+        remove_dir: bool,
+        all_ports: &[u16],
+    ) -> Result<Launch> {
         let (ports, metric_ports) = all_ports.split_at(opts.drives);
         let map_path = dir.join("cluster.toml");
         let map = write_map(opts, ports, &map_path)?;
@@ -133,9 +202,10 @@ impl DevCluster {
                 .collect(),
             access_key: "oed".into(),
             secret_key,
-            dir: dir.clone(),
+            dir: dir.to_path_buf(),
             ca: pki.as_ref().map(|p| p.ca.clone()),
-            remove_dir,
+            // Until every drive listens: another attempt may use the directory.
+            remove_dir: false,
         };
         std::fs::write(
             dir.join("prometheus.yml"),
@@ -143,7 +213,7 @@ impl DevCluster {
         )?;
         let mut waiting = Vec::new();
         for (i, (d, metrics_port)) in map.drives.iter().zip(metric_ports).enumerate() {
-            let (child, rx) = spawn_drive(
+            let spawned = spawn_drive(
                 opts,
                 d,
                 *metrics_port,
@@ -153,7 +223,15 @@ impl DevCluster {
                 (&cluster.access_key, &cluster.secret_key),
                 pki.as_ref()
                     .map(|p| (&p.drives[i].0, &p.drives[i].1, &p.ca)),
-            )?;
+            );
+            let (child, rx) = match spawned {
+                Ok(started) => started,
+                Err(e) => {
+                    // Dropping the cluster stops the drives started.
+                    cluster.remove_dir = remove_dir;
+                    return Err(e);
+                }
+            };
             waiting.push(rx);
             cluster.drives.push(DriveProcess {
                 id: d.id.clone(),
@@ -163,17 +241,26 @@ impl DevCluster {
         let deadline = Instant::now() + Duration::from_mins(1);
         for (rx, d) in waiting.iter().zip(&map.drives) {
             let left = deadline.saturating_duration_since(Instant::now());
-            if rx.recv_timeout(left).is_err() {
-                cluster.stop(Duration::from_secs(5));
-                return Err(Error::Io(std::io::Error::other(format!(
-                    "{} did not start within 60 s (its log is above)",
-                    d.id
-                ))));
+            match rx.recv_timeout(left) {
+                Ok(_) => cluster.endpoints.push(d.url(opts.tls)),
+                // Its output ended: it exited.
+                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                    cluster.stop(Duration::from_secs(5));
+                    return Ok(Launch::Exited(d.id.clone()));
+                }
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                    cluster.remove_dir = remove_dir;
+                    cluster.stop(Duration::from_secs(5));
+                    return Err(Error::Io(std::io::Error::other(format!(
+                        "{} did not start within 60 s (its log is above)",
+                        d.id
+                    ))));
+                }
             }
-            cluster.endpoints.push(d.url(opts.tls));
         }
         cluster.endpoint = cluster.endpoints[0].clone();
-        Ok(cluster)
+        cluster.remove_dir = remove_dir;
+        Ok(Launch::Up(cluster))
     }
 
     /// What a user needs: the endpoint, the credentials and a line to paste.

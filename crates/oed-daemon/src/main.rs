@@ -1106,6 +1106,18 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
             .with_context(|| format!("listen: cannot bind {}", config.listen))?;
         let addr = listener.local_addr()?;
         tracing::info!(%addr, drive = %config.drive_id, "serving");
+        // Bound before "listening on" is printed: what waits for that line finds every
+        // port of the drive taken.
+        let metrics = match config.metrics_listen {
+            Some(at) => {
+                let l = tokio::net::TcpListener::bind(at)
+                    .await
+                    .with_context(|| format!("metrics_listen: cannot bind {at}"))?;
+                println!("oedd: metrics on http://{}/metrics", l.local_addr()?);
+                Some(l)
+            }
+            None => None,
+        };
         if drive.tls.is_some() {
             let suites = oed_daemon::tls::suite_order();
             println!(
@@ -1128,16 +1140,6 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
             let _ = oed_daemon::notify::notify("STOPPING=1");
             token.cancel();
         });
-        let metrics = match config.metrics_listen {
-            Some(at) => {
-                let l = tokio::net::TcpListener::bind(at)
-                    .await
-                    .with_context(|| format!("metrics_listen: cannot bind {at}"))?;
-                println!("oedd: metrics on http://{}/metrics", l.local_addr()?);
-                Some(l)
-            }
-            None => None,
-        };
         // systemd (Type=notify) starts the next unit, or the next drive of a rolling
         // upgrade, only once this drive answers.
         if let Err(e) = oed_daemon::notify::notify(&format!("READY=1\nSTATUS=serving on {addr}")) {
