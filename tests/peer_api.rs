@@ -433,3 +433,85 @@ fn an_abandoned_raw_upload_leaves_nothing() {
         assert!(left.is_empty(), "left behind: {left:?}");
     });
 }
+
+/// A raw upload's connection carries the next one: the drive serves HTTP on it again once
+/// the shard is stored, so a sender of many shards connects once. Uploads with and
+/// without a record tail frame their ends themselves; a refused upload closes its
+/// connection, and the drive still refuses what it refused before (bytes after the file
+/// with no tail due, a tail missing).
+#[test]
+fn raw_uploads_keep_their_connection_for_the_next() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = Daemon::start(dir.path(), &[]);
+    let c = d.client().with_raw_uploads(true);
+    let tail = br#"{"etag":"e-tail","parts":[]}"#;
+    rt().block_on(async {
+        c.create_bucket("keep").await.unwrap();
+        for i in 0..6u64 {
+            let data = bytes(300_000 + 1000 * i as usize, i + 1);
+            let key = format!("k{i}");
+            let rec = record("keep", &key, 1, data.len() as u64, 1, 1, 0);
+            let file = shard_file(&rec, &data);
+            let with_tail = i % 2 == 1;
+            let body = if with_tail {
+                [file.as_slice(), tail].concat()
+            } else {
+                file.clone()
+            };
+            let stored = c
+                .put_shard(&rec, upload(&body, 65_536 + i as usize), with_tail)
+                .await
+                .unwrap();
+            if with_tail {
+                assert_eq!(stored.record.etag, "e-tail");
+            }
+            assert_eq!(read_shard(&c, "keep", &key).await, chunk_bytes(&file));
+            // One connection, kept; every upload after the first went on it.
+            assert_eq!(c.kept_connections(), (1, i), "after upload {i}");
+        }
+
+        // Refused uploads close their connection; the drive's verdicts are those of an
+        // upload that ends with its connection.
+        let data = bytes(200_000, 9);
+        let rec = record("keep", "bad", 1, data.len() as u64, 1, 1, 0);
+        let file = shard_file(&rec, &data);
+        let mut flipped = file.clone();
+        flipped[70_000] ^= 1;
+        let longer = [file.as_slice(), b"extra"].concat();
+        for (what, body, with_tail, code) in [
+            ("a byte flipped", flipped, false, ErrorCode::BadDigest),
+            (
+                "bytes after the file",
+                longer,
+                false,
+                ErrorCode::InvalidShard,
+            ),
+            (
+                "no tail where one is due",
+                file.clone(),
+                true,
+                ErrorCode::BadRequest,
+            ),
+            (
+                "cut short",
+                file[..file.len() - 9].to_vec(),
+                false,
+                ErrorCode::IncompleteBody,
+            ),
+        ] {
+            let e = c
+                .put_shard(&rec, upload(&body, 50_000), with_tail)
+                .await
+                .expect_err(what);
+            assert_eq!(e.code, code, "{what}: {e}");
+            assert_eq!(c.kept_connections().0, 0, "{what}: its connection closed");
+            assert!(c.stat("keep", "bad").await.unwrap().is_none(), "{what}");
+            // The next one connects anew and is kept.
+            let ok = record("keep", "after", 1, data.len() as u64, 1, 1, 0);
+            c.put_shard(&ok, upload(&shard_file(&ok, &data), 50_000), false)
+                .await
+                .unwrap();
+            assert_eq!(c.kept_connections().0, 1, "after {what}");
+        }
+    });
+}

@@ -2,7 +2,7 @@
 4+2 cluster whose drives differ: three coordinate with `raw_shard_uploads = false` (shard
 uploads as request bodies), two send every shard as a raw upload, which the receiving
 drive splices from the socket into the shard file (`raw_shard_upload_min_bytes = 0`),
-and one has the defaults (raw uploads of shard files of 512 KiB and more, bodies below).
+and one has the defaults (raw uploads of shard files of 256 KiB and more, bodies below).
 Objects of sizes around the drives' inline threshold, chunk and write batch, written
 through any kind of drive, come back byte for byte from every drive; the drives count
 spliced uploads only when a coordinator sends raw uploads, and a default one only for
@@ -21,6 +21,7 @@ BODIES_ONLY = (3, 4, 5)
 RAW = (0, 1)
 DEFAULT = 2
 SPLICED = "oed_shard_uploads_spliced_total"
+KEPT = "oed_raw_upload_connections_kept_total"
 
 
 def data(n, seed):
@@ -58,29 +59,37 @@ def spliced(cluster):
     return [cluster.metric(i, SPLICED) for i in range(6)]
 
 
+def kept(cluster):
+    return [cluster.metric(i, KEPT) for i in range(6)]
+
+
 def test_bodies_then_raw_uploads_read_back_and_are_counted(mixed):
     mixed.client(0).create_bucket(Bucket="raw")
-    before = spliced(mixed)
+    before, kept_before = spliced(mixed), kept(mixed)
     put_and_check(mixed, "raw", BODIES_ONLY, "bodies")
     assert spliced(mixed) == before, "a coordinator with raw_shard_uploads=false sent raw uploads"
+    assert kept(mixed) == kept_before
     put_and_check(mixed, "raw", RAW, "raw")
     after = spliced(mixed)
     # Every drive received shards with files of their own from a raw-upload coordinator
     # other than itself.
     assert all(a > b for a, b in zip(after, before)), (before, after)
+    # And served the coordinator's next request on the connection of each stored one.
+    kept_after = kept(mixed)
+    assert all(a > b for a, b in zip(kept_after, kept_before)), (kept_before, kept_after)
     # Peer traffic in is counted for raw uploads as for bodies.
     for i in range(6):
         assert mixed.metric(i, "oed_traffic_bytes_total", '{class="peer",direction="in"}') > 0
 
 
 def test_a_default_coordinator_sends_only_large_shards_as_raw_uploads(mixed):
-    """Shard files under `raw_shard_upload_min_bytes` (512 KiB) go as request bodies on
+    """Shard files under `raw_shard_upload_min_bytes` (256 KiB) go as request bodies on
     kept-alive connections; larger ones as raw uploads."""
     s3 = mixed.client(DEFAULT)
     s3.create_bucket(Bucket="rawmin")
-    # 4 data shards of 256 KiB chunks: one stripe, files of one chunk (256 KiB and a
-    # header), under the minimum.
-    small = {f"small-{n}": data(n, f"s{n}") for n in (3 * CHUNK + 5, 4 * CHUNK)}
+    # 4 data shards of 256 KiB chunks: one stripe short of full, files of one short
+    # chunk and a header, under the minimum.
+    small = {f"small-{n}": data(n, f"s{n}") for n in (2 * CHUNK + 5, 4 * CHUNK - 4 * 4096)}
     before = spliced(mixed)
     for k, b in small.items():
         s3.put_object(Bucket="rawmin", Key=k, Body=b)

@@ -58,9 +58,9 @@ pub struct Config {
     /// bodies either way. Default: true.
     pub raw_shard_uploads: bool,
     /// The smallest shard file sent as a raw upload; smaller ones go as request bodies on
-    /// kept-alive connections (a raw upload takes a connection of its own, which costs
-    /// more than the copy it saves on a small shard). 0: every shard. Default: 524288
-    /// (docs/drive.md, "Shards from other drives: raw uploads").
+    /// kept-alive connections (a raw upload's upgrade costs more than the copy it saves
+    /// on a small shard). 0: every shard. Default: 262144 (docs/drive.md, "Shards from
+    /// other drives: raw uploads").
     pub raw_shard_upload_min_bytes: u64,
     /// Requests served at once; more wait for a slot. Default: 64.
     pub max_concurrent_requests: usize,

@@ -187,7 +187,7 @@ struct StateCollector {
     /// Bytes hashed for MD5 `ETag`s, by streams hashed together.
     md5: CounterVec,
     /// Counters kept as atomics on the hot path, copied here on scrape.
-    counters: [Counter; 12],
+    counters: [Counter; 13],
 }
 
 impl StateCollector {
@@ -333,6 +333,7 @@ impl StateCollector {
             self.store.shard_files_reused(),
             self.store.directory_syncs(),
             self.store.uploads_spliced(),
+            self.peer.raw_connections_kept.load(Ordering::Relaxed),
         ];
         self.connections
             .set(stats.connections_open.load(Ordering::Relaxed) as f64);
@@ -344,7 +345,7 @@ impl StateCollector {
 
 /// The counters kept as atomics on the hot path ([`StateCollector::refresh`] copies them,
 /// in this order).
-fn hot_counters() -> prometheus::Result<[Counter; 12]> {
+fn hot_counters() -> prometheus::Result<[Counter; 13]> {
     let counter = |n: &str, h: &str| Counter::with_opts(Opts::new(n, h));
     Ok([
         counter(
@@ -394,6 +395,10 @@ fn hot_counters() -> prometheus::Result<[Counter; 12]> {
         counter(
             "oed_shard_uploads_spliced_total",
             "Shard uploads from other drives that this drive received with splice, from the socket into the shard file (raw uploads over plain TCP, shards with a file of their own, direct_io off), stored or refused.",
+        )?,
+        counter(
+            "oed_raw_upload_connections_kept_total",
+            "Raw shard uploads after which this drive served the sending drive's next request on the same connection (x-oed-raw-keep) instead of closing it.",
         )?,
     ])
 }

@@ -24,7 +24,7 @@ use crate::cluster::map::ClusterMap;
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::metrics::DriveMetrics;
-use crate::peer::{self, ConnectionHold, PeerState, auth::PeerKey};
+use crate::peer::{self, ConnectionHold, PeerState, ServeAgain, auth::PeerKey};
 use crate::store::Store;
 
 /// A drive ready to serve: its store, its view of the cluster, and the state its routes
@@ -95,6 +95,7 @@ impl DriveServer {
             repair: std::sync::OnceLock::new(),
             epoch: cluster.epoch.clone(),
             epoch_mismatches: AtomicU64::new(0),
+            raw_connections_kept: AtomicU64::new(0),
             store: Some(store.clone()),
         });
         let repair =
@@ -419,7 +420,12 @@ async fn serve_http(
                 None => {
                     let io = crate::stall::WriteDeadline::new(tcp, handshake_timeout);
                     let hold = ConnectionHold::new(watcher, slot.clone());
-                    serve_upgradable(&http, io, service, hold, stop).await
+                    let again = Again {
+                        http,
+                        timeout: handshake_timeout,
+                        counts: counts.clone(),
+                    };
+                    serve_upgradable(&again, io, service, hold, stop).await
                 }
                 Some(tls) => match first_contact(tcp, tls, handshake_timeout).await {
                     Contact::Tls(io) => {
@@ -429,7 +435,12 @@ async fn serve_http(
                     Contact::Clear(io, clear) => {
                         let service = for_client(clear, client);
                         let hold = ConnectionHold::new(watcher, slot.clone());
-                        serve_upgradable(&http, io, service, hold, stop).await
+                        let again = Again {
+                            http,
+                            timeout: handshake_timeout,
+                            counts: counts.clone(),
+                        };
+                        serve_upgradable(&again, io, service, hold, stop).await
                     }
                     Contact::Refused(why) => {
                         tracing::debug!(why, "connection to the TLS listener closed");
@@ -451,21 +462,52 @@ async fn serve_http(
     graceful.shutdown().await;
 }
 
+/// What serving a connection takes beyond its service: to serve a raw upload's
+/// connection again once its sender keeps it ([`ServeAgain`]).
+#[derive(Clone)]
+struct Again {
+    http: hyper::server::conn::http1::Builder,
+    /// The connection's header timeout (and its writes' deadline).
+    timeout: Duration,
+    /// Where open connections are counted, if they are.
+    counts: Option<Arc<Cluster>>,
+}
+
 /// Serves a connection in the clear that may be upgraded to a raw shard upload
 /// ([`crate::peer::RAW_UPLOAD`]). hyper's graceful shutdown does not take such a
 /// connection, so it is done here: when `stop` fires the connection is asked to close
 /// after the request it serves. `hold` goes in each request's extensions, so an upload
 /// the connection is upgraded to keeps the server's shutdown waiting, and its
-/// connection slot taken, until it ends.
+/// connection slot taken, until it ends; so does a [`ServeAgain`], with which the
+/// upload hands the connection back when its sender keeps it.
 async fn serve_upgradable(
-    http: &hyper::server::conn::http1::Builder,
+    again: &Again,
     io: crate::stall::WriteDeadline<tokio::net::TcpStream>,
     mut service: ForClient,
     hold: ConnectionHold,
     stop: CancellationToken,
 ) -> hyper::Result<()> {
-    service.hold = Some(hold);
-    let conn = http
+    service.hold = Some(hold.clone());
+    service.again = Some(ServeAgain::new({
+        let (again, app, client, stop) = (
+            again.clone(),
+            service.app.clone(),
+            service.client,
+            stop.clone(),
+        );
+        move |tcp| {
+            let service = for_client(app.clone(), client);
+            tokio::spawn(serve_kept(
+                again.clone(),
+                tcp,
+                service,
+                hold.clone(),
+                stop.clone(),
+            ));
+        }
+    }));
+    let conn = again
+        .http
         .serve_connection(TokioIo::new(io), service)
         .with_upgrades();
     tokio::pin!(conn);
@@ -478,14 +520,36 @@ async fn serve_upgradable(
     }
 }
 
-/// `app`, answering the requests of a connection from `client` with the client in scope
-/// for the coordinator's budget ([`crate::cluster::budget::CLIENT`]), which shares its
-/// memory fairly between clients.
+/// Serves HTTP again on the connection of a raw upload its sender keeps, as the
+/// connection it was ([`serve_upgradable`]). Boxed: the connection it serves may be
+/// kept again.
+fn serve_kept(
+    again: Again,
+    tcp: tokio::net::TcpStream,
+    service: ForClient,
+    hold: ConnectionHold,
+    stop: CancellationToken,
+) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> {
+    Box::pin(async move {
+        if let Some(c) = &again.counts {
+            c.stats.connections_open.fetch_add(1, Ordering::Relaxed);
+        }
+        let io = crate::stall::WriteDeadline::new(tcp, again.timeout);
+        if let Err(e) = serve_upgradable(&again, io, service, hold, stop).await {
+            tracing::debug!(error = %e, "a kept raw upload connection ended with an error");
+        }
+        if let Some(c) = &again.counts {
+            c.stats.connections_open.fetch_sub(1, Ordering::Relaxed);
+        }
+    })
+}
+
 fn for_client(app: axum::Router, client: std::net::IpAddr) -> ForClient {
     ForClient {
         app,
         client,
         hold: None,
+        again: None,
     }
 }
 
@@ -495,6 +559,8 @@ struct ForClient {
     client: std::net::IpAddr,
     /// Put in each request's extensions, if any (see [`serve_upgradable`]).
     hold: Option<ConnectionHold>,
+    /// The same.
+    again: Option<ServeAgain>,
 }
 
 impl hyper::service::Service<http::Request<hyper::body::Incoming>> for ForClient {
@@ -508,6 +574,9 @@ impl hyper::service::Service<http::Request<hyper::body::Incoming>> for ForClient
     fn call(&self, mut req: http::Request<hyper::body::Incoming>) -> Self::Future {
         if let Some(hold) = &self.hold {
             req.extensions_mut().insert(hold.clone());
+        }
+        if let Some(again) = &self.again {
+            req.extensions_mut().insert(again.clone());
         }
         let mut app = self.app.clone();
         crate::cluster::budget::CLIENT.scope(

@@ -36,12 +36,13 @@ pub const EPOCH_HEADER: &str = "x-oed-map-epoch";
 
 /// The default of `raw_shard_upload_min_bytes`, the smallest shard file a drive sends as a
 /// raw upload ([`super::RAW_UPLOAD`]); smaller ones go as request bodies on the pool's
-/// kept-alive connections. A raw upload costs a connection of its own (connect, upgrade,
-/// close) and saves a copy of its bytes: on the development machine, one drive taking 16
-/// uploads at once spent 13-18% more CPU per shard on raw uploads than on bodies for
-/// shards of 64 and 256 KiB, and 15-23% less for 512 KiB and 1 MiB
-/// (`docs/benchmarks.md`, "Raw uploads and small shards").
-pub const RAW_UPLOAD_MIN_BYTES: u64 = 512 * 1024;
+/// kept-alive connections. A raw upload saves a copy of its bytes and costs an upgrade
+/// (and, when no kept connection is free, a connection of its own): on the development
+/// machine, one drive taking 16 uploads at once on kept connections spent 10-12% less
+/// CPU per shard on raw uploads than on bodies for 256 KiB shards, 20-28% less for 1 MiB,
+/// and about as much for 64 and 128 KiB (`docs/benchmarks.md`, "Raw uploads on kept
+/// connections").
+pub const RAW_UPLOAD_MIN_BYTES: u64 = 256 * 1024;
 
 /// The response header of `GET shard` that names the stripes sent, `from-to`.
 pub const STRIPES_HEADER: &str = "x-oed-stripes";
@@ -185,6 +186,9 @@ pub struct PeerClient {
     raw: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
     /// The smallest shard file sent as a raw upload ([`PeerClient::with_raw_upload_min`]).
     raw_min: u64,
+    /// Connections of raw uploads kept for the next one (`x-oed-raw-keep`), shared by
+    /// the clones made after [`PeerClient::with_raw_uploads`].
+    kept: std::sync::Arc<super::raw::KeptConnections>,
 }
 
 /// A signed request to a peer, ready to send; [`PeerClient::request`] makes one.
@@ -232,6 +236,47 @@ impl PeerRequest {
     {
         self.body = BodyExt::boxed_unsync(StreamBody::new(stream.map_ok(Frame::data)));
         self
+    }
+
+    /// Sends the request, with an empty body, on `tcp` (a connection to the drive in the
+    /// clear that is between requests) instead of a connection of the pool, and waits for
+    /// the response's head; the connection can be upgraded.
+    ///
+    /// # Errors
+    /// [`PeerError::Transport`] when no response came (the drive closed the connection,
+    /// say); [`PeerError::BadAddress`].
+    pub(super) async fn send_on(
+        self,
+        tcp: tokio::net::TcpStream,
+    ) -> Result<PeerResponse, PeerError> {
+        let (mut parts, ()) = self.head?.into_parts();
+        if let Some(authority) = parts.uri.authority().cloned() {
+            let host =
+                http::HeaderValue::from_str(authority.as_str()).map_err(PeerError::transport)?;
+            parts.headers.insert(http::header::HOST, host);
+        }
+        // A request on a connection of its own names only its path and query.
+        parts.uri = parts
+            .uri
+            .path_and_query()
+            .map_or_else(|| Uri::from_static("/"), |pq| Uri::from(pq.clone()));
+        let (mut sender, conn) = hyper::client::conn::http1::Builder::new()
+            .max_buf_size(READ_BUFFER_MAX)
+            .handshake::<_, PeerBody>(hyper_util::rt::TokioIo::new(crate::tls::PeerStream::Plain(
+                tcp,
+            )))
+            .await
+            .map_err(PeerError::transport)?;
+        tokio::spawn(async move {
+            if let Err(e) = conn.with_upgrades().await {
+                tracing::debug!(error = %e, "a kept raw upload connection failed");
+            }
+        });
+        let resp = sender
+            .send_request(Request::from_parts(parts, full(Bytes::new())))
+            .await
+            .map_err(PeerError::transport)?;
+        Ok(PeerResponse(resp))
     }
 
     /// Sends the request and waits for the response's head.
@@ -329,6 +374,7 @@ impl PeerClient {
             epoch: None,
             raw: None,
             raw_min: 0,
+            kept: std::sync::Arc::default(),
         }
     }
 
@@ -346,7 +392,23 @@ impl PeerClient {
     #[must_use]
     pub fn with_raw_uploads(mut self, raw: bool) -> Self {
         self.raw = raw.then(|| std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true)));
+        self.kept = std::sync::Arc::new(super::raw::KeptConnections::new(
+            std::env::var("OED_BENCH_RAW_KEEP").map_or(true, |v| v != "false"),
+        ));
         self
+    }
+
+    /// The connections of raw uploads this client keeps for the next.
+    pub(super) fn kept(&self) -> &super::raw::KeptConnections {
+        &self.kept
+    }
+
+    /// How many connections of raw uploads this client keeps now, and how many raw
+    /// uploads went on a kept connection so far (for tests).
+    #[doc(hidden)]
+    #[must_use]
+    pub fn kept_connections(&self) -> (usize, u64) {
+        (self.kept.len(), self.kept.reused())
     }
 
     /// The same client, sending raw uploads ([`PeerClient::with_raw_uploads`]) only of
@@ -435,7 +497,7 @@ impl Drive for PeerClient {
                 && file_len >= self.raw_min
         });
         let body = match raw {
-            Some(flag) => match super::raw::put_shard(self, &query, body).await? {
+            Some(flag) => match super::raw::put_shard(self, &query, body, file_len).await? {
                 super::raw::Sent::Answer(stored) => return *stored,
                 super::raw::Sent::NotTaken(body) => {
                     tracing::info!(

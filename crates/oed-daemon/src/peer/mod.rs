@@ -29,7 +29,7 @@ pub mod auth;
 pub mod client;
 mod raw;
 
-pub use raw::{ConnectionHold, RAW_UPLOAD};
+pub use raw::{ConnectionHold, KEEP_HEADER, RAW_UPLOAD, ServeAgain};
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -237,6 +237,9 @@ pub struct PeerState {
     pub epoch: Arc<AtomicU64>,
     /// Requests from drives that named another epoch since start.
     pub epoch_mismatches: AtomicU64,
+    /// Raw uploads since start after which this drive served the sender's next request
+    /// on the same connection ([`raw`]).
+    pub raw_connections_kept: AtomicU64,
     /// The drive's store, when `drive` is one: raw uploads ([`raw`]) go to it.
     pub store: Option<crate::store::Store>,
 }

@@ -9,6 +9,13 @@
 //! down its side of the connection. The drive answers with one frame, `STATUS LENGTH\n`
 //! then `LENGTH` bytes of JSON (the stored record, or the error as a drive error
 //! answer), and closes the connection.
+//!
+//! A sender that asks with `x-oed-raw-keep: 1` ([`KEEP_HEADER`]) keeps the connection
+//! for its next request, if the drive's `101` says `x-oed-raw-keep: 1` too: it does not
+//! shut down its side, and ends the body itself: the shard file (whose length the record
+//! gives), then the length of what follows it in 4 bytes, big-endian, and that (the
+//! record tail with `tail=true`; else nothing, length 0). After an answer of `200` the
+//! drive serves HTTP on the connection again; after an error it closes it.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -26,12 +33,34 @@ use super::client::{PeerClient, PeerError, check};
 use super::{DRAIN_LIMIT, PeerOp, PeerState, PutShardQuery};
 use crate::drive::{DriveError, ErrorCode, ShardUpload, Stored};
 use crate::error::Error;
-use crate::store::record::ObjectRecord;
+use crate::store::record::{MAX_TAIL_BYTES, ObjectRecord};
 use crate::store::{RawConn, RawUpload, Store};
 use oed_meter::traffic::{BodyMeter, Class, Direction};
 
 /// The protocol named in the `Upgrade` header of a raw upload.
 pub const RAW_UPLOAD: &str = "oed-shard";
+
+/// The header with which a raw upload's sender asks to keep the connection, and the
+/// drive's `101` says it will.
+pub const KEEP_HEADER: &str = "x-oed-raw-keep";
+
+/// Hands a connection back to the server that upgraded it, to serve HTTP on it again
+/// (the server puts it in each request's extensions).
+#[derive(Clone)]
+pub struct ServeAgain(Arc<dyn Fn(tokio::net::TcpStream) + Send + Sync>);
+
+impl ServeAgain {
+    /// Serves a connection again with `serve`.
+    pub fn new(serve: impl Fn(tokio::net::TcpStream) + Send + Sync + 'static) -> Self {
+        Self(Arc::new(serve))
+    }
+}
+
+impl std::fmt::Debug for ServeAgain {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ServeAgain")
+    }
+}
 
 /// The most an answer's writing may wait for the sender to read it.
 const ANSWER_TIMEOUT: Duration = Duration::from_secs(30);
@@ -76,7 +105,16 @@ pub(super) fn accept(
         return Error::BadRequest("this connection cannot be upgraded".into()).into_response();
     };
     let hold = req.extensions_mut().remove::<ConnectionHold>();
+    let again = req.extensions_mut().remove::<ServeAgain>();
     let tail = q.tail.unwrap_or(false);
+    // The sender keeps the connection when it asks to and the server can serve it again;
+    // a record without a shard file's length is refused by the store, however sent.
+    let kept_len = req
+        .headers()
+        .get(KEEP_HEADER)
+        .filter(|v| *v == "1" && again.is_some())
+        .and_then(|_| record.shard_header().ok())
+        .map(|h| h.file_len());
     tokio::spawn(async move {
         let _hold = hold;
         // Counted with the requests being served, as the upload was before its upgrade.
@@ -98,7 +136,10 @@ pub(super) fn accept(
             ),
             Err(u) => (Bytes::new(), RawConn::Other(TokioIo::new(u))),
         };
-        let mut up = RawUpload::new(prefix, conn);
+        let mut up = match kept_len {
+            Some(len) => RawUpload::kept(prefix, conn, len),
+            None => RawUpload::new(prefix, conn),
+        };
         let result = store
             .put_shard_raw(record, &mut up, tail)
             .await
@@ -118,22 +159,42 @@ pub(super) fn accept(
             status.as_u16(),
             started.elapsed().as_secs_f64(),
         );
-        let drained = answer(&mut up, status, &body, result.is_err()).await;
+        let keep = result.is_ok() && up.read_whole();
+        let (drained, answered) = answer(&mut up, status, &body, result.is_err(), keep).await;
         // Counted as an upload's body is: what came, the drained rest included.
         let mut meter = BodyMeter::new(state.traffic.clone(), Class::Peer, Direction::In);
         meter.add(usize::try_from(up.received() + drained).unwrap_or(usize::MAX));
+        if keep
+            && answered
+            && let (RawConn::Tcp(tcp), Some(again)) = (up.into_conn(), again)
+        {
+            state
+                .raw_connections_kept
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            (again.0)(tcp);
+        }
     });
     let mut resp = StatusCode::SWITCHING_PROTOCOLS.into_response();
     let h = resp.headers_mut();
     h.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
     h.insert(header::UPGRADE, HeaderValue::from_static(RAW_UPLOAD));
+    if kept_len.is_some() {
+        h.insert(KEEP_HEADER, HeaderValue::from_static("1"));
+    }
     resp
 }
 
-/// Sends the answer frame and closes the connection. After an error the rest of the
-/// upload, up to [`DRAIN_LIMIT`] bytes or 5 s, is read and dropped first, so that a
-/// sender still sending reads the answer rather than a reset. Returns the bytes dropped.
-async fn answer(up: &mut RawUpload, status: StatusCode, body: &[u8], drain: bool) -> u64 {
+/// Sends the answer frame and, unless the connection is `kept`, closes the connection.
+/// After an error the rest of the upload, up to [`DRAIN_LIMIT`] bytes or 5 s, is read and
+/// dropped first, so that a sender still sending reads the answer rather than a reset.
+/// Returns the bytes dropped, and whether the answer went out.
+async fn answer(
+    up: &mut RawUpload,
+    status: StatusCode,
+    body: &[u8],
+    drain: bool,
+    kept: bool,
+) -> (u64, bool) {
     let conn = up.conn();
     let mut frame = format!("{} {}\n", status.as_u16(), body.len()).into_bytes();
     frame.extend_from_slice(body);
@@ -141,12 +202,15 @@ async fn answer(up: &mut RawUpload, status: StatusCode, body: &[u8], drain: bool
         Ok(Ok(())) => {}
         Ok(Err(e)) => {
             tracing::debug!(error = %e, "a raw upload's answer could not be sent");
-            return 0;
+            return (0, false);
         }
         Err(_) => {
             tracing::debug!("a raw upload's sender read nothing of its answer");
-            return 0;
+            return (0, false);
         }
+    }
+    if kept {
+        return (0, true);
     }
     let mut dropped = 0u64;
     if drain {
@@ -162,7 +226,7 @@ async fn answer(up: &mut RawUpload, status: StatusCode, body: &[u8], drain: bool
         let _ = tokio::time::timeout(Duration::from_secs(5), rest).await;
     }
     let _ = tokio::time::timeout(ANSWER_TIMEOUT, conn.shutdown()).await;
-    dropped
+    (dropped, true)
 }
 
 /// How a raw upload went, seen from its sender.
@@ -174,9 +238,70 @@ pub(super) enum Sent {
     NotTaken(ShardUpload),
 }
 
-/// Sends `body` to `client`'s drive as a raw upload of `PUT shard` with `query`, and reads
-/// the drive's answer (which may come before the body is all sent, when the drive
-/// refuses it early).
+/// Connections of raw uploads a drive client keeps for its next ones: at most
+/// [`KEPT_MAX`], each for at most [`KEPT_IDLE`].
+#[derive(Debug, Default)]
+pub(super) struct KeptConnections {
+    /// Whether raw uploads ask to keep their connections (`OED_BENCH_RAW_KEEP=false`
+    /// turns it off, for benchmarks comparing the two).
+    on: bool,
+    idle: std::sync::Mutex<Vec<(tokio::net::TcpStream, Instant)>>,
+    /// Raw uploads the drive answered on a kept connection.
+    reused: std::sync::atomic::AtomicU64,
+}
+
+/// The most connections kept per drive, as the pool keeps for other requests.
+const KEPT_MAX: usize = 16;
+
+/// How long a kept connection waits for its next upload: less than the shortest
+/// `http_header_timeout_seconds` (16 s), after which the drive closes it.
+const KEPT_IDLE: Duration = Duration::from_secs(15);
+
+impl KeptConnections {
+    pub(super) fn new(on: bool) -> Self {
+        Self {
+            on,
+            ..Self::default()
+        }
+    }
+
+    /// The connection kept last, if one is kept and fresh.
+    fn take(&self) -> Option<tokio::net::TcpStream> {
+        let mut idle = self
+            .idle
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        idle.retain(|(_, since)| since.elapsed() < KEPT_IDLE);
+        idle.pop().map(|(tcp, _)| tcp)
+    }
+
+    pub(super) fn reused(&self) -> u64 {
+        self.reused.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    pub(super) fn len(&self) -> usize {
+        self.idle
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .len()
+    }
+
+    fn put(&self, tcp: tokio::net::TcpStream) {
+        let mut idle = self
+            .idle
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if idle.len() < KEPT_MAX {
+            idle.push((tcp, Instant::now()));
+        }
+    }
+}
+
+/// Sends `body`, whose shard file is `file_len` bytes, to `client`'s drive as a raw upload
+/// of `PUT shard` with `query`, and reads the drive's answer (which may come before the
+/// body is all sent, when the drive refuses it early). It goes on a connection kept from
+/// an earlier raw upload when there is one, and keeps its own for the next when the
+/// drive agrees and stores the shard.
 ///
 /// # Errors
 /// [`ErrorCode::Unreachable`] when the request could not be sent.
@@ -184,13 +309,35 @@ pub(super) async fn put_shard(
     client: &PeerClient,
     query: &str,
     body: ShardUpload,
+    file_len: u64,
 ) -> Result<Sent, DriveError> {
-    let resp = client
-        .request(PeerOp::PutShard, query, auth::STREAMING)
-        .header(header::CONNECTION, "upgrade")
-        .header(header::UPGRADE, RAW_UPLOAD)
-        .send()
-        .await?;
+    let kept = client.kept();
+    let request = || {
+        let req = client
+            .request(PeerOp::PutShard, query, auth::STREAMING)
+            .header(header::CONNECTION, "upgrade")
+            .header(header::UPGRADE, RAW_UPLOAD);
+        if kept.on {
+            req.header(http::HeaderName::from_static(KEEP_HEADER), "1")
+        } else {
+            req
+        }
+    };
+    // A kept connection the drive has closed since fails before any of the body is
+    // sent: then a new one.
+    let mut resp = None;
+    while let Some(tcp) = kept.take() {
+        if let Ok(r) = request().send_on(tcp).await {
+            kept.reused
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            resp = Some(r);
+            break;
+        }
+    }
+    let resp = match resp {
+        Some(r) => r,
+        None => request().send().await?,
+    };
     if resp.status() != StatusCode::SWITCHING_PROTOCOLS {
         let e = match check(resp).await {
             Err(e) => e,
@@ -203,32 +350,32 @@ pub(super) async fn put_shard(
         }
         return Ok(Sent::Answer(Box::new(Err(e))));
     }
+    let keep = kept.on && resp.header(KEEP_HEADER) == Some("1");
     let upgraded = hyper::upgrade::on(resp.into_inner())
         .await
         .map_err(PeerError::transport)?;
     let (mut rd, mut wr) = tokio::io::split(TokioIo::new(upgraded));
     let send = async move {
-        // Pieces that are ready go out in one call: a chunk and its 4-byte CRC together.
-        let mut body = body.ready_chunks(32);
-        while let Some(pieces) = body.next().await {
-            let mut pieces: Vec<Bytes> = pieces
-                .into_iter()
-                .collect::<std::io::Result<_>>()
-                .map_err(Failed::Body)?;
-            write_all_vectored(&mut wr, &mut pieces)
-                .await
-                .map_err(Failed::Conn)?;
-        }
-        wr.shutdown().await.map_err(Failed::Conn)
+        let sent = send_body(&mut wr, body, keep.then_some(file_len)).await;
+        (sent, wr)
     };
-    let answer = read_answer(&mut rd);
+    let answer = async move {
+        let answer = read_answer(&mut rd).await;
+        (answer, rd)
+    };
     tokio::pin!(send, answer);
-    let sent = tokio::select! {
+    let (sent, wr) = tokio::select! {
         sent = &mut send => sent,
-        answer = &mut answer => return Ok(Sent::Answer(Box::new(answer))),
+        (answer, _) = &mut answer => return Ok(Sent::Answer(Box::new(answer))),
     };
     match sent {
-        Ok(()) => Ok(Sent::Answer(Box::new(answer.await))),
+        Ok(framed) => {
+            let (answer, rd) = answer.await;
+            if framed && answer.is_ok() {
+                keep_connection(kept, rd.unsplit(wr));
+            }
+            Ok(Sent::Answer(Box::new(answer)))
+        }
         // The body failed on this side (its sender gave up): the connection closes with
         // the upload incomplete, which the drive refuses.
         Err(Failed::Body(e)) => Err(DriveError::unreachable(format!(
@@ -236,12 +383,78 @@ pub(super) async fn put_shard(
         ))),
         // The drive may have answered and closed: its answer says why.
         Err(Failed::Conn(e)) => match tokio::time::timeout(Duration::from_secs(1), answer).await {
-            Ok(Ok(stored)) => Ok(Sent::Answer(Box::new(Ok(stored)))),
-            Ok(Err(a)) if a.code != ErrorCode::Unreachable => Ok(Sent::Answer(Box::new(Err(a)))),
+            Ok((Ok(stored), _)) => Ok(Sent::Answer(Box::new(Ok(stored)))),
+            Ok((Err(a), _)) if a.code != ErrorCode::Unreachable => {
+                Ok(Sent::Answer(Box::new(Err(a))))
+            }
             _ => Err(DriveError::unreachable(format!(
                 "raw upload: sending failed: {e}"
             ))),
         },
+    }
+}
+
+/// Sends `body`. Without `kept_len` it then shuts down this side of the connection, which
+/// ends the upload. With it (the shard file's length, the connection being kept) it sends
+/// the file, then what follows it (the record tail) with its length in front, and
+/// returns whether it framed the upload so; a body that ends inside the file is ended by
+/// a shutdown as well, which the drive refuses as incomplete.
+async fn send_body<W: AsyncWrite + Unpin>(
+    wr: &mut W,
+    body: ShardUpload,
+    kept_len: Option<u64>,
+) -> Result<bool, Failed> {
+    // Pieces that are ready go out in one call: a chunk and its 4-byte CRC together.
+    let mut body = body.ready_chunks(32);
+    let mut file_left = kept_len.unwrap_or(u64::MAX);
+    let mut rest = Vec::new();
+    while let Some(pieces) = body.next().await {
+        let mut pieces: Vec<Bytes> = pieces
+            .into_iter()
+            .collect::<std::io::Result<_>>()
+            .map_err(Failed::Body)?;
+        if kept_len.is_some() {
+            for p in &mut pieces {
+                let file = p
+                    .len()
+                    .min(usize::try_from(file_left).unwrap_or(usize::MAX));
+                file_left -= file as u64;
+                let after = p.split_off(file);
+                // More than a tail may be is refused by the drive all the same.
+                let room = (MAX_TAIL_BYTES + 1).saturating_sub(rest.len());
+                rest.extend_from_slice(&after[..after.len().min(room)]);
+            }
+        }
+        write_all_vectored(wr, &mut pieces)
+            .await
+            .map_err(Failed::Conn)?;
+    }
+    if kept_len.is_none() || file_left > 0 {
+        wr.shutdown().await.map_err(Failed::Conn)?;
+        return Ok(false);
+    }
+    let len = u32::try_from(rest.len()).unwrap_or(u32::MAX);
+    let mut end = Vec::with_capacity(4 + rest.len());
+    end.extend_from_slice(&len.to_be_bytes());
+    end.extend_from_slice(&rest);
+    wr.write_all(&end).await.map_err(Failed::Conn)?;
+    Ok(true)
+}
+
+/// Keeps the connection of a raw upload that is over, when it is a plain TCP connection
+/// with nothing of the drive's left unread.
+fn keep_connection(kept: &KeptConnections, io: TokioIo<hyper::upgrade::Upgraded>) {
+    match io
+        .into_inner()
+        .downcast::<TokioIo<crate::tls::PeerStream>>()
+    {
+        Ok(parts) if parts.read_buf.is_empty() => {
+            if let crate::tls::PeerStream::Plain(tcp) = parts.io.into_inner() {
+                kept.put(tcp);
+            }
+        }
+        Ok(_) => tracing::debug!("a raw upload's connection had bytes left over: not kept"),
+        Err(_) => tracing::debug!("a raw upload's connection is not plain TCP: not kept"),
     }
 }
 
@@ -421,6 +634,71 @@ mod tests {
             [(false, file.len()), (true, 0), (false, file.len())],
             "a body under the minimum; at it, a raw upload tried first"
         );
+    }
+
+    /// A drive of a version that takes raw uploads but keeps no connection: its `101`
+    /// does not say `x-oed-raw-keep`, it reads the upload to the sender's shutdown,
+    /// answers (echoing the record) and closes. Returns its URL and the bodies it read.
+    async fn drive_that_keeps_nothing() -> (String, Arc<Mutex<Vec<Vec<u8>>>>) {
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let noted = seen.clone();
+        let app = axum::Router::new().route(
+            "/_oed/peer/v1/shard",
+            axum::routing::put(
+                move |q: Query<std::collections::HashMap<String, String>>, mut req: Request| {
+                    let noted = noted.clone();
+                    async move {
+                        let on = req
+                            .extensions_mut()
+                            .remove::<hyper::upgrade::OnUpgrade>()
+                            .unwrap();
+                        let record = q["record"].clone();
+                        tokio::spawn(async move {
+                            let mut io = TokioIo::new(on.await.unwrap());
+                            let mut got = Vec::new();
+                            io.read_to_end(&mut got).await.unwrap();
+                            noted.lock().unwrap().push(got);
+                            let answer = format!("200 {}\n{record}", record.len());
+                            io.write_all(answer.as_bytes()).await.unwrap();
+                            io.shutdown().await.unwrap();
+                        });
+                        let mut resp = StatusCode::SWITCHING_PROTOCOLS.into_response();
+                        let h = resp.headers_mut();
+                        h.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
+                        h.insert(header::UPGRADE, HeaderValue::from_static(RAW_UPLOAD));
+                        resp
+                    }
+                },
+            ),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        (url, seen)
+    }
+
+    /// A sender that asks to keep the connection and is not told the drive will sends
+    /// the upload as such a drive expects it (ended by its shutdown, nothing framed) and
+    /// keeps nothing.
+    #[tokio::test]
+    async fn a_drive_that_keeps_no_connection_gets_uploads_ended_by_shutdown() {
+        let (url, seen) = drive_that_keeps_nothing().await;
+        let client = PeerClient::new(&url, auth::PeerKey::derive(b"0123456789abcdef"))
+            .with_raw_uploads(true);
+        let (file, record) = small_shard();
+        let tail = br#"{"etag":"x","parts":[]}"#;
+        for with_tail in [false, true] {
+            let body = if with_tail {
+                Bytes::from([&file[..], tail].concat())
+            } else {
+                file.clone()
+            };
+            let sent: ShardUpload = Box::pin(futures_util::stream::iter([Ok(body.clone())]));
+            let stored = client.put_shard(&record, sent, with_tail).await.unwrap();
+            assert_eq!(stored.record, record);
+            assert_eq!(seen.lock().unwrap().pop().unwrap(), body);
+            assert_eq!(client.kept_connections(), (0, 0));
+        }
     }
 
     #[tokio::test]

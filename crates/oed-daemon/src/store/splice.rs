@@ -20,7 +20,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use bytes::{Bytes, BytesMut};
-use futures_util::{Stream, StreamExt};
+use futures_util::Stream;
 use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
@@ -78,21 +78,65 @@ impl AsyncWrite for RawConn {
 }
 
 /// An upload's bytes on a connection of their own: those hyper had already read past the
-/// request's head, then the connection's, up to the sender's shutdown of its side.
+/// request's head, then the connection's, up to the sender's shutdown of its side, or on
+/// a kept connection ([`RawUpload::kept`]) up to the end of its frame.
+///
+/// Read as a body ([`AsyncRead`]) it gives the shard file, then the record tail, then
+/// its end.
 pub struct RawUpload {
     prefix: Bytes,
     conn: RawConn,
     received: u64,
+    frame: Option<Frame>,
+}
+
+/// Where the upload on a kept connection ends: after the shard file (`file_left` more
+/// bytes), a 4-byte big-endian length and that many bytes of tail (`docs/peer-api.md`,
+/// "Raw uploads"). Bytes after the file where no tail is due, or more than a tail may
+/// be, are read as the connection's would be, and the upload refused for them.
+#[derive(Debug)]
+struct Frame {
+    file_left: u64,
+    tail: TailFrame,
+}
+
+#[derive(Debug)]
+enum TailFrame {
+    /// The tail's length: `got` of its 4 bytes read so far.
+    Len { bytes: [u8; 4], got: usize },
+    /// This many bytes of tail to come.
+    Bytes(u64),
+    /// The upload is all read: the connection's next bytes are the next request's.
+    Done,
 }
 
 impl RawUpload {
-    /// The upload on `conn`, `prefix` having been read from it already.
+    /// The upload on `conn`, `prefix` having been read from it already; it ends when the
+    /// sender shuts down its side.
     #[must_use]
     pub fn new(prefix: Bytes, conn: RawConn) -> Self {
         Self {
             prefix,
             conn,
             received: 0,
+            frame: None,
+        }
+    }
+
+    /// The upload on a connection the sender keeps: a shard file of `file_len` bytes,
+    /// then the length of what follows it (4 bytes, big-endian: the record tail's, 0
+    /// without one) and that.
+    #[must_use]
+    pub fn kept(prefix: Bytes, conn: RawConn, file_len: u64) -> Self {
+        Self {
+            frame: Some(Frame {
+                file_left: file_len,
+                tail: TailFrame::Len {
+                    bytes: [0; 4],
+                    got: 0,
+                },
+            }),
+            ..Self::new(prefix, conn)
         }
     }
 
@@ -107,21 +151,111 @@ impl RawUpload {
         &mut self.conn
     }
 
-    /// The rest of the upload as a body: the prefix, then what the connection brings.
+    /// On a kept connection, whether the upload was read to the end of its frame and
+    /// nothing past it: the connection can carry the next request.
+    #[must_use]
+    pub fn read_whole(&self) -> bool {
+        self.prefix.is_empty()
+            && self
+                .frame
+                .as_ref()
+                .is_some_and(|f| f.file_left == 0 && matches!(f.tail, TailFrame::Done))
+    }
+
+    /// The connection, once the upload is over.
+    #[must_use]
+    pub fn into_conn(self) -> RawConn {
+        self.conn
+    }
+
+    /// The rest of the upload as a body.
     pub(super) fn stream(&mut self) -> impl Stream<Item = io::Result<Bytes>> + Unpin + '_ {
-        let prefix = std::mem::take(&mut self.prefix);
-        let received = &mut self.received;
-        futures_util::stream::iter((!prefix.is_empty()).then_some(Ok(prefix)))
-            .chain(tokio_util::io::ReaderStream::with_capacity(
-                &mut self.conn,
-                crate::peer::client::READ_BUFFER_MAX,
-            ))
-            .map(move |piece| {
-                if let Ok(p) = &piece {
-                    *received += p.len() as u64;
+        tokio_util::io::ReaderStream::with_capacity(self, crate::peer::client::READ_BUFFER_MAX)
+    }
+}
+
+/// Reads into `buf`, at most `limit` bytes, from `prefix` first, then `conn`; returns
+/// how many (0: the connection ended).
+fn poll_raw(
+    prefix: &mut Bytes,
+    conn: &mut RawConn,
+    cx: &mut Context<'_>,
+    buf: &mut ReadBuf<'_>,
+    limit: usize,
+) -> Poll<io::Result<usize>> {
+    let limit = limit.min(buf.remaining());
+    if !prefix.is_empty() {
+        let n = limit.min(prefix.len());
+        buf.put_slice(&prefix.split_to(n));
+        return Poll::Ready(Ok(n));
+    }
+    if limit == buf.remaining() {
+        let before = buf.filled().len();
+        std::task::ready!(Pin::new(conn).poll_read(cx, buf))?;
+        return Poll::Ready(Ok(buf.filled().len() - before));
+    }
+    // Only the end of a frame is read short of the buffer.
+    let mut part = ReadBuf::new(buf.initialize_unfilled_to(limit));
+    std::task::ready!(Pin::new(conn).poll_read(cx, &mut part))?;
+    let n = part.filled().len();
+    buf.advance(n);
+    Poll::Ready(Ok(n))
+}
+
+impl AsyncRead for RawUpload {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        let (prefix, conn) = (&mut this.prefix, &mut this.conn);
+        let Some(frame) = &mut this.frame else {
+            let n = std::task::ready!(poll_raw(prefix, conn, cx, buf, usize::MAX))?;
+            this.received += n as u64;
+            return Poll::Ready(Ok(()));
+        };
+        loop {
+            if frame.file_left > 0 {
+                let limit = usize::try_from(frame.file_left).unwrap_or(usize::MAX);
+                let n = std::task::ready!(poll_raw(prefix, conn, cx, buf, limit))?;
+                frame.file_left -= n as u64;
+                this.received += n as u64;
+                return Poll::Ready(Ok(()));
+            }
+            match &mut frame.tail {
+                TailFrame::Done => return Poll::Ready(Ok(())),
+                TailFrame::Bytes(left) => {
+                    let limit = usize::try_from(*left).unwrap_or(usize::MAX);
+                    let n = std::task::ready!(poll_raw(prefix, conn, cx, buf, limit))?;
+                    *left -= n as u64;
+                    if *left == 0 {
+                        frame.tail = TailFrame::Done;
+                    }
+                    this.received += n as u64;
+                    return Poll::Ready(Ok(()));
                 }
-                piece
-            })
+                TailFrame::Len { bytes, got } => {
+                    let mut len = ReadBuf::new(&mut bytes[*got..]);
+                    let n = std::task::ready!(poll_raw(prefix, conn, cx, &mut len, 4))?;
+                    this.received += n as u64;
+                    if n == 0 {
+                        // The connection ended before the tail: the upload is short.
+                        return Poll::Ready(Ok(()));
+                    }
+                    *got += n;
+                    if *got < 4 {
+                        continue;
+                    }
+                    let len = u32::from_be_bytes(*bytes);
+                    frame.tail = if len == 0 {
+                        TailFrame::Done
+                    } else {
+                        TailFrame::Bytes(len.into())
+                    };
+                }
+            }
+        }
     }
 }
 
@@ -157,12 +291,11 @@ pub(super) async fn receive(
     // After the file: the tail, or nothing.
     let limit = if with_tail { MAX_TAIL_BYTES } else { 0 };
     let mut rest = Vec::new();
-    (&mut up.conn)
-        .take((limit - tail.len() + 1) as u64)
+    (&mut *up)
+        .take((limit.saturating_sub(tail.len()) + 1) as u64)
         .read_to_end(&mut rest)
         .await
         .map_err(|e| broken(&e))?;
-    up.received += rest.len() as u64;
     tail.extend_from_slice(&rest);
     if pos == file_len && tail.len() > limit {
         return Err(Error::Shard(oed_ec::Error::TrailingData));
@@ -182,17 +315,18 @@ async fn read_head(
     with_tail: bool,
 ) -> Result<Vec<u8>> {
     let file_len = expected.file_len();
-    let mut head = BytesMut::from(&std::mem::take(&mut up.prefix)[..]);
     let want = oed_ec::format::HEADER_LEN.min(file_len as usize);
-    while head.len() < want {
-        let mut more = vec![0u8; want - head.len()];
-        let n = up.conn.read(&mut more).await.map_err(|e| broken(&e))?;
+    let mut head = BytesMut::new();
+    // The header, and all that hyper read past the request's head: what is spliced comes
+    // straight from the socket.
+    while head.len() < want || !up.prefix.is_empty() {
+        let mut more = vec![0u8; (want.saturating_sub(head.len())).max(up.prefix.len())];
+        let n = up.read(&mut more).await.map_err(|e| broken(&e))?;
         if n == 0 {
             break;
         }
         head.extend_from_slice(&more[..n]);
     }
-    up.received += head.len() as u64;
     let mut head = head.freeze();
     let mut tail = Vec::new();
     if head.len() as u64 > file_len {
@@ -271,7 +405,11 @@ async fn splice_body(
         }
         in_pipe += got;
         pos += got as u64;
+        // Moved from the socket without a read.
         up.received += got as u64;
+        if let Some(f) = &mut up.frame {
+            f.file_left = f.file_left.saturating_sub(got as u64);
+        }
     }
     Ok(pos)
 }
