@@ -126,15 +126,15 @@ impl Daemon {
     #[must_use]
     pub fn start(data_dir: &Path, settings: &[&str]) -> Self {
         let settings: Vec<String> = settings.iter().map(|s| (*s).to_owned()).collect();
-        Self::start_owned(data_dir, settings)
+        Self::start_owned(data_dir, settings, "127.0.0.1:0")
     }
 
-    fn start_owned(data_dir: &Path, settings: Vec<String>) -> Self {
+    fn start_owned(data_dir: &Path, settings: Vec<String>, listen: &str) -> Self {
         let mut cmd = oedd_command();
         cmd.arg("serve")
             .arg("--data-dir")
             .arg(data_dir)
-            .args(["--listen", "127.0.0.1:0", "--drive-id", "test-drive"])
+            .args(["--listen", listen, "--drive-id", "test-drive"])
             .env("OED_CLUSTER_SECRET", SECRET)
             .env("OED_LOG", "warn")
             .stdout(Stdio::piped())
@@ -219,7 +219,18 @@ impl Daemon {
         self.kill9();
         let data_dir = self.data_dir.clone();
         let settings = std::mem::take(&mut self.settings);
-        Self::start_owned(&data_dir, settings)
+        Self::start_owned(&data_dir, settings, "127.0.0.1:0")
+    }
+
+    /// Kills the drive (SIGKILL) and starts it again at the same address: its clients'
+    /// connections end, the clients themselves stay valid.
+    #[must_use]
+    pub fn restart_at_same_address(mut self) -> Self {
+        self.kill9();
+        let data_dir = self.data_dir.clone();
+        let settings = std::mem::take(&mut self.settings);
+        let listen = self.url.trim_start_matches("http://").to_owned();
+        Self::start_owned(&data_dir, settings, &listen)
     }
 }
 

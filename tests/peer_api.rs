@@ -515,3 +515,40 @@ fn raw_uploads_keep_their_connection_for_the_next() {
         }
     });
 }
+
+/// A kept connection that the drive has closed since (here: it was killed and started
+/// again at the same address) fails before any byte of the next upload's body is sent;
+/// the upload goes on a new connection, which is kept in turn.
+#[test]
+fn a_kept_connection_the_drive_closed_is_replaced_by_a_new_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = Daemon::start(dir.path(), &[]);
+    let c = d.client().with_raw_uploads(true);
+    let data = bytes(300_000, 4);
+    let put = |key: &str| {
+        let rec = record("stale", key, 1, data.len() as u64, 1, 1, 0);
+        let file = shard_file(&rec, &data);
+        let c = c.clone();
+        async move {
+            c.put_shard(&rec, upload(&file, 65_536), false)
+                .await
+                .unwrap();
+            assert_eq!(read_shard(&c, "stale", &rec.key).await, chunk_bytes(&file));
+        }
+    };
+    // One runtime throughout: the kept connection is registered with it.
+    let rt = rt();
+    rt.block_on(async {
+        c.create_bucket("stale").await.unwrap();
+        put("a").await;
+        assert_eq!(c.kept_connections(), (1, 0));
+    });
+    let _d = d.restart_at_same_address();
+    rt.block_on(async {
+        put("b").await;
+        // The stale connection was tried and dropped, the new one kept.
+        assert_eq!(c.kept_connections(), (1, 0));
+        put("c").await;
+        assert_eq!(c.kept_connections(), (1, 1));
+    });
+}
