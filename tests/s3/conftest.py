@@ -39,6 +39,10 @@ def free_ports(n):
     return ports
 
 
+class DriveExited(RuntimeError):
+    """A drive's process ended before it printed that it listens."""
+
+
 class Cluster:
     """`n` drives, EC k+m, chunk size `chunk`, in a temporary directory. Each drive
     serves /metrics on its own port (`metrics_addrs`); `extra(i)` gives more `--set`
@@ -59,32 +63,48 @@ class Cluster:
             self.ids = [d["id"] for d in made["drives"]]
             self.addrs = [d["address"] for d in made["drives"]]
             n = len(self.ids)
-            self.metrics_addrs = [f"127.0.0.1:{p}" for p in free_ports(n)]
             self.map = self.dir / "cluster.toml"
             shutil.copy(Path(from_init) / "cluster.toml", self.map)
         else:
             self.secret = secrets.token_hex(16)
             self.cluster_secret = secrets.token_hex(16)
             self.k, self.m = k, m
-            ports = free_ports(2 * n)
-            self.metrics_addrs = [f"127.0.0.1:{p}" for p in ports[n:]]
-            ports = ports[:n]
             self.ids = [f"drive-{i + 1}" for i in range(n)]
-            self.addrs = [f"127.0.0.1:{p}" for p in ports]
-            lines = [
-                'cluster_id = "test"',
-                "[profile]",
-                f"k = {k}",
-                f"m = {m}",
-                f"chunk_size = {chunk}",
-            ]
-            for i, a in zip(self.ids, self.addrs):
-                lines += ["[[drives]]", f'id = "{i}"', f'address = "{a}"']
             self.map = self.dir / "cluster.toml"
-            self.map.write_text("\n".join(lines) + "\n")
-        self.procs = [None] * n
-        for i in range(n):
-            self.start(i)
+        # The free ports are released before the drives bind them, and another process
+        # may take one meanwhile: a drive that exits before it listens makes the drives
+        # start again on other ports (a map made by `oedd cluster init` keeps its own).
+        for attempt in range(3):
+            if from_init is None:
+                self.pick_ports(n, k, m, chunk)
+            else:
+                self.metrics_addrs = [f"127.0.0.1:{p}" for p in free_ports(n)]
+            self.procs = [None] * n
+            try:
+                for i in range(n):
+                    self.start(i)
+                break
+            except DriveExited:
+                for i in range(n):
+                    self.kill9(i)
+                    shutil.rmtree(self.data_dir(i), ignore_errors=True)
+                if attempt == 2:
+                    raise
+
+    def pick_ports(self, n, k, m, chunk):
+        ports = free_ports(2 * n)
+        self.metrics_addrs = [f"127.0.0.1:{p}" for p in ports[n:]]
+        self.addrs = [f"127.0.0.1:{p}" for p in ports[:n]]
+        lines = [
+            'cluster_id = "test"',
+            "[profile]",
+            f"k = {k}",
+            f"m = {m}",
+            f"chunk_size = {chunk}",
+        ]
+        for i, a in zip(self.ids, self.addrs):
+            lines += ["[[drives]]", f'id = "{i}"', f'address = "{a}"']
+        self.map.write_text("\n".join(lines) + "\n")
 
     def data_dir(self, i):
         return self.dir / self.ids[i]
@@ -121,9 +141,13 @@ class Cluster:
                     ready.set()
 
         threading.Thread(target=watch, daemon=True).start()
-        if not ready.wait(60):
-            p.kill()
-            raise RuntimeError(f"{self.ids[i]} did not start")
+        deadline = time.time() + 60
+        while not ready.wait(0.05):
+            if p.poll() is not None:
+                raise DriveExited(f"{self.ids[i]} exited ({p.returncode}) before it listened")
+            if time.time() > deadline:
+                p.kill()
+                raise RuntimeError(f"{self.ids[i]} did not start")
         self.procs[i] = p
 
     def kill9(self, i):
