@@ -407,9 +407,14 @@ async fn serve_http(
             tracing::debug!(error = %e, "cannot set TCP_NODELAY on a connection");
         }
         let service = for_client(app.clone(), client);
-        let (http, watcher, counts) = (http.clone(), graceful.watcher(), limits.counts.clone());
+        let (watcher, counts) = (graceful.watcher(), limits.counts.clone());
         let tls = limits.tls.clone();
         let handshake_timeout = limits.header_timeout;
+        let again = Again {
+            http: http.clone(),
+            timeout: handshake_timeout,
+            counts: counts.clone(),
+        };
         let stop = shutdown.clone();
         tokio::spawn(async move {
             if let Some(c) = &counts {
@@ -420,26 +425,18 @@ async fn serve_http(
                 None => {
                     let io = crate::stall::WriteDeadline::new(tcp, handshake_timeout);
                     let hold = ConnectionHold::new(watcher, slot.clone());
-                    let again = Again {
-                        http,
-                        timeout: handshake_timeout,
-                        counts: counts.clone(),
-                    };
                     serve_upgradable(&again, io, service, hold, stop).await
                 }
                 Some(tls) => match first_contact(tcp, tls, handshake_timeout).await {
                     Contact::Tls(io) => {
                         let io = TokioIo::new(crate::tls::Coalesce::new(io));
-                        watcher.watch(http.serve_connection(io, service)).await
+                        watcher
+                            .watch(again.http.serve_connection(io, service))
+                            .await
                     }
                     Contact::Clear(io, clear) => {
                         let service = for_client(clear, client);
                         let hold = ConnectionHold::new(watcher, slot.clone());
-                        let again = Again {
-                            http,
-                            timeout: handshake_timeout,
-                            counts: counts.clone(),
-                        };
                         serve_upgradable(&again, io, service, hold, stop).await
                     }
                     Contact::Refused(why) => {

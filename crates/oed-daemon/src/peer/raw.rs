@@ -543,6 +543,14 @@ mod tests {
     use super::*;
     use crate::drive::Drive;
 
+    /// Serves `app` on 127.0.0.1 at a port of its own; returns its URL.
+    async fn serve(app: axum::Router) -> String {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        url
+    }
+
     /// A drive of a version before raw uploads, as far as `PUT shard` goes: it takes the
     /// upgrade request as an upload without a body (`IncompleteBody`, as such a drive
     /// answers an empty shard file) and stores bodies (here: notes them and echoes the
@@ -571,10 +579,7 @@ mod tests {
                 },
             ),
         );
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!("http://{}", listener.local_addr().unwrap());
-        tokio::spawn(async move { axum::serve(listener, app).await });
-        (url, seen)
+        (serve(app).await, seen)
     }
 
     /// A shard file of 10,000 bytes of object (1+1, 4 KiB chunks) and its record.
@@ -671,10 +676,7 @@ mod tests {
                 },
             ),
         );
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!("http://{}", listener.local_addr().unwrap());
-        tokio::spawn(async move { axum::serve(listener, app).await });
-        (url, seen)
+        (serve(app).await, seen)
     }
 
     /// A sender that asks to keep the connection and is not told the drive will sends

@@ -210,31 +210,18 @@ impl AsyncRead for RawUpload {
     ) -> Poll<io::Result<()>> {
         let this = self.get_mut();
         let (prefix, conn) = (&mut this.prefix, &mut this.conn);
-        let Some(frame) = &mut this.frame else {
-            let n = std::task::ready!(poll_raw(prefix, conn, cx, buf, usize::MAX))?;
-            this.received += n as u64;
-            return Poll::Ready(Ok(()));
-        };
-        loop {
+        // How much of the upload may still be read: all that comes without a frame; on
+        // a kept connection the file's rest, then the tail's once its length is read.
+        let left = loop {
+            let Some(frame) = &mut this.frame else {
+                break None;
+            };
             if frame.file_left > 0 {
-                let limit = usize::try_from(frame.file_left).unwrap_or(usize::MAX);
-                let n = std::task::ready!(poll_raw(prefix, conn, cx, buf, limit))?;
-                frame.file_left -= n as u64;
-                this.received += n as u64;
-                return Poll::Ready(Ok(()));
+                break Some(&mut frame.file_left);
             }
             match &mut frame.tail {
                 TailFrame::Done => return Poll::Ready(Ok(())),
-                TailFrame::Bytes(left) => {
-                    let limit = usize::try_from(*left).unwrap_or(usize::MAX);
-                    let n = std::task::ready!(poll_raw(prefix, conn, cx, buf, limit))?;
-                    *left -= n as u64;
-                    if *left == 0 {
-                        frame.tail = TailFrame::Done;
-                    }
-                    this.received += n as u64;
-                    return Poll::Ready(Ok(()));
-                }
+                TailFrame::Bytes(left) => break Some(left),
                 TailFrame::Len { bytes, got } => {
                     let mut len = ReadBuf::new(&mut bytes[*got..]);
                     let n = std::task::ready!(poll_raw(prefix, conn, cx, &mut len, 4))?;
@@ -244,18 +231,29 @@ impl AsyncRead for RawUpload {
                         return Poll::Ready(Ok(()));
                     }
                     *got += n;
-                    if *got < 4 {
-                        continue;
+                    if *got == 4 {
+                        frame.tail = match u32::from_be_bytes(*bytes) {
+                            0 => TailFrame::Done,
+                            len => TailFrame::Bytes(len.into()),
+                        };
                     }
-                    let len = u32::from_be_bytes(*bytes);
-                    frame.tail = if len == 0 {
-                        TailFrame::Done
-                    } else {
-                        TailFrame::Bytes(len.into())
-                    };
                 }
             }
+        };
+        let limit = left
+            .as_deref()
+            .map_or(usize::MAX, |l| usize::try_from(*l).unwrap_or(usize::MAX));
+        let n = std::task::ready!(poll_raw(prefix, conn, cx, buf, limit))?;
+        this.received += n as u64;
+        if let Some(left) = left {
+            *left -= n as u64;
         }
+        if let Some(frame) = &mut this.frame
+            && matches!(frame.tail, TailFrame::Bytes(0))
+        {
+            frame.tail = TailFrame::Done;
+        }
+        Poll::Ready(Ok(()))
     }
 }
 
