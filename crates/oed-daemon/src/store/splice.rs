@@ -589,3 +589,40 @@ impl Pipe {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use tokio::io::AsyncWriteExt;
+
+    use super::*;
+
+    /// An upload on a kept connection reads as its file and its tail, then ends where the
+    /// sender's next request begins, however the frame's pieces arrive: part of the file
+    /// already read by hyper, the tail's length split across writes.
+    #[tokio::test]
+    async fn a_kept_upload_ends_at_its_frame() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let mut sender = TcpStream::connect(listener.local_addr().unwrap())
+            .await
+            .unwrap();
+        sender.set_nodelay(true).unwrap();
+        let (conn, _) = listener.accept().await.unwrap();
+        let send = tokio::spawn(async move {
+            for piece in [&b"3456789"[..], &[0, 0], &[0], &[3], b"abc", b"NEXT"] {
+                sender.write_all(piece).await.unwrap();
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            }
+            sender
+        });
+        let mut up = RawUpload::kept(Bytes::from_static(b"012"), RawConn::Tcp(conn), 10);
+        let mut body = Vec::new();
+        up.read_to_end(&mut body).await.unwrap();
+        assert_eq!(body, b"0123456789abc");
+        assert!(up.read_whole());
+        assert_eq!(up.received(), 17, "file, length and tail");
+        let _sender = send.await.unwrap();
+        let mut next = [0u8; 4];
+        up.into_conn().read_exact(&mut next).await.unwrap();
+        assert_eq!(&next, b"NEXT");
+    }
+}
