@@ -153,8 +153,12 @@ async fn main() -> anyhow::Result<()> {
     let args = Arc::new(Args::parse());
     let secret = std::env::var("OED_CLUSTER_SECRET").context("set OED_CLUSTER_SECRET")?;
     let raw = args.raw || std::env::var("OED_RAW_SHARD_UPLOADS").is_ok_and(|v| v == "true");
-    let client =
-        PeerClient::new(&args.url, PeerKey::derive(secret.trim().as_bytes())).with_raw_uploads(raw);
+    // Shard reads ask for frames unless the drive setting's variable turns them off, as a
+    // coordinator's do, so that `ENV_A` of `benches/peer-ab` sets both sides.
+    let framed = std::env::var("OED_FRAMED_SHARD_READS").map_or(true, |v| v != "false");
+    let client = PeerClient::new(&args.url, PeerKey::derive(secret.trim().as_bytes()))
+        .with_raw_uploads(raw)
+        .with_framed_reads(framed);
     client.create_bucket(&args.bucket).await?;
     let size = args.size_kib * 1024;
     let rec = record(&args.bucket, 0, size, args.version);

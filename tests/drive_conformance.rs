@@ -51,17 +51,28 @@ impl Subject {
     }
 
     /// A real drive through the peer client, which sends shard uploads as request bodies
-    /// or (`raw`) as raw uploads spliced into their files.
-    fn remote(raw: bool) -> Self {
+    /// and reads shards as bodies (`Peer::Bodies`), or sends raw uploads spliced into
+    /// their files and reads shards as framed reads, which the drive sends from the file
+    /// with `sendfile` (`Peer::Sendfile`) or through a buffer (`Peer::Copied`).
+    fn remote(peer: Peer) -> Self {
         let dir = tempfile::tempdir().unwrap();
-        let d = Daemon::start(dir.path(), &[&format!("max_shard_bytes={MAX_SHARD_BYTES}")]);
+        let sendfile = format!("shard_sendfile={}", peer == Peer::Sendfile);
+        let d = Daemon::start(
+            dir.path(),
+            &[&format!("max_shard_bytes={MAX_SHARD_BYTES}"), &sendfile],
+        );
+        let framed = peer != Peer::Bodies;
         Self {
-            name: if raw {
-                "peer client, raw uploads"
-            } else {
-                "peer client, upload bodies"
+            name: match peer {
+                Peer::Bodies => "peer client, upload and read bodies",
+                Peer::Sendfile => "peer client, raw uploads, framed reads sent with sendfile",
+                Peer::Copied => "peer client, raw uploads, framed reads copied",
             },
-            drive: Arc::new(d.client().with_raw_uploads(raw)),
+            drive: Arc::new(
+                d.client()
+                    .with_raw_uploads(framed)
+                    .with_framed_reads(framed),
+            ),
             dir: dir.path().to_owned(),
             _keep: (Some(d), dir),
         }
@@ -76,8 +87,16 @@ impl Subject {
     }
 }
 
-/// Runs `case` against a local store and a remote drive (shard uploads sent both ways
-/// the peer API takes them), each fresh.
+/// How a remote subject's client sends and reads shards.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Peer {
+    Bodies,
+    Sendfile,
+    Copied,
+}
+
+/// Runs `case` against a local store and a remote drive (shard uploads and reads sent
+/// every way the peer API takes them), each fresh.
 fn both<F>(case: F)
 where
     F: for<'a> Fn(&'a Subject) -> std::pin::Pin<Box<dyn Future<Output = ()> + 'a>>,
@@ -85,8 +104,9 @@ where
     let rt = oed_tests::runtime();
     for subject in [
         Subject::local(),
-        Subject::remote(false),
-        Subject::remote(true),
+        Subject::remote(Peer::Bodies),
+        Subject::remote(Peer::Sendfile),
+        Subject::remote(Peer::Copied),
     ] {
         println!("case against the {}", subject.name);
         rt.block_on(case(&subject));

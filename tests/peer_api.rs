@@ -552,3 +552,95 @@ fn a_kept_connection_the_drive_closed_is_replaced_by_a_new_one() {
         assert_eq!(c.kept_connections(), (1, 1));
     });
 }
+
+/// Framed reads (`Upgrade: oed-frames`): the drive sends the frames of the stripes asked
+/// for from its shard file, with `sendfile` or through a buffer (`shard_sendfile`); the
+/// client checks every chunk's CRC32C, hands on the chunk bytes exactly as a read with a
+/// body would, and keeps the connection for its next request. A shard kept inline comes
+/// as a body, on the pool's connections. A byte flipped on disk ends the read with
+/// `CorruptShard` at that stripe, after the chunks before it, and the drive has queued
+/// the shard for heal by the time the client hears of it.
+#[test]
+fn framed_reads_come_checked_and_keep_their_connection() {
+    use futures_util::StreamExt;
+    for sendfile in [true, false] {
+        let dir = tempfile::tempdir().unwrap();
+        let d = Daemon::start(dir.path(), &[&format!("shard_sendfile={sendfile}")]);
+        let c = d.client().with_framed_reads(true);
+        rt().block_on(async {
+            c.create_bucket("frames").await.unwrap();
+            // Five full stripes of 4 KiB chunks and a short sixth.
+            let data = bytes(5 * 4096 + 1000, 3);
+            let rec = record("frames", "obj", 1, data.len() as u64, 1, 1, 0);
+            let file = shard_file(&rec, &data);
+            c.put_shard(&rec, upload(&file, 5000), false).await.unwrap();
+            let chunks = chunk_bytes(&file);
+            assert_eq!(read_shard(&c, "frames", "obj").await, chunks, "{sendfile}");
+            assert_eq!(c.kept_connections(), (1, 0), "kept after the read");
+            for (range, bytes) in [
+                (1..3, &chunks[4096..3 * 4096]),
+                (4..99, &chunks[4 * 4096..]),
+                (2..2, &chunks[..0]),
+            ] {
+                let mut r = c
+                    .read_shard("frames", "obj", None, Some(range.clone()))
+                    .await
+                    .unwrap();
+                assert_eq!(r.stripes, range.start..range.end.min(6));
+                let mut got = Vec::new();
+                while let Some(piece) = r.chunks.next().await {
+                    got.extend_from_slice(&piece.unwrap());
+                }
+                assert_eq!(got, bytes, "{range:?}");
+            }
+            // Every read after the first went on the connection it left.
+            assert_eq!(c.kept_connections(), (1, 3));
+            let e = c
+                .read_shard(
+                    "frames",
+                    "obj",
+                    None,
+                    Some(std::ops::Range { start: 3, end: 2 }),
+                )
+                .await
+                .expect_err("a reversed range");
+            assert_eq!(e.code, ErrorCode::BadRequest, "{e}");
+            // It went on the kept connection, which an ordinary answer does not leave kept.
+            assert_eq!(c.kept_connections(), (0, 4));
+
+            // Inline: a body, not a framed read, on the pool's connections.
+            let small = bytes(1000, 4);
+            let inl = record("frames", "small", 1, small.len() as u64, 1, 1, 0);
+            let inl_file = shard_file(&inl, &small);
+            c.put_shard(&inl, upload(&inl_file, 5000), false)
+                .await
+                .unwrap();
+            assert_eq!(
+                read_shard(&c, "frames", "small").await,
+                chunk_bytes(&inl_file)
+            );
+            assert_eq!(c.kept_connections(), (0, 4));
+
+            // A byte flipped in stripe 2's chunk on disk.
+            let files = files_under(&d.data_dir.join("shards"));
+            assert_eq!(files.len(), 1, "{files:?}");
+            let mut on_disk = std::fs::read(&files[0]).unwrap();
+            on_disk[64 + 2 * (4096 + 4) + 100] ^= 0x40;
+            std::fs::write(&files[0], &on_disk).unwrap();
+            assert_eq!(c.info().await.unwrap().heal_backlog, 0);
+            let mut r = c.read_shard("frames", "obj", None, None).await.unwrap();
+            let mut got = Vec::new();
+            let err = loop {
+                match r.chunks.next().await {
+                    Some(Ok(piece)) => got.extend_from_slice(&piece),
+                    Some(Err(e)) => break e,
+                    None => panic!("a corrupt shard was read whole"),
+                }
+            };
+            assert_eq!(err.code, ErrorCode::CorruptShard, "{err}");
+            assert!(err.message.contains("stripe 2"), "{err}");
+            assert_eq!(got, chunks[..2 * 4096], "the chunks before the bad one");
+            assert_eq!(c.info().await.unwrap().heal_backlog, 1, "queued for heal");
+        });
+    }
+}

@@ -62,6 +62,19 @@ pub struct Config {
     /// on a small shard). 0: every shard. Default: 262144 (docs/drive.md, "Shards from
     /// other drives: raw uploads").
     pub raw_shard_upload_min_bytes: u64,
+    /// Ask other drives for the shards this drive reads as framed reads: `GET shard`
+    /// upgraded to a connection of its own, on which the drive holding the shard sends
+    /// the shard file's frames (each chunk with its CRC32C) from the page cache with
+    /// `sendfile`, and this drive checks each chunk's CRC32C as it arrives (docs/peer-api.md,
+    /// "Framed reads"). Over TLS, for shards kept inline, and from drives of earlier
+    /// versions, the chunks come as a body, checked by the drive that sends them. Default:
+    /// true.
+    pub framed_shard_reads: bool,
+    /// Send the frames of a framed read another drive asks for with `sendfile`, from the
+    /// page cache straight to the socket; false: read into the daemon, then written to
+    /// the socket (one read and one write per chunk). Default: true (docs/drive.md,
+    /// "Shards to other drives: framed reads").
+    pub shard_sendfile: bool,
     /// Requests served at once; more wait for a slot. Default: 64.
     pub max_concurrent_requests: usize,
     /// Largest shard file accepted, in bytes. Default: 1 GiB.
@@ -217,6 +230,8 @@ impl Default for Config {
             direct_io: false,
             raw_shard_uploads: true,
             raw_shard_upload_min_bytes: crate::peer::client::RAW_UPLOAD_MIN_BYTES,
+            framed_shard_reads: true,
+            shard_sendfile: true,
             max_concurrent_requests: 64,
             max_shard_bytes: 1 << 30,
             max_request_body_bytes: 64 * 1024,

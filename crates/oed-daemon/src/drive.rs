@@ -26,9 +26,11 @@ use crate::store::record::{BucketRecord, ObjectRecord, PartRef, VersionId};
 pub type ShardUpload = Pin<Box<dyn Stream<Item = std::io::Result<Bytes>> + Send>>;
 
 /// The chunk bytes of a shard read, in pieces (not necessarily one per chunk), each chunk
-/// checked against its CRC32C by the drive before it is sent. A chunk that fails its check
-/// ends the stream with an error (a [`ErrorCode::CorruptShard`] from a local drive, an
-/// [`ErrorCode::Unreachable`] broken transfer from a remote one): never bad bytes.
+/// checked against its CRC32C before it is yielded: by the drive before it is sent, or,
+/// in a framed read, by the peer client as it arrives. A chunk that fails its check ends
+/// the stream with an error (a [`ErrorCode::CorruptShard`] from a local drive or a
+/// framed read, an [`ErrorCode::Unreachable`] broken transfer from a remote one sending
+/// a body): never bad bytes.
 pub type ShardStream = Pin<Box<dyn Stream<Item = Result<Bytes, DriveError>> + Send>>;
 
 /// A shard read that has started: the first chunk of the range was read and checked

@@ -187,7 +187,7 @@ struct StateCollector {
     /// Bytes hashed for MD5 `ETag`s, by streams hashed together.
     md5: CounterVec,
     /// Counters kept as atomics on the hot path, copied here on scrape.
-    counters: [Counter; 13],
+    counters: [Counter; 14],
 }
 
 impl StateCollector {
@@ -334,6 +334,7 @@ impl StateCollector {
             self.store.directory_syncs(),
             self.store.uploads_spliced(),
             self.peer.raw_connections_kept.load(Ordering::Relaxed),
+            self.peer.framed_reads.load(Ordering::Relaxed),
         ];
         self.connections
             .set(stats.connections_open.load(Ordering::Relaxed) as f64);
@@ -345,7 +346,7 @@ impl StateCollector {
 
 /// The counters kept as atomics on the hot path ([`StateCollector::refresh`] copies them,
 /// in this order).
-fn hot_counters() -> prometheus::Result<[Counter; 13]> {
+fn hot_counters() -> prometheus::Result<[Counter; 14]> {
     let counter = |n: &str, h: &str| Counter::with_opts(Opts::new(n, h));
     Ok([
         counter(
@@ -399,6 +400,10 @@ fn hot_counters() -> prometheus::Result<[Counter; 13]> {
         counter(
             "oed_raw_upload_connections_kept_total",
             "Raw shard uploads after which this drive served the sending drive's next request on the same connection (x-oed-raw-keep) instead of closing it.",
+        )?,
+        counter(
+            "oed_shard_reads_framed_total",
+            "Shard reads from other drives that this drive answered with the shard file's frames sent from the file with sendfile (Upgrade: oed-frames), the reader checking each chunk's CRC32C; the others it read, checked and sent as a body.",
         )?,
     ])
 }

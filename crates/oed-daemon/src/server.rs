@@ -96,6 +96,8 @@ impl DriveServer {
             epoch: cluster.epoch.clone(),
             epoch_mismatches: AtomicU64::new(0),
             raw_connections_kept: AtomicU64::new(0),
+            framed_reads: AtomicU64::new(0),
+            sendfile: config.shard_sendfile,
             store: Some(store.clone()),
         });
         let repair =

@@ -167,9 +167,8 @@ pub struct Cluster {
     pub op_timeout: Duration,
     /// Whether single-part `ETag`s are MD5 digests (S3's rule) or a cheaper digest.
     pub md5_etags: bool,
-    /// Shard uploads to other drives go as raw uploads (`raw_shard_uploads`) when their
-    /// file is at least this long (`raw_shard_upload_min_bytes`); `None`: never.
-    raw_uploads: Option<u64>,
+    /// How shards go to and come from other drives.
+    links: Links,
     /// Bodies copied into one buffer per stripe, as before the pieces were coded where
     /// they are (`OED_BENCH_STRIPE_COPY=true`, for benchmarks comparing the two).
     stripe_copy: bool,
@@ -220,10 +219,13 @@ impl Cluster {
         let http = crate::peer::client::PeerHttp::with_tls(&crate::tls::client_config(
             config.tls_ca_file.as_deref(),
         )?);
-        let raw = config
-            .raw_shard_uploads
-            .then_some(config.raw_shard_upload_min_bytes);
-        let drives = handles(&map, local, &store, key, &http, raw);
+        let links = Links {
+            raw_uploads: config
+                .raw_shard_uploads
+                .then_some(config.raw_shard_upload_min_bytes),
+            framed_reads: config.framed_shard_reads,
+        };
+        let drives = handles(&map, local, &store, key, &http, links);
         Ok(Self {
             epoch: Arc::new(AtomicU64::new(map.epoch)),
             view: std::sync::RwLock::new(Arc::new(MapView {
@@ -240,7 +242,7 @@ impl Cluster {
             timeout,
             op_timeout: Duration::from_secs(config.op_timeout_seconds),
             md5_etags: config.md5_etags,
-            raw_uploads: raw,
+            links,
             stripe_copy: std::env::var("OED_BENCH_STRIPE_COPY").is_ok_and(|v| v == "true"),
             budget: budget::Budget::new(
                 config.coordinator_buffer_bytes,
@@ -326,14 +328,7 @@ impl Cluster {
             .map_err(|e| Error::Io(std::io::Error::other(e)))??;
         }
         crate::server::record_map(&self.store, &new)?;
-        let drives = handles(
-            &new,
-            local,
-            &self.store,
-            &self.key,
-            &self.http,
-            self.raw_uploads,
-        );
+        let drives = handles(&new, local, &self.store, &self.key, &self.http, self.links);
         tracing::warn!(
             from = old.epoch,
             to = new.epoch,
@@ -632,7 +627,7 @@ fn handles(
     store: &Store,
     key: &PeerKey,
     http: &crate::peer::client::PeerHttp,
-    raw: Option<u64>,
+    links: Links,
 ) -> Vec<Arc<dyn Drive>> {
     map.drives
         .iter()
@@ -644,12 +639,23 @@ fn handles(
                 Arc::new(
                     PeerClient::with_http(&d.url(map.tls), key.clone(), http.clone())
                         .with_epoch(map.epoch)
-                        .with_raw_uploads(raw.is_some())
-                        .with_raw_upload_min(raw.unwrap_or(0)),
+                        .with_raw_uploads(links.raw_uploads.is_some())
+                        .with_raw_upload_min(links.raw_uploads.unwrap_or(0))
+                        .with_framed_reads(links.framed_reads),
                 )
             }
         })
         .collect()
+}
+
+/// How shards go to and come from other drives.
+#[derive(Clone, Copy, Debug)]
+struct Links {
+    /// Shard uploads go as raw uploads (`raw_shard_uploads`) when their file is at least
+    /// this long (`raw_shard_upload_min_bytes`); `None`: never.
+    raw_uploads: Option<u64>,
+    /// Shard reads ask for frames (`framed_shard_reads`).
+    framed_reads: bool,
 }
 
 /// The newest version among `records` that at least `k` of them hold.

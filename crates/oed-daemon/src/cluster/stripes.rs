@@ -6,7 +6,7 @@
 //!
 //! It runs on any drive. It reads the wanted shards from the drives that hold them (this
 //! drive's own through its store, without HTTP), each chunk checked against its CRC32C by
-//! its drive. On the healthy path nothing is decoded: the chunks are passed on in the
+//! its drive or, in a framed read, where it arrives. On the healthy path nothing is decoded: the chunks are passed on in the
 //! pieces they arrived in. When a wanted shard's drive is down, too slow, or cuts its
 //! stream at a bad chunk, the source opens other shards (parity first) until `k` chunks
 //! of the stripe are at hand and rebuilds the wanted ones from them; the stripes after it

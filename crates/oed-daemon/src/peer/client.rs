@@ -186,9 +186,11 @@ pub struct PeerClient {
     raw: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
     /// The smallest shard file sent as a raw upload ([`PeerClient::with_raw_upload_min`]).
     raw_min: u64,
-    /// Connections of raw uploads kept for the next one (`x-oed-raw-keep`), shared by
-    /// the clones made after [`PeerClient::with_raw_uploads`].
+    /// Connections of raw uploads (`x-oed-raw-keep`) and framed reads kept for the next
+    /// request, shared by the clones made after [`PeerClient::with_raw_uploads`].
     kept: std::sync::Arc<super::raw::KeptConnections>,
+    /// Whether shard reads ask for frames ([`PeerClient::with_framed_reads`]).
+    framed: bool,
 }
 
 /// A signed request to a peer, ready to send; [`PeerClient::request`] makes one.
@@ -347,8 +349,44 @@ impl PeerResponse {
     }
 }
 
+/// The version and the stripes a drive's answer to `GET shard` names.
+///
+/// # Errors
+/// [`ErrorCode::Unreachable`] when it names either not.
+pub(super) fn read_headers(resp: &PeerResponse) -> Result<(VersionId, Range<u64>), DriveError> {
+    let bad = |what: &str| DriveError::unreachable(format!("GET shard answered without {what}"));
+    let version = resp
+        .header(VERSION_HEADER)
+        .and_then(|v| v.parse().ok())
+        .ok_or_else(|| bad(VERSION_HEADER))?;
+    let stripes = resp
+        .header(STRIPES_HEADER)
+        .and_then(|v| v.split_once('-'))
+        .and_then(|(a, b)| Some(a.parse().ok()?..b.parse().ok()?))
+        .ok_or_else(|| bad(STRIPES_HEADER))?;
+    Ok((version, stripes))
+}
+
+/// The shard read of an answer to `GET shard` with the chunks as its body.
+fn chunk_body(resp: PeerResponse) -> Result<ShardRead, DriveError> {
+    let (version, stripes) = read_headers(&resp)?;
+    let chunks: ShardStream = Box::pin(resp.bytes_stream().map(|r| {
+        r.map_err(|e| {
+            DriveError::unreachable(format!(
+                "shard read broken: {}",
+                crate::error::source_chain(&e)
+            ))
+        })
+    }));
+    Ok(ShardRead {
+        version,
+        stripes,
+        chunks,
+    })
+}
+
 /// `bucket=..&key=..[&version=..]`, encoded.
-fn key_query(bucket: &str, key: &str, version: Option<VersionId>) -> String {
+pub(super) fn key_query(bucket: &str, key: &str, version: Option<VersionId>) -> String {
     let mut query = format!("bucket={}&key={}", q(bucket), q(key));
     if let Some(v) = version {
         let _ = write!(query, "&version={v}");
@@ -375,6 +413,7 @@ impl PeerClient {
             raw: None,
             raw_min: 0,
             kept: std::sync::Arc::default(),
+            framed: false,
         }
     }
 
@@ -395,6 +434,17 @@ impl PeerClient {
         self.kept = std::sync::Arc::new(super::raw::KeptConnections::new(
             std::env::var("OED_BENCH_RAW_KEEP").map_or(true, |v| v != "false"),
         ));
+        self
+    }
+
+    /// The same client, asking a drive reached in the clear for the frames of the shards
+    /// it reads (`framed`: [`super::FRAMED_READ`], which the drive sends from its file
+    /// with `sendfile`; this side checks each chunk's CRC32C) or for their chunks as a
+    /// body. A drive that cannot send a shard so (over TLS, a shard kept inline, a
+    /// version before framed reads) answers with a body either way.
+    #[must_use]
+    pub fn with_framed_reads(mut self, framed: bool) -> Self {
+        self.framed = framed;
         self
     }
 
@@ -463,6 +513,21 @@ impl PeerClient {
         }
     }
 
+    /// `GET shard` with `query`, the chunks sent as the answer's body.
+    pub(super) async fn read_ordinary(&self, query: &str) -> Result<ShardRead, DriveError> {
+        chunk_body(self.send(PeerOp::GetShard, query).await?)
+    }
+
+    /// Whether shard reads ask for frames ([`PeerClient::with_framed_reads`]) of this drive:
+    /// one reached in the clear.
+    fn framed_reads(&self) -> bool {
+        self.framed
+            && self
+                .base
+                .as_ref()
+                .is_ok_and(|b| b.scheme == http::uri::Scheme::HTTP)
+    }
+
     /// Sends `op` with an empty body and reads an error answer into its [`DriveError`].
     async fn send(&self, op: PeerOp, query: &str) -> Result<PeerResponse, DriveError> {
         let resp = self
@@ -529,31 +594,15 @@ impl Drive for PeerClient {
         if let Some(r) = &stripes {
             let _ = write!(query, "&from={}&to={}", r.start, r.end);
         }
-        let resp = self.send(PeerOp::GetShard, &query).await?;
-        let bad =
-            |what: &str| DriveError::unreachable(format!("GET shard answered without {what}"));
-        let version = resp
-            .header(VERSION_HEADER)
-            .and_then(|v| v.parse().ok())
-            .ok_or_else(|| bad(VERSION_HEADER))?;
-        let stripes = resp
-            .header(STRIPES_HEADER)
-            .and_then(|v| v.split_once('-'))
-            .and_then(|(a, b)| Some(a.parse().ok()?..b.parse().ok()?))
-            .ok_or_else(|| bad(STRIPES_HEADER))?;
-        let chunks: ShardStream = Box::pin(resp.bytes_stream().map(|r| {
-            r.map_err(|e| {
-                DriveError::unreachable(format!(
-                    "shard read broken: {}",
-                    crate::error::source_chain(&e)
-                ))
-            })
-        }));
-        Ok(ShardRead {
-            version,
-            stripes,
-            chunks,
-        })
+        if !self.framed_reads() {
+            return self.read_ordinary(&query).await;
+        }
+        let resp = super::frames::request(self, &query).await?;
+        if resp.status() == StatusCode::SWITCHING_PROTOCOLS {
+            super::frames::read(self, resp, bucket, key).await
+        } else {
+            chunk_body(resp)
+        }
     }
 
     async fn stat(&self, bucket: &str, key: &str) -> Result<Option<ObjectRecord>, DriveError> {

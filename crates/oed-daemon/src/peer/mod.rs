@@ -27,8 +27,10 @@
 
 pub mod auth;
 pub mod client;
+mod frames;
 mod raw;
 
+pub use frames::FRAMED_READ;
 pub use raw::{ConnectionHold, KEEP_HEADER, RAW_UPLOAD, ServeAgain};
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -240,6 +242,11 @@ pub struct PeerState {
     /// Raw uploads since start after which this drive served the sender's next request
     /// on the same connection ([`raw`]).
     pub raw_connections_kept: AtomicU64,
+    /// Shard reads since start that this drive answered with their frames, sent from the
+    /// shard file ([`frames`]).
+    pub framed_reads: AtomicU64,
+    /// Whether framed reads are sent with `sendfile` (`shard_sendfile`).
+    pub sendfile: bool,
     /// The drive's store, when `drive` is one: raw uploads ([`raw`]) go to it.
     pub store: Option<crate::store::Store>,
 }
@@ -471,19 +478,34 @@ impl ObjectQuery {
     fn version(&self) -> Answer<Option<VersionId>> {
         Ok(self.version.as_deref().map(str::parse).transpose()?)
     }
+
+    /// The stripes asked for, `None`: all.
+    fn stripes(&self) -> Option<std::ops::Range<u64>> {
+        match (self.from, self.to) {
+            (None, None) => None,
+            (from, to) => Some(from.unwrap_or(0)..to.unwrap_or(u64::MAX)),
+        }
+    }
 }
 
 async fn get_shard(
     State(state): State<Arc<PeerState>>,
     Query(q): Query<ObjectQuery>,
+    req: Request,
 ) -> Answer<Response> {
-    let stripes = match (q.from, q.to) {
-        (None, None) => None,
-        (from, to) => Some(from.unwrap_or(0)..to.unwrap_or(u64::MAX)),
-    };
+    let framed = req
+        .headers()
+        .get(header::UPGRADE)
+        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(FRAMED_READ.as_bytes()));
+    if framed
+        && let Some(store) = state.store.clone()
+        && let Some(resp) = frames::accept(&state, &store, &q, req)
+    {
+        return Ok(resp);
+    }
     let read = state
         .drive
-        .read_shard(&q.bucket, &q.key, q.version()?, stripes)
+        .read_shard(&q.bucket, &q.key, q.version()?, q.stripes())
         .await?;
     let mut meter = BodyMeter::new(state.traffic.clone(), Class::Peer, Direction::Out);
     // An error ends the body: the client sees a broken transfer, never bad bytes.

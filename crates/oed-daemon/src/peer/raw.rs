@@ -54,6 +54,11 @@ impl ServeAgain {
     pub fn new(serve: impl Fn(tokio::net::TcpStream) + Send + Sync + 'static) -> Self {
         Self(Arc::new(serve))
     }
+
+    /// Serves `tcp` again.
+    pub(super) fn serve(&self, tcp: tokio::net::TcpStream) {
+        (self.0)(tcp);
+    }
 }
 
 impl std::fmt::Debug for ServeAgain {
@@ -117,15 +122,9 @@ pub(super) fn accept(
         .map(|h| h.file_len());
     tokio::spawn(async move {
         let _hold = hold;
-        // Counted with the requests being served, as the upload was before its upgrade.
-        let _permit = state.slots.clone().acquire_owned().await;
-        let started = Instant::now();
-        let upgraded = match on_upgrade.await {
-            Ok(u) => u,
-            Err(e) => {
-                tracing::debug!(error = %e, "a raw upload's connection was not upgraded");
-                return;
-            }
+        let Some((upgraded, _permit, started)) = upgrade(&state, on_upgrade, "raw upload").await
+        else {
+            return;
         };
         let (prefix, conn) = match upgraded
             .downcast::<TokioIo<crate::stall::WriteDeadline<tokio::net::TcpStream>>>()
@@ -171,7 +170,7 @@ pub(super) fn accept(
             state
                 .raw_connections_kept
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            (again.0)(tcp);
+            again.serve(tcp);
         }
     });
     let mut resp = StatusCode::SWITCHING_PROTOCOLS.into_response();
@@ -182,6 +181,29 @@ pub(super) fn accept(
         h.insert(KEEP_HEADER, HeaderValue::from_static("1"));
     }
     resp
+}
+
+/// The connection of a request answered with `101`, once upgraded (`what` names the
+/// request in the log when it is not), with a slot of the requests being served (it is
+/// counted with them, as the request was before its upgrade) and when it started.
+pub(super) async fn upgrade(
+    state: &PeerState,
+    on_upgrade: hyper::upgrade::OnUpgrade,
+    what: &str,
+) -> Option<(
+    hyper::upgrade::Upgraded,
+    Result<tokio::sync::OwnedSemaphorePermit, tokio::sync::AcquireError>,
+    Instant,
+)> {
+    let permit = state.slots.clone().acquire_owned().await;
+    let started = Instant::now();
+    match on_upgrade.await {
+        Ok(u) => Some((u, permit, started)),
+        Err(e) => {
+            tracing::debug!(error = %e, "a {what}'s connection was not upgraded");
+            None
+        }
+    }
 }
 
 /// Sends the answer frame and, unless the connection is `kept`, closes the connection.
@@ -246,8 +268,8 @@ pub(super) struct KeptConnections {
     /// turns it off, for benchmarks comparing the two).
     on: bool,
     idle: std::sync::Mutex<Vec<(tokio::net::TcpStream, Instant)>>,
-    /// Raw uploads the drive answered on a kept connection.
-    reused: std::sync::atomic::AtomicU64,
+    /// Raw uploads and framed reads the drive answered on a kept connection.
+    pub(super) reused: std::sync::atomic::AtomicU64,
 }
 
 /// The most connections kept per drive, as the pool keeps for other requests.
@@ -266,7 +288,7 @@ impl KeptConnections {
     }
 
     /// The connection kept last, if one is kept and fresh.
-    fn take(&self) -> Option<tokio::net::TcpStream> {
+    pub(super) fn take(&self) -> Option<tokio::net::TcpStream> {
         let mut idle = self
             .idle
             .lock()
@@ -286,7 +308,7 @@ impl KeptConnections {
             .len()
     }
 
-    fn put(&self, tcp: tokio::net::TcpStream) {
+    pub(super) fn put(&self, tcp: tokio::net::TcpStream) {
         let mut idle = self
             .idle
             .lock()

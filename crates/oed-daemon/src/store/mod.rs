@@ -1554,6 +1554,13 @@ impl Store {
         stored_crcs(record, bytes, stripes).map_err(|e| self.failed_read(record, e))
     }
 
+    /// The disk could not read the chunk of stripe `stripe` of `record`'s shard while it
+    /// was sent from the file: it is noted as a bad chunk of a read is
+    /// ([`Store::failed_read`]).
+    pub(crate) fn read_failed(&self, record: &ObjectRecord, stripe: u64) {
+        let _ = self.failed_read(record, Error::CorruptShard { stripe });
+    }
+
     /// A shard read failed: when a chunk was bad, logs it and queues the shard for heal.
     fn failed_read(&self, record: &ObjectRecord, e: Error) -> Error {
         let Error::CorruptShard { stripe } = e else {
