@@ -641,6 +641,26 @@ fn framed_reads_come_checked_and_keep_their_connection() {
             assert!(err.message.contains("stripe 2"), "{err}");
             assert_eq!(got, chunks[..2 * 4096], "the chunks before the bad one");
             assert_eq!(c.info().await.unwrap().heal_backlog, 1, "queued for heal");
+
+            // A byte flipped in another shard file's header: the read fails at once.
+            let rec2 = record("frames", "obj2", 1, data.len() as u64, 1, 1, 0);
+            c.put_shard(&rec2, upload(&shard_file(&rec2, &data), 5000), false)
+                .await
+                .unwrap();
+            let file2 = files_under(&d.data_dir.join("shards"))
+                .into_iter()
+                .find(|f| *f != files[0])
+                .unwrap();
+            let mut on_disk = std::fs::read(&file2).unwrap();
+            on_disk[30] ^= 0x01; // the object length
+            std::fs::write(&file2, &on_disk).unwrap();
+            let e = c
+                .read_shard("frames", "obj2", None, Some(1..3))
+                .await
+                .expect_err("a bad header");
+            assert_eq!(e.code, ErrorCode::CorruptShard, "{e}");
+            assert!(e.message.contains("stripe 1"), "{e}");
+            assert_eq!(c.info().await.unwrap().heal_backlog, 2, "queued for heal");
         });
     }
 }

@@ -343,14 +343,22 @@ pub(super) async fn read(
     let head: &[u8; HEADER_LEN] = head[..]
         .try_into()
         .map_err(|_| DriveError::unreachable("short shard header"))?;
-    let header = ShardHeader::decode(head).map_err(|e| {
-        DriveError::unreachable(format!("a framed read's shard header does not decode: {e}"))
-    })?;
-    if VersionId(header.version_id) != version || stripes.end > header.stripe_count() {
-        return Err(DriveError::unreachable(
-            "a framed read's shard header names another version or fewer stripes",
-        ));
-    }
+    // A header that does not decode, or names another version or fewer stripes, is a
+    // corrupt shard as it is for an ordinary read: the drive is asked to look.
+    let header = match ShardHeader::decode(head) {
+        Ok(h) if VersionId(h.version_id) == version && stripes.end <= h.stripe_count() => h,
+        other => {
+            frames.report(stripes.start).await;
+            let why = other.map_or_else(|e| e.to_string(), |_| "another shard's".into());
+            return Err(DriveError::new(
+                ErrorCode::CorruptShard,
+                format!(
+                    "stripe {}: the shard's header where it arrived: {why}",
+                    stripes.start
+                ),
+            ));
+        }
+    };
     frames.header = Some(header);
     let first = if frames.next < frames.end {
         Some(frames.chunk().await?)
