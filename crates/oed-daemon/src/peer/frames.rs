@@ -128,7 +128,7 @@ pub(super) fn accept(
         }
         let tcp = parts.io.into_inner().into_inner();
         state.traffic.shard_read(plan.stripes.start);
-        let sent = send(tcp, plan, &store, state.sendfile).await;
+        let (sent, bytes) = send(tcp, plan, &store, state.sendfile).await;
         let status = if sent.is_ok() { 200 } else { 500 };
         state.traffic.request(
             "peer",
@@ -136,10 +136,11 @@ pub(super) fn accept(
             status,
             started.elapsed().as_secs_f64(),
         );
+        // Counted as a body's bytes are: what went out, of a read that broke too.
+        BodyMeter::new(state.traffic.clone(), Class::Peer, Direction::Out)
+            .add(usize::try_from(bytes).unwrap_or(usize::MAX));
         match sent {
-            Ok((tcp, bytes)) => {
-                BodyMeter::new(state.traffic.clone(), Class::Peer, Direction::Out)
-                    .add(usize::try_from(bytes).unwrap_or(usize::MAX));
+            Ok(tcp) => {
                 state.framed_reads.fetch_add(1, Ordering::Relaxed);
                 again.serve(tcp);
             }
@@ -150,33 +151,32 @@ pub(super) fn accept(
     let h = resp.headers_mut();
     h.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
     h.insert(header::UPGRADE, HeaderValue::from_static(FRAMED_READ));
-    h.insert(
-        super::client::VERSION_HEADER,
-        super::header_value(&version.to_string()),
-    );
-    h.insert(
-        super::client::STRIPES_HEADER,
-        super::header_value(&format!("{}-{}", stripes.start, stripes.end)),
-    );
+    super::read_headers(h, version, &stripes);
     Some(resp)
 }
 
 /// Sends `plan`'s header and frames on `tcp` from the file, on a blocking thread (a read
 /// of pages not in the page cache waits for the disk), with `sendfile` (`zero_copy`) or
-/// through a buffer. Returns the connection, ready to serve again, and the bytes
-/// sent. A disk that cannot read the file (`EIO`) has the shard queued for heal, as an
-/// ordinary read's would.
+/// through a buffer. Returns the connection, ready to serve again, and the bytes sent
+/// (also when sending failed). A disk that cannot read the file (`EIO`) has the shard
+/// queued for heal, as an ordinary read's would.
 async fn send(
     tcp: tokio::net::TcpStream,
     plan: Plan,
     store: &Store,
     zero_copy: bool,
-) -> std::io::Result<(tokio::net::TcpStream, u64)> {
-    let tcp = tcp.into_std()?;
-    tcp.set_nonblocking(false)?;
-    tcp.set_write_timeout(Some(SEND_TIMEOUT))?;
+) -> (std::io::Result<tokio::net::TcpStream>, u64) {
+    let blocking = |tcp: std::net::TcpStream| -> std::io::Result<std::net::TcpStream> {
+        tcp.set_nonblocking(false)?;
+        tcp.set_write_timeout(Some(SEND_TIMEOUT))?;
+        Ok(tcp)
+    };
+    let tcp = match tcp.into_std().and_then(blocking) {
+        Ok(tcp) => tcp,
+        Err(e) => return (Err(e), 0),
+    };
     let store = store.clone();
-    tokio::task::spawn_blocking(move || {
+    let sent = tokio::task::spawn_blocking(move || {
         let Plan {
             record,
             file,
@@ -186,27 +186,32 @@ async fn send(
             ..
         } = plan;
         let mut sent = 0u64;
+        let step = if zero_copy { send_range } else { copy_range };
         for range in [0..HEADER_LEN as u64, frames] {
-            let step = if zero_copy { send_range } else { copy_range };
             if let Err(stop) = step(&tcp, &open, range, &mut sent) {
-                return Err(match stop {
+                let e = match stop {
                     Stop::Disk(at) => {
                         let frame = (header.layout.chunk_size() + CRC_LEN) as u64;
                         store.read_failed(&record, at.saturating_sub(HEADER_LEN as u64) / frame);
                         std::io::Error::from(rustix::io::Errno::IO)
                     }
                     Stop::Io(e) => e,
-                });
+                };
+                return (Err(e), sent);
             }
         }
         drop(file);
-        tcp.set_write_timeout(None)?;
-        tcp.set_nonblocking(true)?;
-        Ok((tcp, sent))
+        let again = tcp
+            .set_write_timeout(None)
+            .and_then(|()| tcp.set_nonblocking(true))
+            .map(|()| tcp);
+        (again, sent)
     })
-    .await
-    .map_err(std::io::Error::other)?
-    .and_then(|(tcp, sent)| Ok((tokio::net::TcpStream::from_std(tcp)?, sent)))
+    .await;
+    match sent {
+        Ok((tcp, n)) => (tcp.and_then(tokio::net::TcpStream::from_std), n),
+        Err(e) => (Err(std::io::Error::other(e)), 0),
+    }
 }
 
 /// Why sending a framed read stopped.

@@ -519,15 +519,18 @@ async fn get_shard(
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/octet-stream"),
     );
-    headers.insert(
-        client::VERSION_HEADER,
-        header_value(&read.version.to_string()),
-    );
+    read_headers(&mut headers, read.version, &read.stripes);
+    Ok((StatusCode::OK, headers, Body::from_stream(body)).into_response())
+}
+
+/// The headers of an answer to `GET shard` (a body or a framed read's `101`) naming the
+/// version read and the stripes sent.
+fn read_headers(headers: &mut HeaderMap, version: VersionId, stripes: &std::ops::Range<u64>) {
+    headers.insert(client::VERSION_HEADER, header_value(&version.to_string()));
     headers.insert(
         client::STRIPES_HEADER,
-        header_value(&format!("{}-{}", read.stripes.start, read.stripes.end)),
+        header_value(&format!("{}-{}", stripes.start, stripes.end)),
     );
-    Ok((StatusCode::OK, headers, Body::from_stream(body)).into_response())
 }
 
 fn header_value(s: &str) -> HeaderValue {
