@@ -180,7 +180,7 @@ async fn send(
         let Plan {
             record,
             file,
-            open,
+            mut open,
             header,
             frames,
             ..
@@ -188,7 +188,7 @@ async fn send(
         let mut sent = 0u64;
         let step = if zero_copy { send_range } else { copy_range };
         for range in [0..HEADER_LEN as u64, frames] {
-            if let Err(stop) = step(&tcp, &open, range, &mut sent) {
+            if let Err(stop) = step(&tcp, &mut open, range, &mut sent) {
                 let e = match stop {
                     Stop::Disk(at) => {
                         let frame = (header.layout.chunk_size() + CRC_LEN) as u64;
@@ -225,14 +225,14 @@ enum Stop {
 /// Sends bytes `range` of `file` on `tcp` with `sendfile`, adding them to `sent`.
 fn send_range(
     tcp: &std::net::TcpStream,
-    file: &std::fs::File,
+    file: &mut std::fs::File,
     range: Range<u64>,
     sent: &mut u64,
 ) -> Result<(), Stop> {
     let mut at = range.start;
     while at < range.end {
         let left = usize::try_from(range.end - at).unwrap_or(usize::MAX);
-        match rustix::fs::sendfile(tcp, file, Some(&mut at), left) {
+        match rustix::fs::sendfile(tcp, &*file, Some(&mut at), left) {
             Ok(0) => return Err(Stop::Io(std::io::ErrorKind::UnexpectedEof.into())),
             Ok(n) => *sent += n as u64,
             Err(rustix::io::Errno::INTR) => {}
@@ -244,30 +244,33 @@ fn send_range(
 }
 
 /// Sends bytes `range` of `file` on `tcp` read through a buffer, adding them to `sent`.
+/// The buffer is read into without being zeroed first ([`crate::store::read_uninit`]).
 fn copy_range(
     tcp: &std::net::TcpStream,
-    file: &std::fs::File,
+    file: &mut std::fs::File,
     range: Range<u64>,
     sent: &mut u64,
 ) -> Result<(), Stop> {
-    use std::io::Write as _;
-    use std::os::unix::fs::FileExt as _;
-    let mut buf =
-        vec![0u8; COPY_BUFFER.min(usize::try_from(range.end - range.start).unwrap_or(usize::MAX))];
+    use std::io::{Seek as _, Write as _};
+    let len = usize::try_from(range.end - range.start).unwrap_or(usize::MAX);
+    let mut buf = Vec::with_capacity(COPY_BUFFER.min(len));
+    file.seek(std::io::SeekFrom::Start(range.start))
+        .map_err(Stop::Io)?;
     let mut at = range.start;
     let mut w = tcp;
     while at < range.end {
         let n = usize::try_from(range.end - at)
             .unwrap_or(usize::MAX)
-            .min(buf.len());
-        file.read_exact_at(&mut buf[..n], at).map_err(|e| {
+            .min(COPY_BUFFER);
+        buf.clear();
+        crate::store::read_uninit(file, &mut buf, n).map_err(|e| {
             if e.raw_os_error() == Some(rustix::io::Errno::IO.raw_os_error()) {
                 Stop::Disk(at)
             } else {
                 Stop::Io(e)
             }
         })?;
-        w.write_all(&buf[..n]).map_err(Stop::Io)?;
+        w.write_all(&buf).map_err(Stop::Io)?;
         at += n as u64;
         *sent += n as u64;
     }

@@ -1766,7 +1766,11 @@ fn for_each_chunk(
     unsafe_code,
     reason = "std reads only into initialised memory on stable Rust"
 )]
-fn read_uninit(file: &mut std::fs::File, buf: &mut Vec<u8>, n: usize) -> std::io::Result<()> {
+pub(crate) fn read_uninit(
+    file: &mut std::fs::File,
+    buf: &mut Vec<u8>,
+    n: usize,
+) -> std::io::Result<()> {
     use std::os::fd::AsRawFd;
     debug_assert!(buf.is_empty());
     buf.reserve_exact(n);
@@ -1793,7 +1797,11 @@ fn read_uninit(file: &mut std::fs::File, buf: &mut Vec<u8>, n: usize) -> std::io
 }
 
 #[cfg(not(unix))]
-fn read_uninit(file: &mut std::fs::File, buf: &mut Vec<u8>, n: usize) -> std::io::Result<()> {
+pub(crate) fn read_uninit(
+    file: &mut std::fs::File,
+    buf: &mut Vec<u8>,
+    n: usize,
+) -> std::io::Result<()> {
     oed_ec::format::read_zeroed(file, buf, n)
 }
 
