@@ -8,8 +8,10 @@
 #   write_steps METRICS_URL        one line: "phase sum count" for each phase
 #   step_means BEFORE AFTER        from two such snapshots, the mean time of each step over
 #                                  the writes between them: "receive 1.62 ms, data_sync ..."
+# With DRIVE_NS set (a command prefix, e.g. nsenter --net=/run/netns/NAME) the drive and
+# the reads of its metrics run in that network namespace, listening on DRIVE_LISTEN.
 start_drive() {
-  "$1/oedd" serve --data-dir "$2/drive" --listen 127.0.0.1:0 --set reserve_bytes="$3" \
+  ${DRIVE_NS:-} "$1/oedd" serve --data-dir "$2/drive" --listen "${DRIVE_LISTEN:-127.0.0.1:0}" --set reserve_bytes="$3" \
     --set metrics_listen=\"127.0.0.1:0\" > "$2/oedd.out" 2> "$2/oedd.err" &
   pid=$!
   for _ in $(seq 100); do grep -q "metrics on" "$2/oedd.out" && break; sleep 0.1; done
@@ -18,7 +20,7 @@ start_drive() {
   murl=$(sed -n 's/^oedd: metrics on //p' "$2/oedd.out")
 }
 write_steps() {
-  { curl -sf "$1" || true; } | awk '/^oed_shard_write_seconds_(sum|count)\{phase="/ {
+  { ${DRIVE_NS:-} curl -sf "$1" || true; } | awk '/^oed_shard_write_seconds_(sum|count)\{phase="/ {
       split($1, a, "\""); k = ($1 ~ /_sum/) ? "sum" : "count"; v[a[2], k] = $2; p[a[2]] = 1 }
     END { for (x in p) print x, v[x, "sum"], v[x, "count"] }'
 }

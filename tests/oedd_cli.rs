@@ -38,6 +38,7 @@ fn oedd_dev_starts_again_on_other_ports_when_a_drive_cannot_bind() {
         drives: 3,
         k: 2,
         m: 1,
+        chunk_size: 64 * 1024,
         dir: Some(dir.path().to_path_buf()),
         fsync: false,
         oedd: oed_tests::oedd(),

@@ -516,6 +516,51 @@ fn raw_uploads_keep_their_connection_for_the_next() {
     });
 }
 
+/// Uploads whose bytes come slower than the drive takes them (16 KiB at a time, a pause
+/// between): the drive waits for a batch's worth at a time (its socket's low-water mark,
+/// `docs/drive.md`), every byte is stored, and the connection serves the next request at
+/// once afterwards: a mark left raised would hold back the next request's few hundred
+/// bytes until the drive's header timeout closed the connection, and the next upload
+/// would go on a new one. An upload that ends short still ends at once.
+#[test]
+fn slow_raw_uploads_are_stored_whole_and_keep_their_connection() {
+    use futures_util::StreamExt as _;
+    let dir = tempfile::tempdir().unwrap();
+    let d = Daemon::start(dir.path(), &[]);
+    let c = d.client().with_raw_uploads(true);
+    let slow = |data: &[u8]| -> oed_daemon::drive::ShardUpload {
+        Box::pin(oed_tests::body(data, 16 * 1024).then(|piece| async move {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+            piece
+        }))
+    };
+    rt().block_on(async {
+        tokio::time::timeout(Duration::from_mins(1), async {
+            c.create_bucket("slow").await.unwrap();
+            for i in 0..3u64 {
+                let data = bytes(1_000_000 + 4096 * i as usize, i + 20);
+                let key = format!("s{i}");
+                let rec = record("slow", &key, 1, data.len() as u64, 1, 1, 0);
+                let file = shard_file(&rec, &data);
+                c.put_shard(&rec, slow(&file), false).await.unwrap();
+                assert_eq!(read_shard(&c, "slow", &key).await, chunk_bytes(&file));
+                assert_eq!(c.kept_connections(), (1, i), "after upload {i}");
+            }
+            let data = bytes(600_000, 7);
+            let rec = record("slow", "short", 1, data.len() as u64, 1, 1, 0);
+            let file = shard_file(&rec, &data);
+            let e = c
+                .put_shard(&rec, slow(&file[..400_000]), false)
+                .await
+                .expect_err("cut short");
+            assert_eq!(e.code, ErrorCode::IncompleteBody, "{e}");
+            assert!(c.stat("slow", "short").await.unwrap().is_none());
+        })
+        .await
+        .expect("slow uploads took over a minute");
+    });
+}
+
 /// A kept connection that the drive has closed since (here: it was killed and started
 /// again at the same address) fails before any byte of the next upload's body is sent;
 /// the upload goes on a new connection, which is kept in turn.

@@ -139,3 +139,39 @@ def test_an_ignored_range_still_answers_missing_keys_and_conditions(cluster, s3,
     with pytest.raises(ClientError) as e:
         s3.get_object(Bucket=bucket, Key="cond", Range="bytes=5-1", IfMatch='"0000"')
     assert code(e) == ("PreconditionFailed", 412)
+
+
+@pytest.fixture(scope="module")
+def small_read_buffers():
+    c = Cluster(extra=lambda i: [f"connection_read_buffer_bytes={16 * 1024}"])
+    yield c
+    c.stop()
+
+
+def test_small_connection_read_buffers_still_take_every_request_s3_allows(small_read_buffers):
+    """`connection_read_buffer_bytes` at its least (16 KiB): the largest header section
+    and metadata S3 allows still fit, bodies come whole in pieces of at most that size
+    (one object through drive 0, coordinating, and drive 1, storing a shard), and a head
+    larger than the buffer is answered 431 without disturbing the connections after it."""
+    c = small_read_buffers
+    s3 = c.client(0)
+    s3.create_bucket(Bucket="bufs")
+    body = hashlib.shake_256(b"bufs").digest(5 * MIB + 12345)
+    fits = ", ".join(["no-cache"] * 400)  # with the metadata, about 7 KB of 8 KB
+    s3.put_object(Bucket="bufs", Key="o", Body=body, CacheControl=fits, Metadata={"m": "v" * 2047})
+    got = s3.get_object(Bucket="bufs", Key="o")
+    assert got["Body"].read() == body
+    assert got["CacheControl"] == fits and got["Metadata"] == {"m": "v" * 2047}
+    assert c.client(1).get_object(Bucket="bufs", Key="o", Range="bytes=1000000-3999999")["Body"].read() \
+        == body[1000000:4000000]
+    # Past S3's 8 KB but inside the buffer: the S3 error that names it, as with 64 KiB.
+    with pytest.raises(ClientError) as e:
+        s3.put_object(Bucket="bufs", Key="hdr", Body=b"x", CacheControl=", ".join(["no-cache"] * 900))
+    assert code(e) == ("RequestHeaderSectionTooLarge", 400)
+    # Past the buffer itself: hyper cannot hold the head, and says so.
+    text = c.raw("GET", "/bufs/o", {"X-Pad": "p" * (20 * 1024)}, until=b"\r\n\r\n")
+    assert text.startswith("HTTP/1.1 431"), text[:200]
+    assert s3.get_object(Bucket="bufs", Key="o")["Body"].read() == body
+    with pytest.raises(ClientError) as e:
+        s3.head_object(Bucket="bufs", Key="hdr")
+    assert code(e) == ("404", 404)

@@ -126,6 +126,11 @@ pub struct Config {
     /// beyond it is answered `503` with `Retry-After: 1` and closed. The metrics listener
     /// keeps at most 64. Default: 1024.
     pub max_connections: usize,
+    /// The most each connection to the S3 and peer listener buffers of what it reads (a
+    /// request's head, and its body in pieces of up to this size). Smaller takes memory
+    /// off a drive with many clients at some CPU per byte received; at least 16 KiB (a
+    /// request's head must fit), at most 1 MiB. Default: 64 KiB.
+    pub connection_read_buffer_bytes: usize,
     /// PEM file with the certificate chain the S3 and peer listener serves over TLS
     /// (the drive's certificate first). With `tls_key_file`, the listener speaks only
     /// TLS; both are read again on SIGHUP. Default: none (plain HTTP).
@@ -248,6 +253,7 @@ impl Default for Config {
             peer_timeout_seconds: 10,
             http_header_timeout_seconds: 20,
             max_connections: 1024,
+            connection_read_buffer_bytes: 64 << 10,
             tls_cert_file: None,
             tls_key_file: None,
             tls_ca_file: None,
@@ -397,22 +403,7 @@ impl Config {
         if self.coordinator_wait_seconds == 0 {
             return bad("coordinator_wait_seconds must be at least 1".into());
         }
-        if self.peer_timeout_seconds == 0 {
-            return bad("peer_timeout_seconds must be at least 1".into());
-        }
-        if self.http_header_timeout_seconds < 16 {
-            return bad(
-                "http_header_timeout_seconds must be at least 16 (drives keep idle connections \
-                 to each other for 15 s)"
-                    .into(),
-            );
-        }
-        if self.max_connections < 16 {
-            return bad("max_connections must be at least 16".into());
-        }
-        if self.tls_cert_file.is_some() != self.tls_key_file.is_some() {
-            return bad("tls_cert_file and tls_key_file are set together, or neither".into());
-        }
+        self.validate_connections()?;
         if self.max_concurrent_ops == 0 || self.op_cpu_seconds == 0 || self.op_timeout_seconds == 0
         {
             return bad(
@@ -448,6 +439,36 @@ impl Config {
         }
         if self.rocksdb_write_buffer_bytes < (1 << 20) {
             return bad("rocksdb_write_buffer_bytes must be at least 1 MiB".into());
+        }
+        Ok(())
+    }
+
+    /// [`Config::validate`]'s checks of the settings of connections: timeouts, limits,
+    /// buffers and TLS files.
+    fn validate_connections(&self) -> Result<()> {
+        let bad = |msg: String| Err(Error::Config(msg));
+        if self.peer_timeout_seconds == 0 {
+            return bad("peer_timeout_seconds must be at least 1".into());
+        }
+        if self.http_header_timeout_seconds < 16 {
+            return bad(
+                "http_header_timeout_seconds must be at least 16 (drives keep idle connections \
+                 to each other for 15 s)"
+                    .into(),
+            );
+        }
+        if self.max_connections < 16 {
+            return bad("max_connections must be at least 16".into());
+        }
+        if !(16 << 10..=1 << 20).contains(&self.connection_read_buffer_bytes) {
+            return bad(
+                "connection_read_buffer_bytes must be from 16 KiB (16384, room for a request's \
+                 head) to 1 MiB (1048576)"
+                    .into(),
+            );
+        }
+        if self.tls_cert_file.is_some() != self.tls_key_file.is_some() {
+            return bad("tls_cert_file and tls_key_file are set together, or neither".into());
         }
         Ok(())
     }
@@ -668,6 +689,16 @@ mod tests {
                 "OED_COORDINATOR_WAIT_SECONDS",
                 "0",
                 "coordinator_wait_seconds",
+            ),
+            (
+                "OED_CONNECTION_READ_BUFFER_BYTES",
+                "4096",
+                "connection_read_buffer_bytes",
+            ),
+            (
+                "OED_CONNECTION_READ_BUFFER_BYTES",
+                "2097152",
+                "connection_read_buffer_bytes",
             ),
         ] {
             let e = Config::load(None, env(&[(var, value)]), &[]).unwrap_err();

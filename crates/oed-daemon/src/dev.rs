@@ -23,6 +23,8 @@ pub struct DevOptions {
     pub k: u16,
     /// Parity shards.
     pub m: u16,
+    /// Bytes of each shard per stripe (the profile's `chunk_size`).
+    pub chunk_size: u32,
     /// Where the drives keep their data; a temporary directory (removed at the end)
     /// when `None`.
     pub dir: Option<PathBuf>,
@@ -376,7 +378,7 @@ fn write_map(opts: &DevOptions, ports: &[u16], path: &Path) -> Result<ClusterMap
         profile: Profile {
             k: opts.k,
             m: opts.m,
-            chunk_size: oed_ec::layout::DEFAULT_CHUNK_SIZE,
+            chunk_size: opts.chunk_size,
         },
         drives: ports
             .iter()

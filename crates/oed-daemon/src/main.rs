@@ -436,6 +436,10 @@ struct DevArgs {
     /// Parity shards per stripe.
     #[arg(long, default_value_t = 2)]
     m: u16,
+    /// Chunk size in bytes (a power of two from 4 KiB to 16 MiB): the bytes of each shard
+    /// per stripe.
+    #[arg(long, default_value_t = oed_ec::layout::DEFAULT_CHUNK_SIZE)]
+    chunk_size: u32,
     /// Directory for the drives' data (kept afterwards); a temporary one (removed at the
     /// end) by default.
     #[arg(long)]
@@ -910,6 +914,7 @@ fn dev(args: DevArgs) -> anyhow::Result<()> {
         drives: args.drives,
         k: args.k,
         m: args.m,
+        chunk_size: args.chunk_size,
         dir: args.dir,
         fsync: !args.no_fsync,
         oedd: std::env::current_exe().context("locating the oedd binary")?,

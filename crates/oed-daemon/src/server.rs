@@ -40,6 +40,7 @@ pub struct DriveServer {
     grace: Duration,
     header_timeout: Duration,
     max_connections: usize,
+    read_buffer: usize,
     /// The drive's metrics registry.
     pub metrics: DriveMetrics,
     meter: oed_meter::Meter,
@@ -128,6 +129,7 @@ impl DriveServer {
             grace: Duration::from_secs(config.shutdown_grace_seconds),
             header_timeout: Duration::from_secs(config.http_header_timeout_seconds),
             max_connections: config.max_connections,
+            read_buffer: config.connection_read_buffer_bytes,
             metrics,
             meter,
             meter_period: Duration::from_millis(config.meter_period_ms),
@@ -164,6 +166,7 @@ impl DriveServer {
             let limits = Limits {
                 header_timeout: self.header_timeout,
                 max_connections: METRICS_CONNECTIONS,
+                read_buffer: crate::peer::client::READ_BUFFER_MAX,
                 counts: None,
                 tls: None,
             };
@@ -212,6 +215,7 @@ impl DriveServer {
         let limits = Limits {
             header_timeout: self.header_timeout,
             max_connections: self.max_connections,
+            read_buffer: self.read_buffer,
             counts: Some(self.cluster.clone()),
             tls: self.tls.as_ref().map(|t| ListenerTls {
                 acceptor: t.acceptor(),
@@ -297,6 +301,8 @@ struct Limits {
     header_timeout: Duration,
     /// Connections open at once.
     max_connections: usize,
+    /// The most each connection buffers of what it reads (hyper's `max_buf_size`).
+    read_buffer: usize,
     /// Where open and refused connections are counted, if they are.
     counts: Option<Arc<Cluster>>,
     /// TLS to run on every connection before HTTP, if the listener speaks it.
@@ -367,9 +373,10 @@ const TOO_MANY: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\nRetry-After: 1\r\n
 /// Serves HTTP/1.1 on `listener` until `shutdown` is cancelled; then stops accepting,
 /// asks every connection to close after the request it is serving (idle ones close at
 /// once), and returns when they have. Each connection buffers at most
-/// [`crate::peer::client::READ_BUFFER_MAX`] of what it reads, as the drive's own
-/// connections to other drives do: a coordinator serves dozens of S3 and peer
-/// connections, and hyper's default lets each keep a buffer of about 400 KiB. A
+/// `limits.read_buffer` of what it reads (`connection_read_buffer_bytes`, 64 KiB by
+/// default, as the drive's own connections to other drives): a coordinator serves dozens
+/// of S3 and peer connections, and hyper's default lets each keep a buffer of about
+/// 400 KiB. A
 /// connection must send each request's headers within `limits.header_timeout` (a client
 /// that sends half a header and stops holds nothing for long), and at most
 /// `limits.max_connections` are open at once.
@@ -380,7 +387,7 @@ async fn serve_http(
     shutdown: CancellationToken,
 ) {
     let mut http = hyper::server::conn::http1::Builder::new();
-    http.max_buf_size(crate::peer::client::READ_BUFFER_MAX)
+    http.max_buf_size(limits.read_buffer)
         .timer(hyper_util::rt::TokioTimer::new())
         .header_read_timeout(limits.header_timeout);
     let slots = Arc::new(tokio::sync::Semaphore::new(limits.max_connections));
