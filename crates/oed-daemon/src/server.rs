@@ -376,9 +376,8 @@ const TOO_MANY: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\nRetry-After: 1\r\n
 /// `limits.read_buffer` of what it reads (`connection_read_buffer_bytes`, 64 KiB by
 /// default, as the drive's own connections to other drives): a coordinator serves dozens
 /// of S3 and peer connections, and hyper's default lets each keep a buffer of about
-/// 400 KiB. A
-/// connection must send each request's headers within `limits.header_timeout` (a client
-/// that sends half a header and stops holds nothing for long), and at most
+/// 400 KiB. A connection must send each request's headers within `limits.header_timeout`
+/// (a client that sends half a header and stops holds nothing for long), and at most
 /// `limits.max_connections` are open at once.
 async fn serve_http(
     listener: TcpListener,
