@@ -150,9 +150,9 @@ def small_read_buffers():
 
 def test_small_connection_read_buffers_still_take_every_request_s3_allows(small_read_buffers):
     """`connection_read_buffer_bytes` at its least (16 KiB): the largest header section
-    and metadata S3 allows still fit, bodies come whole in pieces of at most that size
-    (one object through drive 0, coordinating, and drive 1, storing a shard), and a head
-    larger than the buffer is answered 431 without disturbing the connections after it."""
+    and metadata S3 allows still fit, a body read in pieces of at most that size is
+    stored and read back whole (written through drive 0, a range read through drive 1),
+    and a head larger than the buffer is answered 431 and the drive serves on."""
     c = small_read_buffers
     s3 = c.client(0)
     s3.create_bucket(Bucket="bufs")
