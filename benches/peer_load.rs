@@ -14,9 +14,9 @@ use bytes::Bytes;
 use clap::Parser;
 use futures_util::StreamExt;
 use oed_daemon::drive::Drive as _;
+use oed_daemon::model::record::{ObjectRecord, VersionId};
 use oed_daemon::peer::auth::PeerKey;
 use oed_daemon::peer::client::PeerClient;
-use oed_daemon::store::record::{ObjectRecord, VersionId};
 
 /// Peer-API shard write and read load against one drive.
 #[derive(Parser)]

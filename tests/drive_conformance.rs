@@ -11,9 +11,9 @@ use oed_daemon::config::Config;
 use oed_daemon::drive::{
     Drive, DriveError, ErrorCode, HealEntry, ObjectRef, Relocation, Settlement,
 };
+use oed_daemon::model::heal::HealCause;
+use oed_daemon::model::record::{ObjectRecord, RecordTail, VersionId};
 use oed_daemon::store::Store;
-use oed_daemon::store::queue::HealCause;
-use oed_daemon::store::record::{ObjectRecord, RecordTail, VersionId};
 use oed_tests::{
     Daemon, bytes, chunk_bytes, files_under, read_shard, record, shard_file, try_read_shard, upload,
 };
@@ -382,7 +382,7 @@ fn relocations_update_the_records_that_name_the_old_drive() {
                 .unwrap();
             let mut whole = record("moves", "whole", 8, 0, 1, 1, 0);
             whole.drives = vec!["test-drive".into(), "old".into()];
-            whole.parts = vec![oed_daemon::store::record::PartRef::of(1, &part)];
+            whole.parts = vec![oed_daemon::model::record::PartRef::of(1, &part)];
             d.put_shard(&whole, upload(&shard_file(&whole, &[]), 4096), false)
                 .await
                 .unwrap();

@@ -15,9 +15,9 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use futures_util::StreamExt as _;
 use oed_daemon::drive::{Drive, DriveError, ShardUpload};
+use oed_daemon::model::record::{ObjectRecord, VersionId};
 use oed_daemon::peer::auth::PeerKey;
 use oed_daemon::peer::client::PeerClient;
-use oed_daemon::store::record::{ObjectRecord, VersionId};
 
 /// Path of a freshly built `oedd` (same target directory and profile as this test), or
 /// `OED_TEST_OEDD_BIN`.

@@ -15,7 +15,7 @@ use base64::Engine as _;
 use oed_daemon::cluster::Cluster;
 use oed_daemon::cluster::write::NewObject;
 use oed_daemon::compute::coordinator::Outcome;
-use oed_daemon::store::record::{ObjectRecord, PartRef};
+use oed_daemon::model::record::{ObjectRecord, PartRef};
 use oed_ops::op::Op;
 use oed_tests::{LocalDrive, bytes, files_under, put_object};
 use sha2::Digest as _;

@@ -7,9 +7,9 @@
 use std::time::Duration;
 
 use oed_daemon::drive::{Drive, ErrorCode};
+use oed_daemon::model::record::ObjectRecord;
 use oed_daemon::peer::PeerOp;
 use oed_daemon::peer::client::PeerClient;
-use oed_daemon::store::record::ObjectRecord;
 use oed_tests::{Daemon, bytes, chunk_bytes, files_under, read_shard, record, shard_file, upload};
 use reqwest::{Method, StatusCode};
 

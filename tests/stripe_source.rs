@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use oed_daemon::cluster::Cluster;
 use oed_daemon::cluster::stripes::{Stripe, StripeSource};
-use oed_daemon::store::record::{ObjectRecord, PartRef};
+use oed_daemon::model::record::{ObjectRecord, PartRef};
 use oed_tests::{bytes, chunk_bytes, files_under};
 
 const K: usize = 2;

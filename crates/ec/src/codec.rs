@@ -11,10 +11,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use crate::error::{Error, Result};
 use crate::kernel::Kernel;
+pub use crate::limits::MAX_SHARDS;
 use crate::matrix::Matrix;
-
-/// Most shards a stripe can have: GF(2^8) has 256 distinct evaluation points.
-pub const MAX_SHARDS: usize = 256;
 
 /// Decode matrices kept per codec; the cache is emptied when it grows past this.
 const DECODE_CACHE_LIMIT: usize = 256;

@@ -18,8 +18,8 @@ pub enum Error {
     /// The chunk size is not a power of two within the documented bounds.
     #[error(
         "invalid chunk size {chunk_size}: must be a power of two from {min} to {max} bytes",
-        min = crate::layout::MIN_CHUNK_SIZE,
-        max = crate::layout::MAX_CHUNK_SIZE
+        min = crate::limits::MIN_CHUNK_SIZE,
+        max = crate::limits::MAX_CHUNK_SIZE
     )]
     InvalidChunkSize {
         /// The size asked for.

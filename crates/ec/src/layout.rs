@@ -15,15 +15,9 @@
 
 use std::ops::Range;
 
-use crate::codec::MAX_SHARDS;
 use crate::error::{Error, Result};
-
-/// Smallest chunk size accepted.
-pub const MIN_CHUNK_SIZE: u32 = 4 * 1024;
-/// Largest chunk size accepted.
-pub const MAX_CHUNK_SIZE: u32 = 16 * 1024 * 1024;
-/// Chunk size used when none is configured.
-pub const DEFAULT_CHUNK_SIZE: u32 = 256 * 1024;
+use crate::limits::MAX_SHARDS;
+pub use crate::limits::{DEFAULT_CHUNK_SIZE, MAX_CHUNK_SIZE, MIN_CHUNK_SIZE};
 
 /// An erasure-coding profile: `k` data and `m` parity shards and the chunk size.
 /// Constructed only through [`Layout::new`], so its fields are always in range.

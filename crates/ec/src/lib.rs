@@ -21,6 +21,8 @@
 //!   [`StreamVerifier`] checks a shard file arriving in pieces (a network upload).
 //! - [`object`]: [`encode_object`], a whole small object into its shard files at once.
 //! - [`error`]: the crate's one error type, [`Error`].
+//! - [`limits`]: the bounds every profile and shard file is checked against (shards per
+//!   stripe, chunk sizes); the bottom of the crate, so that errors can name them.
 //!
 //! # Example
 //! ```
@@ -44,6 +46,7 @@ pub mod format;
 pub mod gf;
 pub mod kernel;
 pub mod layout;
+pub mod limits;
 mod matrix;
 pub mod object;
 

@@ -23,9 +23,9 @@ use std::time::Duration;
 use futures_util::future::join_all;
 use serde::Serialize;
 
-use crate::cluster::map::ClusterMap;
 use crate::drive::DriveError;
 use crate::error::{Error, Result};
+use crate::model::map::ClusterMap;
 use crate::peer::PeerOp;
 use crate::peer::auth::PeerKey;
 use crate::peer::client::{PeerClient, PeerHttp};
@@ -67,7 +67,7 @@ impl Access {
 
     /// A client of drive `d` of `map`.
     #[must_use]
-    pub fn client(&self, map: &ClusterMap, d: &crate::cluster::map::DriveEntry) -> PeerClient {
+    pub fn client(&self, map: &ClusterMap, d: &crate::model::map::DriveEntry) -> PeerClient {
         PeerClient::with_http(&d.url(map.tls), self.key.clone(), self.http.clone())
     }
 }
@@ -219,7 +219,7 @@ pub fn change_map(
 pub fn set_state(
     map: &mut ClusterMap,
     id: &str,
-    state: crate::cluster::map::DriveState,
+    state: crate::model::map::DriveState,
 ) -> Result<()> {
     let d = map
         .drives
@@ -282,7 +282,7 @@ fn ago(ms: Option<u64>) -> String {
     let Some(ms) = ms else {
         return "never".into();
     };
-    let secs = crate::store::record::now_ms().saturating_sub(ms) / 1000;
+    let secs = crate::model::record::now_ms().saturating_sub(ms) / 1000;
     match secs {
         0..120 => format!("{secs} s ago"),
         120..7200 => format!("{} min ago", secs / 60),

@@ -12,6 +12,23 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 
+/// The default of `raw_shard_upload_min_bytes`, the smallest shard file a drive sends as a
+/// raw upload ([`crate::peer::RAW_UPLOAD`]); smaller ones go as request bodies on the pool's
+/// kept-alive connections. A raw upload saves a copy of its bytes and costs an upgrade
+/// (and, when no kept connection is free, a connection of its own): on the development
+/// machine, one drive taking 16 uploads at once on kept connections spent 10-12% less
+/// CPU per shard on raw uploads than on bodies for 256 KiB shards, 20-28% less for 1 MiB,
+/// and about as much for 64 and 128 KiB (`docs/benchmarks.md`, "Raw uploads on kept
+/// connections").
+pub const RAW_UPLOAD_MIN_BYTES: u64 = 256 * 1024;
+
+/// The most a peer connection's read buffer grows to. A chunk of a shard arrives in
+/// pieces of at most this size, each sent on as it is. A connection idling in the pool
+/// keeps 64 KiB instead of hyper's default of about 400 KiB; the price is more, smaller
+/// pieces per chunk, about 8-10% more CPU per GiB read through a coordinator
+/// (`docs/benchmarks.md`, "Connection read buffers").
+pub const READ_BUFFER_MAX: usize = 64 * 1024;
+
 /// When the store forces data to the disk.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -234,7 +251,7 @@ impl Default for Config {
             fsync: FsyncPolicy::Always,
             direct_io: false,
             raw_shard_uploads: true,
-            raw_shard_upload_min_bytes: crate::peer::client::RAW_UPLOAD_MIN_BYTES,
+            raw_shard_upload_min_bytes: RAW_UPLOAD_MIN_BYTES,
             framed_shard_reads: true,
             shard_sendfile: true,
             max_concurrent_requests: 64,

@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
 
-use crate::cluster::map::{ClusterMap, DriveEntry, Profile};
 use crate::error::{Error, Result};
+use crate::model::map::{ClusterMap, DriveEntry, Profile};
 
 /// What `oedd dev` is asked for.
 #[derive(Clone, Debug)]
@@ -369,7 +369,7 @@ fn write_map(opts: &DevOptions, ports: &[u16], path: &Path) -> Result<ClusterMap
     let state_of = |id: &str| {
         old.as_ref()
             .and_then(|m| m.drives.iter().find(|d| d.id == id))
-            .map_or(crate::cluster::map::DriveState::In, |d| d.state)
+            .map_or(crate::model::map::DriveState::In, |d| d.state)
     };
     let map = ClusterMap {
         cluster_id: "dev".into(),

@@ -18,11 +18,11 @@ use futures_util::Stream;
 use serde::{Deserialize, Serialize};
 
 pub use crate::error::{DriveError, ErrorCode};
-pub use crate::store::queue::HealEntry;
-use crate::store::record::{BucketRecord, ObjectRecord, PartRef, VersionId};
+pub use crate::model::heal::HealEntry;
+use crate::model::record::{BucketRecord, ObjectRecord, PartRef, VersionId};
 
 /// The body of a shard upload: the shard file (oed-ec format), in pieces as they come,
-/// optionally followed by a JSON [`RecordTail`](crate::store::record::RecordTail).
+/// optionally followed by a JSON [`RecordTail`](crate::model::record::RecordTail).
 pub type ShardUpload = Pin<Box<dyn Stream<Item = std::io::Result<Bytes>> + Send>>;
 
 /// The chunk bytes of a shard read, in pieces (not necessarily one per chunk), each chunk

@@ -4,7 +4,7 @@
 //! what the daemon does with what it parsed. None may panic, loop or allocate without
 //! bound, whatever the bytes; a refusal is an `Err`, never a crash.
 
-use crate::store::record::{ObjectRecord, RecordTail};
+use crate::model::record::{ObjectRecord, RecordTail};
 
 /// The cluster map (TOML, from a file or `POST admin/map`): parsed, validated, and, when
 /// valid, its digest, URLs and a placement computed.
@@ -12,7 +12,7 @@ pub fn cluster_map(data: &[u8]) {
     let Ok(text) = std::str::from_utf8(data) else {
         return;
     };
-    let Ok(map) = toml::from_str::<crate::cluster::map::ClusterMap>(text) else {
+    let Ok(map) = toml::from_str::<crate::model::map::ClusterMap>(text) else {
         return;
     };
     if map.validate().is_err() {
@@ -104,7 +104,7 @@ pub fn s3_xml(data: &[u8]) {
         let asked = done.parts.unwrap_or_default();
         let stored: Vec<ObjectRecord> = (1..=3)
             .map(|n| {
-                crate::store::record::test_record(
+                crate::model::record::test_record(
                     &crate::cluster::write::part_key("upload", n),
                     u128::from(n.unsigned_abs()),
                     5 << 20,
@@ -155,7 +155,7 @@ pub fn ranges_and_headers(data: &[u8]) {
     let _ = crate::s3::range::unusable(&http::Method::GET, &headers);
     let parsed = s3s::dto::Range::parse(range).ok();
     for size in [0, 1, 10, 5 << 30, u64::MAX] {
-        let rec = crate::store::record::test_record("k", 1, size);
+        let rec = crate::model::record::test_record("k", 1, size);
         let _ = crate::s3::object::wanted(&rec, parsed.as_ref(), None);
         let _ = crate::s3::object::wanted(&rec, None, Some(1));
         let _ = crate::s3::multipart::copy_range(copy, size);

@@ -11,13 +11,17 @@
 //! - [`config`]: the documented [`config::Config`], from TOML, `OED_*` variables and flags.
 //! - [`error`]: the one error type, the typed code that crosses the peer boundary, and the
 //!   one place errors become peer API and S3 answers.
+//! - [`model`]: the plain types every layer shares: records and keys
+//!   ([`model::record`]), heal entries ([`model::heal`]), the cluster map ([`model::map`]).
+//! - [`limiter`]: the byte-rate limit background work (heal, scrub) takes from.
 //! - [`drive`]: the operations drives offer each other, their types and errors.
 //! - [`store`]: the local store: RocksDB metadata ([`store::meta`], private to it),
-//!   records ([`store::record`]), shard files, the durable write; it is a `Drive`.
+//!   the heal queue, shard files, the durable write, the threads near-data operations
+//!   run on; it is a `Drive`.
 //! - [`peer`]: the authenticated peer API (`/_oed/peer/v1/`, its routes in
 //!   [`peer::PeerOp`]), its signing ([`peer::auth`]) and the client that is a `Drive`
 //!   ([`peer::client`]).
-//! - [`cluster`]: the cluster map and placement, and the coordinator: the erasure-coded
+//! - [`cluster`]: placement over the cluster map, and the coordinator: the erasure-coded
 //!   write path ([`cluster::write`], with MD5 in lanes, [`cluster::md5`]), the stripe
 //!   source ([`cluster::stripes`]) and the read path on it ([`cluster::read`]), the merged
 //!   listing ([`cluster::list`]), the memory budget, and the tasks requests leave running.
@@ -31,6 +35,8 @@
 //!   one shutdown path.
 //! - [`dev`]: `oedd dev`, a whole cluster of drives on one machine.
 //! - [`uri`]: percent-encoding as S3, SigV4 and the peer API use it.
+//! - [`admin_api`]: the peer API's admin routes (repair state, actions, the map in
+//!   force), served by the server beside the peer routes.
 //! - [`admin`]: `oedd admin`, cluster health and repair actions over the peer API.
 //! - [`notify`]: readiness and shutdown notices to systemd (`Type=notify`).
 //! - [`relocations`]: the pages of the executable's dynamic relocations, given back at start.
@@ -39,6 +45,7 @@
 //!   the theoretical peak and the drives' energy per phase.
 
 pub mod admin;
+pub mod admin_api;
 pub mod bench;
 pub mod cluster;
 pub mod compute;
@@ -48,7 +55,9 @@ pub mod drive;
 pub mod error;
 #[doc(hidden)]
 pub mod fuzzing;
+pub mod limiter;
 pub mod metrics;
+pub mod model;
 pub mod notify;
 pub mod op_client;
 pub mod peer;

@@ -676,7 +676,7 @@ fn admin_access(
 
 fn admin(args: AdminArgs) -> anyhow::Result<()> {
     use oed_daemon::admin;
-    let map = oed_daemon::cluster::map::ClusterMap::load(&args.map)?;
+    let map = oed_daemon::model::map::ClusterMap::load(&args.map)?;
     let access = admin_access(args.secret_file, args.ca_file.as_deref())?;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -723,13 +723,13 @@ fn admin(args: AdminArgs) -> anyhow::Result<()> {
 /// The `oedd admin` actions that change the cluster map.
 fn admin_map(
     path: &std::path::Path,
-    map: &oed_daemon::cluster::map::ClusterMap,
+    map: &oed_daemon::model::map::ClusterMap,
     access: &oed_daemon::admin::Access,
     action: AdminAction,
     rt: &tokio::runtime::Runtime,
 ) -> anyhow::Result<()> {
     use oed_daemon::admin;
-    use oed_daemon::cluster::map::DriveState;
+    use oed_daemon::model::map::DriveState;
     let state_of = |id: &str| map.drives.iter().find(|d| d.id == id).map(|d| d.state);
     let mark = |id: &str, state: DriveState| -> anyhow::Result<()> {
         let new = admin::change_map(path, |m| admin::set_state(m, id, state))?;
@@ -746,7 +746,7 @@ fn admin_map(
                 Some(DriveState::In) => mark(&drive, DriveState::Out)?,
                 Some(DriveState::Out) => {}
             }
-            let map = oed_daemon::cluster::map::ClusterMap::load(path)?;
+            let map = oed_daemon::model::map::ClusterMap::load(path)?;
             print!(
                 "{}",
                 rt.block_on(admin::act(&map, access, "drain", &[drive]))?

@@ -20,10 +20,10 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::cluster::Cluster;
-use crate::cluster::map::ClusterMap;
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::metrics::DriveMetrics;
+use crate::model::map::{ClusterMap, RanMap};
 use crate::peer::{self, ConnectionHold, PeerState, ServeAgain, auth::PeerKey};
 use crate::store::Store;
 
@@ -85,6 +85,7 @@ impl DriveServer {
         )?);
         let s3 = s3_secret
             .map(|s| crate::s3::service(cluster.clone(), &config.s3_access_key, s, &config.region));
+        let heal_wake = Arc::new(tokio::sync::Notify::new());
         let peer = Arc::new(PeerState {
             drive: Arc::new(store.clone()),
             key: PeerKey::derive(secret),
@@ -93,7 +94,7 @@ impl DriveServer {
             slots: Arc::new(Semaphore::new(config.max_concurrent_requests)),
             auth_failures: AtomicU64::new(0),
             traffic: metrics.traffic.clone(),
-            repair: std::sync::OnceLock::new(),
+            heal_wake: heal_wake.clone(),
             epoch: cluster.epoch.clone(),
             epoch_mismatches: AtomicU64::new(0),
             raw_connections_kept: AtomicU64::new(0),
@@ -101,9 +102,11 @@ impl DriveServer {
             sendfile: config.shard_sendfile,
             store: Some(store.clone()),
         });
-        let repair =
-            crate::repair::Repair::new(cluster.clone(), crate::repair::RepairConfig::of(config));
-        let _ = peer.repair.set(repair.clone());
+        let repair = crate::repair::Repair::new(
+            cluster.clone(),
+            crate::repair::RepairConfig::of(config),
+            heal_wake,
+        );
         metrics
             .registry
             .register(Box::new(oed_meter::process::AtScrape(
@@ -166,7 +169,7 @@ impl DriveServer {
             let limits = Limits {
                 header_timeout: self.header_timeout,
                 max_connections: METRICS_CONNECTIONS,
-                read_buffer: crate::peer::client::READ_BUFFER_MAX,
+                read_buffer: crate::config::READ_BUFFER_MAX,
                 counts: None,
                 tls: None,
             };
@@ -188,7 +191,10 @@ impl DriveServer {
             }
         });
         self.repair.spawn(&tasks, &shutdown);
-        let app = peer::router(self.peer.clone());
+        let app = peer::router(
+            self.peer.clone(),
+            crate::admin_api::routes(self.repair.clone()),
+        );
         let app = match self.s3.clone() {
             Some(s3) => app.fallback_service(axum::error_handling::HandleError::new(
                 s3,
@@ -250,18 +256,11 @@ impl DriveServer {
     }
 }
 
-/// The epoch and digest of the cluster map a drive last ran, kept in its store.
-#[derive(serde::Serialize, serde::Deserialize)]
-struct RanMap {
-    epoch: u64,
-    digest: String,
-}
-
 /// Refuses a cluster map whose epoch is lower than the one this drive ran before, or a
 /// changed map under the same epoch; then records this one.
 fn check_epoch_grows(store: &Store, map: &ClusterMap) -> Result<()> {
     let digest = map.digest();
-    if let Some(ran) = store.meta().state::<RanMap>("cluster_map")? {
+    if let Some(ran) = store.ran_map()? {
         if map.epoch < ran.epoch {
             return Err(Error::Config(format!(
                 "cluster map epoch {} is lower than epoch {} this drive ran before: a map's epoch must grow",
@@ -275,21 +274,7 @@ fn check_epoch_grows(store: &Store, map: &ClusterMap) -> Result<()> {
             )));
         }
     }
-    record_map(store, map)
-}
-
-/// Records `map` as the one this drive runs.
-///
-/// # Errors
-/// [`Error::Meta`].
-pub(crate) fn record_map(store: &Store, map: &ClusterMap) -> Result<()> {
-    store.meta().set_state(
-        "cluster_map",
-        &RanMap {
-            epoch: map.epoch,
-            digest: map.digest(),
-        },
-    )
+    store.record_ran_map(&RanMap::of(map))
 }
 
 /// Most connections the metrics listener keeps open.

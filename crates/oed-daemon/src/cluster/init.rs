@@ -12,8 +12,8 @@
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-use crate::cluster::map::{ClusterMap, DriveEntry, DriveState, Profile};
 use crate::error::{Error, Result};
+use crate::model::map::{ClusterMap, DriveEntry, DriveState, Profile};
 
 /// The three files `init` writes, by name within its directory.
 pub const MAP_FILE: &str = "cluster.toml";

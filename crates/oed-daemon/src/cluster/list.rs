@@ -12,7 +12,7 @@ use futures_util::future::join_all;
 use super::Cluster;
 use crate::drive::DriveError;
 use crate::error::{Error, Result};
-use crate::store::record::ObjectRecord;
+use crate::model::record::ObjectRecord;
 
 /// Records fetched from a drive at a time.
 const PAGE: usize = 256;

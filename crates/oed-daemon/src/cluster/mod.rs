@@ -14,7 +14,6 @@
 pub mod budget;
 pub mod init;
 pub mod list;
-pub mod map;
 pub mod md5;
 pub mod read;
 pub mod settle;
@@ -33,11 +32,11 @@ use tracing::Instrument as _;
 
 use crate::drive::{Drive, DriveError, ErrorCode};
 use crate::error::{Error, Result};
+use crate::model::map::ClusterMap;
+use crate::model::record::{BucketRecord, ObjectRecord};
 use crate::peer::auth::PeerKey;
 use crate::peer::client::PeerClient;
 use crate::store::Store;
-use crate::store::record::{BucketRecord, ObjectRecord};
-use map::ClusterMap;
 
 /// The tasks requests leave running after their handlers return: a response body being
 /// read from the drives, the shard uploads of a write. Each runs in the span of the
@@ -327,7 +326,8 @@ impl Cluster {
             .await
             .map_err(|e| Error::Io(std::io::Error::other(e)))??;
         }
-        crate::server::record_map(&self.store, &new)?;
+        self.store
+            .record_ran_map(&crate::model::map::RanMap::of(&new))?;
         let drives = handles(&new, local, &self.store, &self.key, &self.http, self.links);
         tracing::warn!(
             from = old.epoch,
@@ -453,7 +453,7 @@ impl Cluster {
     /// # Errors
     /// [`Error::Unavailable`] when fewer than a majority of drives stored it.
     pub async fn create_bucket(&self, name: &str) -> Result<()> {
-        crate::store::record::check_bucket_name(name)?;
+        crate::model::record::check_bucket_name(name)?;
         let results = self
             .on_all(|d| async move { d.create_bucket(name).await })
             .await;
@@ -524,7 +524,7 @@ impl Cluster {
             return Err(Error::NotFound("bucket"));
         }
         // Objects first: a drive that holds none of them may not know it is not empty.
-        if list::Merge::new(self, name, crate::s3::USER_KEYS_START)
+        if list::Merge::new(self, name, crate::model::record::USER_KEYS_START)
             .next()
             .await?
             .is_some()
@@ -536,7 +536,7 @@ impl Cluster {
         let mut internal = list::Merge::new(self, name, "");
         let mut aborted = 0u64;
         while let Some(r) = internal.next().await? {
-            if r.key.as_str() >= crate::s3::USER_KEYS_START {
+            if r.key.as_str() >= crate::model::record::USER_KEYS_START {
                 break;
             }
             self.delete_record(&r).await;
@@ -574,7 +574,7 @@ impl Cluster {
     /// Deletes every shard of `record`'s version (and, for a multipart object, its parts).
     /// Drives that are down keep theirs until scrub finds them.
     pub async fn delete_record(&self, record: &ObjectRecord) {
-        let mut targets: Vec<(String, String, crate::store::record::VersionId, Vec<String>)> =
+        let mut targets: Vec<(String, String, crate::model::record::VersionId, Vec<String>)> =
             vec![(
                 record.bucket.clone(),
                 record.key.clone(),

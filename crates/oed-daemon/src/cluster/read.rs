@@ -18,7 +18,7 @@ use super::Cluster;
 use super::budget::{Budget, Share};
 use super::stripes::StripeSource;
 use crate::error::Result;
-use crate::store::record::{ObjectRecord, PartRef};
+use crate::model::record::{ObjectRecord, PartRef};
 use oed_meter::traffic::{BodyMeter, Class, Direction};
 
 /// The erasure-coded runs of `record`'s bytes in object order: its parts, or the whole

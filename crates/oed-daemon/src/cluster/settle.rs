@@ -14,7 +14,7 @@ use futures_util::future::join_all;
 
 use super::{Cluster, RequestTasks};
 use crate::drive::{Drive, MAX_BATCH, Settlement};
-use crate::store::record::ObjectRecord;
+use crate::model::record::ObjectRecord;
 
 /// Most settlements waiting at once; more are left to the scrub.
 const MAX_WAITING: usize = 64 * 1024;

@@ -24,7 +24,7 @@ use futures_util::future::join_all;
 use super::Cluster;
 use crate::drive::{DriveError, ShardStream};
 use crate::error::{Error, Result};
-use crate::store::record::PartRef;
+use crate::model::record::PartRef;
 use oed_meter::traffic::EcOp;
 
 /// One chunk as it arrived: pieces of a drive's stream, passed on as they are.

@@ -35,8 +35,8 @@ use super::budget::Budget;
 use super::md5::Md5Stream;
 use crate::drive::{Drive, DriveError, ErrorCode, Stored};
 use crate::error::{Error, Result};
-use crate::store::queue::{HealCause, HealEntry};
-use crate::store::record::{ObjectRecord, PartRef, RecordTail, StoredChecksum, VersionId, now_ms};
+use crate::model::heal::{HealCause, HealEntry};
+use crate::model::record::{ObjectRecord, PartRef, RecordTail, StoredChecksum, VersionId, now_ms};
 use oed_meter::traffic::{Class, Direction, EcOp};
 
 /// What the client asked to store.

@@ -16,7 +16,7 @@ use super::coordinator::{Cost, Outcome, Window, bad, extent_stripes, plan_for, w
 use super::parts::NewParts;
 use crate::cluster::Cluster;
 use crate::error::{Error, Result};
-use crate::store::record::ObjectRecord;
+use crate::model::record::ObjectRecord;
 
 /// Stripes whose frames make one part of the new object.
 const WINDOW: u64 = 8;

@@ -23,7 +23,7 @@ use crate::cluster::read::extents;
 use crate::cluster::stripes::{Chunk, StripeSource};
 use crate::drive::{DriveError, OpAnswer, OpRequest};
 use crate::error::{Error, Result};
-use crate::store::record::{ObjectRecord, PartRef};
+use crate::model::record::{ObjectRecord, PartRef};
 
 /// What an operation cost, reported with every answer, so that a user can see whether
 /// computing near the data paid.

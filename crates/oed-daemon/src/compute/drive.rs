@@ -7,92 +7,15 @@
 //! for heal), stops when the caller goes away, and stops past its CPU-time limit.
 
 use std::ops::ControlFlow;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, PoisonError, mpsc};
 use std::time::Duration;
 
 use crate::drive::{OpAnswer, OpRequest, StripePartial};
 use crate::error::{Error, Result};
 use crate::store::Store;
 
-/// How much the `nice` value of operation threads is raised: the scheduler gives them
-/// the CPU after the daemon's other threads.
-pub const OP_NICENESS: i32 = 10;
-
-/// A unit of work for an operation thread.
-type Work = Box<dyn FnOnce() + Send>;
-
-/// The threads a drive runs near-data operations on, and their limits.
-#[derive(Debug)]
-pub struct OpLimits {
-    queue: Mutex<mpsc::Sender<Work>>,
-    cpu: Duration,
-    /// Operations stopped because their caller went away.
-    cancelled: std::sync::atomic::AtomicU64,
-}
-
-impl OpLimits {
-    /// `concurrent` threads (named `oed-op`), each running one operation at a time with at
-    /// most `cpu` of CPU time. A thread that cannot be started, or whose priority cannot
-    /// be lowered, is logged: operations then have fewer threads, or the usual priority.
-    #[must_use]
-    pub fn new(concurrent: usize, cpu: Duration) -> Self {
-        let (tx, rx) = mpsc::channel::<Work>();
-        let rx = Arc::new(Mutex::new(rx));
-        for _ in 0..concurrent {
-            let rx = rx.clone();
-            let started = std::thread::Builder::new()
-                .name("oed-op".into())
-                .spawn(move || {
-                    let tid = rustix::thread::gettid();
-                    let now = rustix::process::getpriority_process(Some(tid)).unwrap_or(0);
-                    if let Err(e) =
-                        rustix::process::setpriority_process(Some(tid), now + OP_NICENESS)
-                    {
-                        tracing::warn!(error = %e, "operation threads keep the daemon's priority");
-                    }
-                    loop {
-                        // Whoever holds the lock waits for work; the others for the lock.
-                        let work = rx.lock().unwrap_or_else(PoisonError::into_inner).recv();
-                        let Ok(work) = work else { return };
-                        work();
-                    }
-                });
-            if let Err(e) = started {
-                tracing::warn!(error = %e, "an operation thread could not be started");
-            }
-        }
-        Self {
-            queue: Mutex::new(tx),
-            cpu,
-            cancelled: std::sync::atomic::AtomicU64::new(0),
-        }
-    }
-
-    /// Operations stopped so far because their caller went away (the coordinator, or
-    /// the client behind it, gave up).
-    #[must_use]
-    pub fn cancelled(&self) -> u64 {
-        self.cancelled.load(Ordering::Relaxed)
-    }
-
-    /// Runs `work` on an operation thread once one is free; its result.
-    async fn run<T: Send + 'static>(&self, work: impl FnOnce() -> T + Send + 'static) -> Result<T> {
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        let sent = self
-            .queue
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .send(Box::new(move || {
-                let _ = tx.send(work());
-            }));
-        if sent.is_err() {
-            return Err(Error::ShuttingDown);
-        }
-        rx.await
-            .map_err(|_| Error::Unavailable("no operation thread ran the operation".into()))
-    }
-}
+pub use crate::store::op_threads::{OP_NICENESS, OpLimits};
 
 /// Sets its flag when dropped: the request that owns it is gone.
 struct CancelOnDrop(Arc<AtomicBool>);
@@ -168,7 +91,7 @@ impl Store {
 struct Job {
     store: Store,
     req: OpRequest,
-    record: crate::store::record::ObjectRecord,
+    record: crate::model::record::ObjectRecord,
     layout: oed_ec::Layout,
     shard: usize,
     stripes: std::ops::Range<u64>,

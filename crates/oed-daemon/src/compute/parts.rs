@@ -8,7 +8,7 @@ use bytes::Bytes;
 use crate::cluster::Cluster;
 use crate::cluster::write::{NewObject, multipart_etag, part_key};
 use crate::error::{Error, Result};
-use crate::store::record::{ObjectRecord, PartRef, VersionId};
+use crate::model::record::{ObjectRecord, PartRef, VersionId};
 
 /// The parts of a new object in `bucket`, written so far.
 pub(super) struct NewParts<'a> {

@@ -14,7 +14,7 @@ use super::coordinator::{Cost, Outcome, Window, extent_stripes, plan_for, window
 use super::parts::NewParts;
 use crate::cluster::Cluster;
 use crate::error::{Error, Result};
-use crate::store::record::ObjectRecord;
+use crate::model::record::ObjectRecord;
 
 /// Largest object `sort` takes, bytes.
 pub const MAX_SORT: u64 = 256 << 20;

@@ -15,7 +15,7 @@ use super::parts::NewParts;
 use crate::cluster::Cluster;
 use crate::cluster::read::ObjectBody;
 use crate::error::{Error, Result};
-use crate::store::record::ObjectRecord;
+use crate::model::record::ObjectRecord;
 
 /// Bytes of the sum per part written.
 const PART: usize = 8 << 20;

@@ -22,11 +22,12 @@ use hyper_util::rt::{TokioExecutor, TokioTimer};
 
 use super::PeerOp;
 use super::auth::{self, PeerKey};
+use crate::config::READ_BUFFER_MAX;
 use crate::drive::{
     Drive, DriveError, DriveInfo, ErrorCode, HealEntry, ObjectRef, OpAnswer, OpRequest, RecordPage,
     Relocation, Settlement, ShardRead, ShardStream, ShardUpload, Stored,
 };
-use crate::store::record::{BucketRecord, ObjectRecord, VersionId};
+use crate::model::record::{BucketRecord, ObjectRecord, VersionId};
 use crate::uri::encode as q;
 
 /// The response header of `GET shard` that names the version read.
@@ -34,25 +35,8 @@ pub const VERSION_HEADER: &str = "x-oed-version-id";
 /// The request header naming the epoch of the cluster map its sender runs.
 pub const EPOCH_HEADER: &str = "x-oed-map-epoch";
 
-/// The default of `raw_shard_upload_min_bytes`, the smallest shard file a drive sends as a
-/// raw upload ([`super::RAW_UPLOAD`]); smaller ones go as request bodies on the pool's
-/// kept-alive connections. A raw upload saves a copy of its bytes and costs an upgrade
-/// (and, when no kept connection is free, a connection of its own): on the development
-/// machine, one drive taking 16 uploads at once on kept connections spent 10-12% less
-/// CPU per shard on raw uploads than on bodies for 256 KiB shards, 20-28% less for 1 MiB,
-/// and about as much for 64 and 128 KiB (`docs/benchmarks.md`, "Raw uploads on kept
-/// connections").
-pub const RAW_UPLOAD_MIN_BYTES: u64 = 256 * 1024;
-
 /// The response header of `GET shard` that names the stripes sent, `from-to`.
 pub const STRIPES_HEADER: &str = "x-oed-stripes";
-
-/// The most a peer connection's read buffer grows to. A chunk of a shard arrives in
-/// pieces of at most this size, each sent on as it is. A connection idling in the pool
-/// keeps 64 KiB instead of hyper's default of about 400 KiB; the price is more, smaller
-/// pieces per chunk, about 8-10% more CPU per GiB read through a coordinator
-/// (`docs/benchmarks.md`, "Connection read buffers").
-pub const READ_BUFFER_MAX: usize = 64 * 1024;
 
 /// A boxed error, as the transport reports it.
 type BoxError = Box<dyn std::error::Error + Send + Sync>;

@@ -24,11 +24,12 @@ use futures_util::{StreamExt as _, TryStreamExt as _};
 use hyper_util::rt::TokioIo;
 use tokio::io::AsyncReadExt as _;
 
-use super::client::{PeerClient, PeerResponse, READ_BUFFER_MAX};
+use super::client::{PeerClient, PeerResponse};
 use super::raw::{ConnectionHold, ServeAgain};
 use super::{PeerOp, PeerState};
+use crate::config::READ_BUFFER_MAX;
 use crate::drive::{DriveError, ErrorCode, ShardRead, ShardStream};
-use crate::store::record::{ObjectRecord, VersionId};
+use crate::model::record::{ObjectRecord, VersionId};
 use crate::store::{ShardBytes, ShardFile, Store};
 use oed_ec::format::{CRC_LEN, HEADER_LEN, ShardHeader};
 use oed_meter::traffic::{BodyMeter, Class, Direction};

@@ -56,7 +56,7 @@ use crate::drive::{
     Relocation, Settlement, Stored,
 };
 use crate::error::Error;
-use crate::store::record::{BucketRecord, ObjectRecord, VersionId};
+use crate::model::record::{BucketRecord, ObjectRecord, VersionId};
 use auth::PeerKey;
 use oed_meter::traffic::{BodyMeter, Class, Direction};
 
@@ -189,9 +189,10 @@ impl PeerOp {
         })
     }
 
-    /// Its handler.
-    fn handler(self) -> MethodRouter<Arc<PeerState>> {
-        match self {
+    /// Its handler; `None` for the admin routes, which act on layers above this one
+    /// and come to [`router`] from the server ([`crate::admin_api`]).
+    fn handler(self) -> Option<MethodRouter<Arc<PeerState>>> {
+        Some(match self {
             Self::PutShard => put(put_shard),
             Self::GetShard => get(get_shard),
             Self::StatObject => get(stat),
@@ -207,11 +208,8 @@ impl PeerOp {
             Self::RecordsFor => get(records_for),
             Self::Relocate => axum::routing::post(relocate),
             Self::Settle => axum::routing::post(settle),
-            Self::AdminStatus => get(admin_status),
-            Self::AdminAction => axum::routing::post(admin_action),
-            Self::GetMap => get(get_map),
-            Self::PutMap => axum::routing::post(put_map),
-        }
+            Self::AdminStatus | Self::AdminAction | Self::GetMap | Self::PutMap => return None,
+        })
     }
 }
 
@@ -232,8 +230,8 @@ pub struct PeerState {
     pub auth_failures: AtomicU64,
     /// Traffic counters (class `peer`).
     pub traffic: oed_meter::traffic::Traffic,
-    /// The drive's heal, scrub and refill work, once it runs.
-    pub repair: std::sync::OnceLock<Arc<crate::repair::Repair>>,
+    /// Told when heal entries arrive for this drive: its healer waits on it.
+    pub heal_wake: Arc<tokio::sync::Notify>,
     /// The epoch of the cluster map this drive runs (it changes when a newer map is
     /// applied).
     pub epoch: Arc<AtomicU64>,
@@ -251,13 +249,17 @@ pub struct PeerState {
     pub store: Option<crate::store::Store>,
 }
 
-/// The peer API routes, with authentication and the concurrency limit applied.
-pub fn router(state: Arc<PeerState>) -> Router {
+/// The peer API routes, with `admin` (the admin routes, [`PeerOp::AdminStatus`] and the
+/// others of `admin/`) among them, authentication and the concurrency limit applied.
+pub fn router(state: Arc<PeerState>, admin: Router<Arc<PeerState>>) -> Router {
     let mut router = Router::new();
     for op in PeerOp::ALL {
-        router = router.route(op.route().1, op.handler());
+        if let Some(handler) = op.handler() {
+            router = router.route(op.route().1, handler);
+        }
     }
     router
+        .merge(admin)
         .route(
             "/_oed/{*rest}",
             axum::routing::any(|| async { Error::NotFound("route") }),
@@ -615,9 +617,7 @@ async fn queue_heals(State(state): State<Arc<PeerState>>, body: Bytes) -> Answer
     let entries: Vec<HealEntry> = serde_json::from_slice(&body)
         .map_err(|e| Error::BadRequest(format!("heal entries: {e}")))?;
     let n = state.drive.queue_heals(&entries).await?;
-    if let Some(r) = state.repair.get() {
-        r.wake();
-    }
+    state.heal_wake.notify_one();
     Ok(Json(n))
 }
 
@@ -665,70 +665,4 @@ async fn settle(State(state): State<Arc<PeerState>>, body: Bytes) -> Answer<Json
     let settlements: Vec<Settlement> = serde_json::from_slice(&body)
         .map_err(|e| Error::BadRequest(format!("settlements: {e}")))?;
     Ok(Json(state.drive.settle(&settlements).await?))
-}
-
-async fn get_map(State(state): State<Arc<PeerState>>) -> Answer<Response> {
-    let map = repair(&state)?.cluster().map();
-    let text = toml::to_string(&map.map).map_err(|e| Error::Config(e.to_string()))?;
-    Ok(([(header::CONTENT_TYPE, "application/toml")], text).into_response())
-}
-
-async fn put_map(
-    State(state): State<Arc<PeerState>>,
-    body: Bytes,
-) -> Answer<Json<serde_json::Value>> {
-    let text = std::str::from_utf8(&body)
-        .map_err(|_| Error::BadRequest("the cluster map is not UTF-8 text".into()))?;
-    let map: crate::cluster::map::ClusterMap =
-        toml::from_str(text).map_err(|e| Error::BadRequest(format!("cluster map: {e}")))?;
-    let r = repair(&state)?;
-    let removed = r.cluster().apply_map(map).await?;
-    if let Some(removed) = &removed {
-        r.map_changed(removed);
-    }
-    Ok(Json(serde_json::json!({
-        "epoch": r.cluster().map().epoch,
-        "changed": removed.is_some(),
-    })))
-}
-
-fn repair(state: &PeerState) -> Answer<&Arc<crate::repair::Repair>> {
-    Ok(state.repair.get().ok_or(Error::Unavailable(
-        "the drive's repair work is not running".into(),
-    ))?)
-}
-
-async fn admin_status(
-    State(state): State<Arc<PeerState>>,
-) -> Answer<Json<crate::repair::RepairStatus>> {
-    Ok(Json(repair(&state)?.status_now()))
-}
-
-#[derive(Deserialize)]
-struct ActionQuery {
-    #[serde(rename = "do")]
-    action: String,
-}
-
-async fn admin_action(
-    State(state): State<Arc<PeerState>>,
-    Query(q): Query<ActionQuery>,
-) -> Answer<Json<serde_json::Value>> {
-    let r = repair(&state)?;
-    let said = match q.action.as_str() {
-        "scrub" => r.start_scrub(),
-        "refill" => r.start_refill(),
-        "retry" => r.retry_deferred(),
-        "drain" => r.start_drain()?,
-        "undrain" => r.stop_drain(),
-        other => {
-            return Err(Error::BadRequest(format!(
-                "unknown action {other:?}: scrub, refill, retry, drain or undrain"
-            ))
-            .into());
-        }
-    };
-    Ok(Json(
-        serde_json::json!({ "action": q.action, "started": said }),
-    ))
 }

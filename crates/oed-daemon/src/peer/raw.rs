@@ -33,7 +33,7 @@ use super::client::{PeerClient, PeerError, check};
 use super::{DRAIN_LIMIT, PeerOp, PeerState, PutShardQuery};
 use crate::drive::{DriveError, ErrorCode, ShardUpload, Stored};
 use crate::error::Error;
-use crate::store::record::{MAX_TAIL_BYTES, ObjectRecord};
+use crate::model::record::{MAX_TAIL_BYTES, ObjectRecord};
 use crate::store::{RawConn, RawUpload, Store};
 use oed_meter::traffic::{BodyMeter, Class, Direction};
 

@@ -41,9 +41,9 @@ use super::{Kept, Repair, save_kept};
 use crate::cluster::newest_readable;
 use crate::drive::{Drive, DriveError, ErrorCode, ObjectRef, Relocation, ShardUpload};
 use crate::error::{Error, Result};
+use crate::model::heal::{HealCause, HealEntry};
+use crate::model::record::{ObjectRecord, now_ms};
 use crate::store::ShardBytes;
-use crate::store::queue::{HealCause, HealEntry};
-use crate::store::record::{ObjectRecord, now_ms};
 
 /// Records taken at a time.
 const PAGE: usize = 64;
@@ -118,7 +118,7 @@ fn save(r: &Repair, f: impl FnOnce(&mut DrainState)) -> DrainState {
 /// Whether this drive is out in the map in force.
 fn is_out(r: &Repair) -> bool {
     let map = r.cluster.map();
-    map.drives[map.local].state == crate::cluster::map::DriveState::Out
+    map.drives[map.local].state == crate::model::map::DriveState::Out
 }
 
 impl Repair {

@@ -30,8 +30,8 @@ use crate::cluster::newest_readable;
 use crate::cluster::stripes::StripeSource;
 use crate::drive::{DriveError, ErrorCode};
 use crate::error::{Error, Result};
-use crate::store::queue::{HealCause, HealEntry};
-use crate::store::record::{ObjectRecord, PartRef};
+use crate::model::heal::{HealCause, HealEntry};
+use crate::model::record::{ObjectRecord, PartRef};
 
 /// Entries taken from the queue at a time.
 const BATCH: usize = 64;

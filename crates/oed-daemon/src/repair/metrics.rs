@@ -11,7 +11,7 @@ use prometheus::core::Collector;
 use prometheus::{Counter, CounterVec, Gauge, GaugeVec, Opts};
 
 use super::Repair;
-use crate::store::queue::HealCause;
+use crate::model::heal::HealCause;
 
 /// The collector; register it wrapped in `AtScrape`.
 pub struct RepairCollector {

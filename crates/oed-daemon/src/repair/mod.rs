@@ -13,7 +13,7 @@
 //! - [`drain`]: a drive marked out moves its shards to drives that are in, and has every
 //!   holder's record updated, before it is removed from the map.
 //!
-//! Heal and scrub are rate-limited in bytes per second ([`Limiter`]); heal yields part of
+//! Heal and scrub are rate-limited in bytes per second ([`crate::limiter::Limiter`]); heal yields part of
 //! its rate while the drive serves requests. Progress and findings are in
 //! [`RepairStatus`] (`oedd admin`) and in the drive's metrics.
 
@@ -25,6 +25,8 @@ pub mod heal;
 pub mod metrics;
 pub mod refill;
 pub mod scrub;
+
+pub use crate::limiter::Limiter;
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -38,8 +40,9 @@ use tokio_util::task::TaskTracker;
 
 use crate::cluster::Cluster;
 use crate::config::Config;
+use crate::model::heal::HealEntry;
 use crate::store::Store;
-use crate::store::queue::{HealEntry, QueueCounts};
+use crate::store::queue::QueueCounts;
 
 /// What the repair work is told, from [`Config`].
 #[derive(Clone, Debug)]
@@ -75,55 +78,6 @@ impl RepairConfig {
             scrub_rate: config.scrub_rate_bytes,
             scrub_interval: Duration::from_secs(config.scrub_interval_seconds),
             grace: Duration::from_secs(config.sweep_grace_seconds),
-        }
-    }
-}
-
-/// A rate limit in bytes per second, shared by the tasks that take from it: each take
-/// reserves its bytes on a timeline advancing at the rate and waits for its turn. Up to
-/// one second of unused rate may be spent at once.
-#[derive(Debug)]
-pub struct Limiter {
-    rate: u64,
-    next: Mutex<Instant>,
-}
-
-impl Limiter {
-    /// A limit of `rate` bytes per second; 0 is no limit.
-    #[must_use]
-    pub fn new(rate: u64) -> Self {
-        Self {
-            rate,
-            next: Mutex::new(Instant::now()),
-        }
-    }
-
-    /// Reserves `n` bytes at `share` of the rate at time `now`; returns how long to wait
-    /// before using them.
-    fn reserve(&self, n: u64, share: f64, now: Instant) -> Duration {
-        if self.rate == 0 {
-            return Duration::ZERO;
-        }
-        let mut next = self.next.lock().unwrap_or_else(PoisonError::into_inner);
-        let start = (*next).max(now.checked_sub(Duration::from_secs(1)).unwrap_or(now));
-        let cost = Duration::from_secs_f64(n as f64 / (self.rate as f64 * share.max(0.01)));
-        *next = start + cost;
-        start.saturating_duration_since(now)
-    }
-
-    /// Waits until `n` more bytes fit in `share` of the rate.
-    pub async fn take(&self, n: u64, share: f64) {
-        let wait = self.reserve(n, share, Instant::now());
-        if !wait.is_zero() {
-            tokio::time::sleep(wait).await;
-        }
-    }
-
-    /// [`Limiter::take`] for a blocking thread.
-    pub fn take_blocking(&self, n: u64) {
-        let wait = self.reserve(n, 1.0, Instant::now());
-        if !wait.is_zero() {
-            std::thread::sleep(wait);
         }
     }
 }
@@ -250,7 +204,7 @@ pub struct Repair {
     heal_limit: Limiter,
     scrub_limit: Arc<Limiter>,
     /// Wakes the healer: new entries, a retry asked for.
-    wake: Notify,
+    wake: Arc<Notify>,
     retry_now: AtomicBool,
     /// Starts a scrub pass now.
     scrub_now: Notify,
@@ -319,9 +273,10 @@ pub struct HealStatus {
 }
 
 impl Repair {
-    /// The repair work of the drive whose cluster is `cluster`.
+    /// The repair work of the drive whose cluster is `cluster`; its healer also wakes
+    /// when `wake` is told (heal entries arrived from other drives).
     #[must_use]
-    pub fn new(cluster: Arc<Cluster>, config: RepairConfig) -> Arc<Self> {
+    pub fn new(cluster: Arc<Cluster>, config: RepairConfig, wake: Arc<Notify>) -> Arc<Self> {
         let store = cluster.local_store().clone();
         let refill = <refill::RefillState as Kept>::load(&store);
         let drain = <drain::DrainState as Kept>::load(&store);
@@ -332,7 +287,7 @@ impl Repair {
             store,
             config,
             requests: Arc::default(),
-            wake: Notify::new(),
+            wake,
             retry_now: AtomicBool::new(false),
             scrub_now: Notify::new(),
             refill_now: Notify::new(),
@@ -449,29 +404,6 @@ impl Repair {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// Takes reserve consecutive stretches of the timeline at the rate (slower at a share
-    /// of it), after at most a second of rate left unused; no rate is no wait.
-    #[test]
-    fn the_limiter_spaces_takes_at_its_rate() {
-        let l = Limiter::new(1 << 20);
-        let t = *l.next.lock().unwrap();
-        let secs = |d: Duration| (d.as_millis() + 1) / 1000;
-        assert_eq!(secs(l.reserve(1 << 20, 1.0, t)), 0);
-        assert_eq!(secs(l.reserve(1 << 20, 1.0, t)), 1);
-        // At half the rate the next MiB takes two seconds of the timeline.
-        assert_eq!(secs(l.reserve(1 << 20, 0.5, t)), 2);
-        assert_eq!(secs(l.reserve(1, 1.0, t)), 4);
-        // Long idle: at most one second of unused rate is spent at once.
-        let later = t + Duration::from_secs(100);
-        assert_eq!(secs(l.reserve(1 << 20, 1.0, later)), 0);
-        assert_eq!(secs(l.reserve(1 << 20, 1.0, later)), 0);
-        assert_eq!(secs(l.reserve(1 << 20, 1.0, later)), 1);
-        assert_eq!(
-            Limiter::new(0).reserve(u64::MAX, 1.0, later),
-            Duration::ZERO
-        );
-    }
 
     #[test]
     fn batches_fit_a_request_body_and_keep_every_item_once() {

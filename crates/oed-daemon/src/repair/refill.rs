@@ -22,8 +22,9 @@ use tokio_util::sync::CancellationToken;
 use super::{Kept, Repair, save_kept};
 use crate::drive::{DriveError, ObjectRef};
 use crate::error::Result;
-use crate::store::queue::{HealCause, HealEntry, QueueCounts};
-use crate::store::record::now_ms;
+use crate::model::heal::{HealCause, HealEntry};
+use crate::model::record::now_ms;
+use crate::store::queue::QueueCounts;
 
 /// Records asked for per page.
 const PAGE: usize = 200;

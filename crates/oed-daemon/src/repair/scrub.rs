@@ -26,8 +26,8 @@ use tokio_util::sync::CancellationToken;
 use super::{Repair, RepairConfig, batches, entry_size};
 use crate::drive::{DriveError, ObjectRef, Settlement};
 use crate::error::{Error, Result};
-use crate::store::queue::{HealCause, HealEntry};
-use crate::store::record::{ObjectRecord, VersionId, now_ms};
+use crate::model::heal::{HealCause, HealEntry};
+use crate::model::record::{ObjectRecord, VersionId, now_ms};
 
 /// Objects checked per page.
 const PAGE: usize = 128;

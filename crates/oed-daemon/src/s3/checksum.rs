@@ -13,7 +13,7 @@ use s3s::{S3ErrorCode, S3Result};
 
 use super::err;
 use crate::cluster::write::{BodyChecksum, Expected};
-use crate::store::record::{PartRef, StoredChecksum};
+use crate::model::record::{PartRef, StoredChecksum};
 
 fn invalid(msg: impl Into<String>) -> s3s::S3Error {
     err(S3ErrorCode::InvalidRequest, msg)
@@ -120,7 +120,7 @@ pub(crate) fn checksum_type(c: &StoredChecksum) -> ChecksumType {
 macro_rules! fill_checksum {
     ($out:expr, $c:expr) => {{
         use oed_ops::s3sum::Algorithm as A;
-        let c: Option<&$crate::store::record::StoredChecksum> = $c;
+        let c: Option<&$crate::model::record::StoredChecksum> = $c;
         $out.checksum_crc32 = $crate::s3::checksum::value_for(c, A::Crc32);
         $out.checksum_crc32c = $crate::s3::checksum::value_for(c, A::Crc32c);
         $out.checksum_crc64nvme = $crate::s3::checksum::value_for(c, A::Crc64nvme);
@@ -128,7 +128,7 @@ macro_rules! fill_checksum {
         $out.checksum_sha256 = $crate::s3::checksum::value_for(c, A::Sha256);
     }};
     ($out:expr, $c:expr, typed) => {{
-        let c: Option<&$crate::store::record::StoredChecksum> = $c;
+        let c: Option<&$crate::model::record::StoredChecksum> = $c;
         $crate::s3::checksum::fill_checksum!($out, c);
         $out.checksum_type = c.map($crate::s3::checksum::checksum_type);
     }};
@@ -273,7 +273,7 @@ pub(crate) async fn attributes(
         Checksum, GetObjectAttributesOutput, GetObjectAttributesParts, ObjectAttributes,
         ObjectPart, StorageClass,
     };
-    let rec = super::object::record(cluster, &input.bucket, &input.key).await?;
+    let rec = super::record(cluster, &input.bucket, &input.key).await?;
     let mut out = GetObjectAttributesOutput {
         last_modified: Some(super::timestamp(rec.last_modified_ms)),
         ..Default::default()

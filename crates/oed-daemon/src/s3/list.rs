@@ -13,7 +13,7 @@ use s3s::{S3ErrorCode, S3Response, S3Result};
 use super::{OrS3, USER_KEYS_START, bucket::owner, err, etag, need_bucket, timestamp};
 use crate::cluster::Cluster;
 use crate::cluster::list::{Page, walk};
-use crate::store::record::ObjectRecord;
+use crate::model::record::ObjectRecord;
 // Percent-encodes like S3 does for `encoding-type=url`.
 use crate::uri::encode_path as url_encode;
 

@@ -42,11 +42,9 @@ use s3s::route::S3Route;
 use crate::cluster::Cluster;
 use crate::error::Error;
 use crate::metrics::OpName;
+use crate::model::record::ObjectRecord;
 
-/// The first character of the cluster's own keys.
-pub const INTERNAL_PREFIX: char = '\u{1}';
-/// Where clients' keys start in a listing: after every internal key.
-pub const USER_KEYS_START: &str = "\u{2}";
+pub use crate::model::record::{INTERNAL_PREFIX, USER_KEYS_START};
 
 /// The S3 service of one drive.
 #[derive(Clone, Debug)]
@@ -311,7 +309,7 @@ pub(crate) fn check_user_key(key: &str) -> S3Result<()> {
             format!("the key is {} bytes; at most 1024", key.len()),
         ));
     }
-    crate::store::record::check_key(key).or_s3()?;
+    crate::model::record::check_key(key).or_s3()?;
     if key.starts_with(INTERNAL_PREFIX) {
         return Err(err(
             S3ErrorCode::InvalidArgument,
@@ -344,6 +342,19 @@ pub(crate) fn timestamp(ms: u64) -> s3s::dto::Timestamp {
 /// An `ETag` value as S3 sends it.
 pub(crate) fn etag(value: &str) -> s3s::dto::ETag {
     s3s::dto::ETag::Strong(value.to_owned())
+}
+
+/// The current record, or `NoSuchKey`.
+pub(crate) async fn record(cluster: &Cluster, bucket: &str, key: &str) -> S3Result<ObjectRecord> {
+    check_user_key(key)?;
+    if let Some(r) = cluster.head(bucket, key).await.or_s3()? {
+        return Ok(r);
+    }
+    need_bucket(cluster, bucket).await?;
+    Err(err(
+        S3ErrorCode::NoSuchKey,
+        format!("no object {key:?} in bucket {bucket:?}"),
+    ))
 }
 
 /// Whether the bucket exists, as an S3 error when not.

@@ -24,7 +24,7 @@ use super::{OrS3, check_user_key, checksum, err, etag, need_bucket, timestamp};
 use crate::cluster::Cluster;
 use crate::cluster::list::walk;
 use crate::cluster::write::{NewObject, multipart_etag, part_key, parts_prefix};
-use crate::store::record::{ObjectRecord, PartRef, VersionId};
+use crate::model::record::{ObjectRecord, PartRef, VersionId};
 
 /// S3's smallest part, except the last.
 pub const MIN_PART_SIZE: u64 = 5 << 20;
@@ -322,7 +322,7 @@ pub(crate) fn resolve_parts(
         parts.push(PartRef::of(n.unsigned_abs(), rec));
     }
     let total = parts.iter().fold(0u64, |sum, p| sum.saturating_add(p.size));
-    if total > crate::store::record::MAX_OBJECT_BYTES {
+    if total > crate::model::record::MAX_OBJECT_BYTES {
         return Err(err(
             S3ErrorCode::EntityTooLarge,
             format!("the parts add up to {total} bytes; an object takes at most 5 TiB"),
@@ -600,7 +600,7 @@ mod tests {
     #[test]
     fn parts_past_5_tib_are_refused() {
         let big = |n: i32| {
-            let mut r = crate::store::record::test_record(&part_key("u", n), 1, 5 << 30);
+            let mut r = crate::model::record::test_record(&part_key("u", n), 1, 5 << 30);
             r.etag = "e".into();
             r
         };

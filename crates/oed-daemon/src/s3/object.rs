@@ -15,11 +15,11 @@ use s3s::dto::{
 };
 use s3s::{S3Error, S3ErrorCode, S3Request, S3Response, S3Result};
 
-use super::{OrS3, check_user_key, err, etag, need_bucket, timestamp};
+use super::{OrS3, check_user_key, err, etag, need_bucket, record, timestamp};
 use crate::cluster::Cluster;
 use crate::cluster::write::{NewObject, Written};
 use crate::error::Error;
-use crate::store::record::ObjectRecord;
+use crate::model::record::ObjectRecord;
 
 /// The response header that says a write was stored with fewer than `k + m` shards.
 pub const DEGRADED_HEADER: &str = "x-oed-degraded";
@@ -290,19 +290,6 @@ pub(crate) fn mark_degraded(headers: &mut http::HeaderMap, written: &Written) {
             http::HeaderValue::from(written.missing as u64),
         );
     }
-}
-
-/// The current record, or `NoSuchKey`.
-pub(crate) async fn record(cluster: &Cluster, bucket: &str, key: &str) -> S3Result<ObjectRecord> {
-    check_user_key(key)?;
-    if let Some(r) = cluster.head(bucket, key).await.or_s3()? {
-        return Ok(r);
-    }
-    need_bucket(cluster, bucket).await?;
-    Err(err(
-        S3ErrorCode::NoSuchKey,
-        format!("no object {key:?} in bucket {bucket:?}"),
-    ))
 }
 
 fn seconds(ts: &Timestamp) -> i64 {

@@ -14,7 +14,7 @@ use oed_ops::op::Op;
 use s3s::route::S3Route;
 use s3s::{Body, S3ErrorCode, S3Request, S3Response, S3Result};
 
-use super::{OrS3, err, need_bucket, object::record};
+use super::{OrS3, err, need_bucket, record};
 use crate::cluster::Cluster;
 use crate::metrics::OpName;
 use crate::uri::decode as percent_decode;
@@ -56,7 +56,7 @@ fn asked_range(headers: &http::HeaderMap) -> S3Result<Option<s3s::dto::Range>> {
 /// The object bytes `range` names in `rec`'s object.
 fn window(
     range: Option<&s3s::dto::Range>,
-    rec: &crate::store::record::ObjectRecord,
+    rec: &crate::model::record::ObjectRecord,
 ) -> S3Result<Option<std::ops::Range<u64>>> {
     let size = rec.object_size();
     range

@@ -11,12 +11,12 @@ use bytes::Bytes;
 use futures_util::StreamExt as _;
 
 use super::Store;
-use super::record::{BucketRecord, ObjectRecord, VersionId};
 use crate::drive::{
     Drive, DriveError, DriveInfo, HealEntry, MAX_LIST, ObjectRef, OpAnswer, OpRequest, RecordPage,
     Relocation, Settlement, ShardRead, ShardStream, ShardUpload, Stored, check_batch,
 };
 use crate::error::{Error, Result};
+use crate::model::record::{BucketRecord, ObjectRecord, VersionId};
 
 impl Store {
     /// [`Drive::read_shard`] with this store's errors: the first chunk is read and checked
@@ -188,7 +188,9 @@ impl Drive for Store {
         after: Option<&ObjectRef>,
         limit: usize,
     ) -> Result<RecordPage, DriveError> {
-        let after = after.map_or_else(Vec::new, |o| super::record::object_key(&o.bucket, &o.key));
+        let after = after.map_or_else(Vec::new, |o| {
+            crate::model::record::object_key(&o.bucket, &o.key)
+        });
         let (store, drive) = (self.clone(), drive.to_owned());
         let limit = limit.clamp(1, MAX_LIST);
         Ok(blocking(move || {

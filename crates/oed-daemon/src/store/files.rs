@@ -5,7 +5,7 @@
 //! created at `shards/n/<dir>/<number>.shard` (`<dir>` is the number divided by
 //! [`FILES_PER_DIR`], so uploads running together share a directory), or a freed file from
 //! the pool ([`super::pool`]) is renamed there. The body is written straight into it and
-//! the record names the number ([`super::record::ObjectRecord::file`]), so no rename is
+//! the record names the number ([`crate::model::record::ObjectRecord::file`]), so no rename is
 //! left for the end of the upload. What the end still needs is the directory's fsync, so
 //! that the new name survives a power cut before the record points to it: [`DirSync`]
 //! lets one fsync of a directory serve every upload that named a file in it before that
@@ -22,7 +22,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 
-use super::record::FileId;
+use crate::model::record::FileId;
 
 /// Numbered files per directory of `shards/n/`: large enough that uploads running
 /// together share their directory's fsync, small enough that no directory grows long.

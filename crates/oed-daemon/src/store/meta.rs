@@ -12,8 +12,8 @@ use rocksdb::{
 
 use crate::config::{Config, FsyncPolicy};
 use crate::error::{Error, Result};
-use crate::store::queue::{HealCause, HealEntry};
-use crate::store::record::{BucketRecord, ObjectRecord, VersionId, object_key};
+use crate::model::heal::{HealCause, HealEntry};
+use crate::model::record::{BucketRecord, ObjectRecord, VersionId, object_key};
 
 const BUCKETS: &str = "buckets";
 const OBJECTS: &str = "objects";
@@ -90,7 +90,7 @@ pub struct MetaStore {
     checksum_failures: AtomicU64,
     /// The heal queue's counts; held while the queue changes, so that reading an entry
     /// and changing it are one step for them.
-    pub(crate) heal_lock: std::sync::Mutex<super::queue::Counts>,
+    pub(crate) heal_lock: std::sync::Mutex<Counts>,
 }
 
 impl std::fmt::Debug for MetaStore {
@@ -507,10 +507,34 @@ impl MetaStore {
     }
 }
 
+/// The queue's counts, kept as entries come and go (counted once at open), so a scrape
+/// never walks a queue that may hold millions of entries while a drive is away.
+#[derive(Debug, Default)]
+pub(crate) struct Counts {
+    pub(crate) local: [u64; HealCause::ALL.len()],
+    pub(crate) local_bytes: [u64; HealCause::ALL.len()],
+    pub(crate) hints: u64,
+    /// Entries ever queued here for this drive, by cause (counters).
+    pub(crate) queued: [u64; HealCause::ALL.len()],
+}
+
+impl Counts {
+    pub(crate) fn add(&mut self, e: &HealEntry, local: &str, sign: i64) {
+        if e.drive == local {
+            let c = &mut self.local[e.cause.index()];
+            *c = c.saturating_add_signed(sign);
+            let b = &mut self.local_bytes[e.cause.index()];
+            *b = b.saturating_add_signed(sign.saturating_mul(e.bytes.cast_signed()));
+        } else {
+            self.hints = self.hints.saturating_add_signed(sign);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::record::test_record;
+    use crate::model::record::test_record;
 
     fn record(key: &str) -> ObjectRecord {
         test_record(key, 1, 10)

@@ -13,9 +13,9 @@
 mod drive;
 mod files;
 pub mod meta;
+pub mod op_threads;
 mod pool;
 pub mod queue;
-pub mod record;
 mod splice;
 
 pub(crate) use drive::without_file;
@@ -36,9 +36,12 @@ use tokio::sync::mpsc;
 use crate::config::{Config, FsyncPolicy};
 use crate::drive::{Settlement, Stored};
 use crate::error::{Error, Result};
+use crate::model::record::{self, BucketRecord, FileId, ObjectRecord, RecordTail, VersionId};
 use meta::{Kept, MetaStore};
 use oed_meter::traffic::Traffic;
-use record::{BucketRecord, FileId, ObjectRecord, RecordTail, VersionId};
+
+/// The state entry that holds the cluster map this drive ran last.
+const RAN_MAP: &str = "cluster_map";
 
 /// `oed_shard_write_seconds` buckets: 100 µs (a directory's fsync on a fast disk) to 10 s.
 const PHASE_BUCKETS: [f64; 16] = [
@@ -117,7 +120,7 @@ pub struct Shared {
     /// Time spent in each step of a shard write ([`Store::write_phases`]).
     phases: HistogramVec,
     /// How much near-data work the drive takes on.
-    ops: crate::compute::drive::OpLimits,
+    ops: op_threads::OpLimits,
     /// The drive's energy meter, once the server has one.
     energy: std::sync::OnceLock<oed_meter::EnergyReader>,
     /// Who this drive is: its id and the incarnation written at its first start.
@@ -242,7 +245,7 @@ impl Store {
                 .buckets(PHASE_BUCKETS.to_vec()),
                 &["phase"],
             )?,
-            ops: crate::compute::drive::OpLimits::new(
+            ops: op_threads::OpLimits::new(
                 config.max_concurrent_ops,
                 std::time::Duration::from_secs(config.op_cpu_seconds),
             ),
@@ -267,6 +270,22 @@ impl Store {
         self.new_incarnation
     }
 
+    /// The cluster map this drive ran last, if it ran one.
+    ///
+    /// # Errors
+    /// [`Error::Meta`] or [`Error::Record`].
+    pub fn ran_map(&self) -> Result<Option<crate::model::map::RanMap>> {
+        self.meta().state(RAN_MAP)
+    }
+
+    /// Records `ran` as the map this drive runs (a synced write).
+    ///
+    /// # Errors
+    /// [`Error::Meta`].
+    pub fn record_ran_map(&self, ran: &crate::model::map::RanMap) -> Result<()> {
+        self.meta().set_state(RAN_MAP, ran)
+    }
+
     /// The metadata store.
     #[must_use]
     pub fn meta(&self) -> &MetaStore {
@@ -274,7 +293,7 @@ impl Store {
     }
 
     /// How much near-data work the drive takes on.
-    pub(crate) fn op_limits(&self) -> &crate::compute::drive::OpLimits {
+    pub(crate) fn op_limits(&self) -> &op_threads::OpLimits {
         &self.ops
     }
 
@@ -370,7 +389,7 @@ impl Store {
     ///
     /// # Errors
     /// [`Error::Meta`] or [`Error::Record`].
-    pub fn queue_heals(&self, entries: &[queue::HealEntry]) -> Result<usize> {
+    pub fn queue_heals(&self, entries: &[crate::model::heal::HealEntry]) -> Result<usize> {
         Ok(self
             .meta
             .queue_entries(entries)?
@@ -948,7 +967,7 @@ impl Store {
     pub fn scrub_shard(
         &self,
         record: &ObjectRecord,
-        limit: &crate::repair::Limiter,
+        limit: &crate::limiter::Limiter,
     ) -> Result<u64> {
         let (rec, bytes) = self.shard(&record.bucket, &record.key, Some(record.version_id))?;
         let path = match &bytes {
@@ -976,7 +995,7 @@ impl Store {
                 tracing::error!(bucket = %rec.bucket, key = %rec.key, stripe, "scrub: stored shard is corrupt");
                 if let Err(q) = self
                     .meta
-                    .queue_corrupt(&rec, queue::HealCause::ScrubCorrupt)
+                    .queue_corrupt(&rec, crate::model::heal::HealCause::ScrubCorrupt)
                 {
                     tracing::warn!(error = %q, "heal queue");
                 }
@@ -1572,7 +1591,7 @@ impl Store {
         tracing::error!(bucket = %record.bucket, key = %record.key, stripe, "stored shard is corrupt");
         if let Err(q) = self
             .meta
-            .queue_corrupt(record, queue::HealCause::ReadCorrupt)
+            .queue_corrupt(record, crate::model::heal::HealCause::ReadCorrupt)
         {
             tracing::warn!(error = %q, "heal queue");
         }

@@ -21,150 +21,9 @@ use std::sync::PoisonError;
 use rocksdb::{Direction, IteratorMode, WriteBatch};
 use serde::{Deserialize, Serialize};
 
-use super::meta::MetaStore;
-use super::record::{ObjectRecord, VersionId, now_ms};
+use super::meta::{Counts, MetaStore};
 use crate::error::Result;
-
-/// Why a shard was queued: the `cause` label of the heal metrics.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum HealCause {
-    /// A write was acknowledged without this shard (its drive was down or failed).
-    DegradedWrite,
-    /// A read found a chunk failing its CRC32C (or the shard file gone).
-    ReadCorrupt,
-    /// The scrubber found a chunk failing its CRC32C (or the shard file gone).
-    ScrubCorrupt,
-    /// Another holder of the object found this drive without the shard (a drive that
-    /// missed writes, or was wiped).
-    Missing,
-    /// This drive replaced an earlier one and refills what it held.
-    Refill,
-}
-
-impl HealCause {
-    /// Every cause.
-    pub const ALL: [Self; 5] = [
-        Self::DegradedWrite,
-        Self::ReadCorrupt,
-        Self::ScrubCorrupt,
-        Self::Missing,
-        Self::Refill,
-    ];
-
-    /// The metric label.
-    #[must_use]
-    pub fn label(self) -> &'static str {
-        match self {
-            Self::DegradedWrite => "degraded_write",
-            Self::ReadCorrupt => "read_corrupt",
-            Self::ScrubCorrupt => "scrub_corrupt",
-            Self::Missing => "missing",
-            Self::Refill => "refill",
-        }
-    }
-
-    fn index(self) -> usize {
-        self as usize
-    }
-}
-
-/// One shard to rebuild.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct HealEntry {
-    /// The bucket.
-    pub bucket: String,
-    /// The object (or part) key.
-    pub key: String,
-    /// The version whose shard is missing. The healer rebuilds the version that is
-    /// current when it runs, and only when this drive holds a shard of it: a version
-    /// overwritten or deleted meanwhile is never brought back.
-    pub version_id: VersionId,
-    /// The shard.
-    pub shard_index: u16,
-    /// The drive that should hold it.
-    pub drive: String,
-    /// Why it was queued.
-    pub cause: HealCause,
-    /// Shards of the object known good when it was queued, less `k`: how many more may
-    /// be lost before the object is. Lower goes first.
-    pub redundancy: u16,
-    /// Bytes of the shard to rebuild (chunks, padding included), for progress and ETA.
-    #[serde(default)]
-    pub bytes: u64,
-    /// When it was queued, milliseconds since the epoch.
-    pub queued_ms: u64,
-    /// Heals of it that failed so far.
-    #[serde(default)]
-    pub attempts: u32,
-}
-
-impl HealEntry {
-    /// An entry for shard `shard` of `record`'s object, on the drive the record places it
-    /// on (`local` when the record names none: a drive of its own).
-    #[must_use]
-    pub fn of(
-        record: &ObjectRecord,
-        shard: u16,
-        cause: HealCause,
-        redundancy: u16,
-        local: &str,
-    ) -> Self {
-        let bytes = record.layout().map_or(0, |l| {
-            l.stripe_count(record.size)
-                .saturating_mul(u64::from(record.chunk_size))
-        });
-        Self {
-            bucket: record.bucket.clone(),
-            key: record.key.clone(),
-            version_id: record.version_id,
-            shard_index: shard,
-            drive: record
-                .drives
-                .get(usize::from(shard))
-                .cloned()
-                .unwrap_or_else(|| local.to_owned()),
-            cause,
-            redundancy,
-            bytes,
-            queued_ms: now_ms(),
-            attempts: 0,
-        }
-    }
-
-    /// Checks the names: a peer's entry becomes a key of this drive's store.
-    ///
-    /// # Errors
-    /// [`crate::Error::BadRequest`] saying what is wrong.
-    pub fn validate(&self) -> Result<()> {
-        super::record::check_bucket_name(&self.bucket)?;
-        super::record::check_key(&self.key)?;
-        if self.drive.is_empty() || self.drive.contains('\0') {
-            return Err(crate::Error::BadRequest(format!(
-                "heal entry for drive {:?}",
-                self.drive
-            )));
-        }
-        Ok(())
-    }
-
-    fn entry_key(&self) -> Vec<u8> {
-        entry_key(&self.drive, &self.bucket, &self.key)
-    }
-
-    fn order_key(&self, deferred: bool) -> Vec<u8> {
-        let mut k = Vec::with_capacity(4 + self.drive.len() + self.bucket.len() + self.key.len());
-        k.push(b'o');
-        k.extend_from_slice(self.drive.as_bytes());
-        k.push(0);
-        k.push(u8::from(deferred));
-        k.push(u8::try_from(self.redundancy).unwrap_or(u8::MAX));
-        k.extend_from_slice(self.bucket.as_bytes());
-        k.push(0);
-        k.extend_from_slice(self.key.as_bytes());
-        k
-    }
-}
+use crate::model::heal::{HealCause, HealEntry};
 
 fn entry_key(drive: &str, bucket: &str, key: &str) -> Vec<u8> {
     let mut k = Vec::with_capacity(3 + drive.len() + bucket.len() + key.len());
@@ -175,6 +34,25 @@ fn entry_key(drive: &str, bucket: &str, key: &str) -> Vec<u8> {
     k.push(0);
     k.extend_from_slice(key.as_bytes());
     k
+}
+
+/// The key that orders `e` in the healer's queue.
+fn order_key(e: &HealEntry, deferred: bool) -> Vec<u8> {
+    let mut k = Vec::with_capacity(4 + e.drive.len() + e.bucket.len() + e.key.len());
+    k.push(b'o');
+    k.extend_from_slice(e.drive.as_bytes());
+    k.push(0);
+    k.push(u8::from(deferred));
+    k.push(u8::try_from(e.redundancy).unwrap_or(u8::MAX));
+    k.extend_from_slice(e.bucket.as_bytes());
+    k.push(0);
+    k.extend_from_slice(e.key.as_bytes());
+    k
+}
+
+/// The stored key of `e`'s entry.
+fn entry_key_of(e: &HealEntry) -> Vec<u8> {
+    entry_key(&e.drive, &e.bucket, &e.key)
 }
 
 /// The stored form of an entry: the entry and whether it is deferred.
@@ -195,30 +73,6 @@ pub struct QueueCounts {
     pub local_bytes: BTreeMap<String, u64>,
     /// Entries held for other drives.
     pub hints: u64,
-}
-
-/// The queue's counts, kept as entries come and go (counted once at open), so a scrape
-/// never walks a queue that may hold millions of entries while a drive is away.
-#[derive(Debug, Default)]
-pub(crate) struct Counts {
-    local: [u64; HealCause::ALL.len()],
-    local_bytes: [u64; HealCause::ALL.len()],
-    hints: u64,
-    /// Entries ever queued here for this drive, by cause (counters).
-    queued: [u64; HealCause::ALL.len()],
-}
-
-impl Counts {
-    fn add(&mut self, e: &HealEntry, local: &str, sign: i64) {
-        if e.drive == local {
-            let c = &mut self.local[e.cause.index()];
-            *c = c.saturating_add_signed(sign);
-            let b = &mut self.local_bytes[e.cause.index()];
-            *b = b.saturating_add_signed(sign.saturating_mul(e.bytes.cast_signed()));
-        } else {
-            self.hints = self.hints.saturating_add_signed(sign);
-        }
-    }
 }
 
 impl MetaStore {
@@ -281,7 +135,7 @@ impl MetaStore {
         let mut changes = Vec::new();
         let mut new = Vec::with_capacity(entries.len());
         for e in entries {
-            let key = e.entry_key();
+            let key = entry_key_of(e);
             let old: Option<Stored> = self
                 .db
                 .get_pinned_cf(self.cf(super::meta::QUEUE), &key)?
@@ -295,7 +149,7 @@ impl MetaStore {
                 merged.attempts = 0;
                 batch.delete_cf(
                     self.cf(super::meta::QUEUE),
-                    old.entry.order_key(old.deferred),
+                    order_key(&old.entry, old.deferred),
                 );
                 changes.push((old.entry.clone(), -1));
             }
@@ -308,7 +162,7 @@ impl MetaStore {
                     deferred: false,
                 })?,
             );
-            batch.put_cf(self.cf(super::meta::QUEUE), merged.order_key(false), b"");
+            batch.put_cf(self.cf(super::meta::QUEUE), order_key(&merged, false), b"");
             changes.push((merged, 1));
         }
         self.write(batch)?;
@@ -405,8 +259,8 @@ impl MetaStore {
             return Ok(false);
         }
         let mut batch = WriteBatch::default();
-        batch.delete_cf(self.cf(super::meta::QUEUE), s.entry.entry_key());
-        batch.delete_cf(self.cf(super::meta::QUEUE), s.entry.order_key(s.deferred));
+        batch.delete_cf(self.cf(super::meta::QUEUE), entry_key_of(&s.entry));
+        batch.delete_cf(self.cf(super::meta::QUEUE), order_key(&s.entry, s.deferred));
         self.write(batch)?;
         counts.add(&s.entry, &self.drive_id, -1);
         Ok(true)
@@ -423,13 +277,13 @@ impl MetaStore {
             return Ok(());
         };
         let mut batch = WriteBatch::default();
-        batch.delete_cf(self.cf(super::meta::QUEUE), s.entry.order_key(s.deferred));
+        batch.delete_cf(self.cf(super::meta::QUEUE), order_key(&s.entry, s.deferred));
         s.entry.attempts += 1;
         s.deferred = true;
-        batch.put_cf(self.cf(super::meta::QUEUE), s.entry.order_key(true), b"");
+        batch.put_cf(self.cf(super::meta::QUEUE), order_key(&s.entry, true), b"");
         batch.put_cf(
             self.cf(super::meta::QUEUE),
-            s.entry.entry_key(),
+            entry_key_of(&s.entry),
             serde_json::to_vec(&s)?,
         );
         self.write(batch)
@@ -492,7 +346,7 @@ impl MetaStore {
 mod tests {
     use super::*;
     use crate::config::Config;
-    use crate::store::record::test_record;
+    use crate::model::record::test_record;
 
     fn entry(key: &str, version: u128, redundancy: u16, drive: &str) -> HealEntry {
         let mut rec = test_record(key, version, 10_000);

@@ -26,8 +26,8 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 
 use super::UploadFile;
-use super::record::{MAX_TAIL_BYTES, RecordTail};
 use crate::error::{Error, Result};
+use crate::model::record::{MAX_TAIL_BYTES, RecordTail};
 
 /// The connection an upgraded upload arrives on.
 pub enum RawConn {
@@ -170,7 +170,7 @@ impl RawUpload {
 
     /// The rest of the upload as a body.
     pub(super) fn stream(&mut self) -> impl Stream<Item = io::Result<Bytes>> + Unpin + '_ {
-        tokio_util::io::ReaderStream::with_capacity(self, crate::peer::client::READ_BUFFER_MAX)
+        tokio_util::io::ReaderStream::with_capacity(self, crate::config::READ_BUFFER_MAX)
     }
 }
 

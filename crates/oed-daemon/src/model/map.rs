@@ -316,6 +316,27 @@ fn score(bucket: &str, key: &str, drive: &str) -> u64 {
     u64::from_le_bytes(d[..8].try_into().unwrap_or_default())
 }
 
+/// The epoch and digest of the cluster map a drive last ran, kept in its store: a drive
+/// refuses to start on an older map, or on a changed one under the same epoch.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RanMap {
+    /// The map's epoch.
+    pub epoch: u64,
+    /// Its digest ([`ClusterMap::digest`]).
+    pub digest: String,
+}
+
+impl RanMap {
+    /// What running `map` is recorded as.
+    #[must_use]
+    pub fn of(map: &ClusterMap) -> Self {
+        Self {
+            epoch: map.epoch,
+            digest: map.digest(),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -8,6 +8,11 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::error::{Error, Result};
 
+/// The first character of the cluster's own keys.
+pub const INTERNAL_PREFIX: char = '\u{1}';
+/// Where clients' keys start in a listing: after every internal key.
+pub const USER_KEYS_START: &str = "\u{2}";
+
 /// An object version id: 128 bits, compared as a number; larger is newer. Coordinators
 /// make them from the time in the high bits and randomness in the low bits, so
 /// concurrent writes of one key resolve to the same winner on every drive. A write's
