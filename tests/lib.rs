@@ -137,23 +137,13 @@ impl Daemon {
             .args(["--listen", listen, "--drive-id", "test-drive"])
             .env("OED_CLUSTER_SECRET", SECRET)
             .env("OED_LOG", "warn")
-            .stdout(Stdio::piped())
             .stderr(Stdio::inherit());
         for s in &settings {
             cmd.arg("--set").arg(s);
         }
-        let mut child = cmd.spawn().expect("spawn oedd");
-        let stdout = child.stdout.take().expect("piped stdout");
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                if let Some(addr) = line.strip_prefix("oedd: listening on ") {
-                    let _ = tx.send(addr.to_owned());
-                }
-            }
-        });
-        let Ok(addr) = rx.recv_timeout(Duration::from_mins(1)) else {
-            let _ = child.kill();
+        let (child, addr) =
+            spawn_until_line(&mut cmd, "oedd: listening on ", Duration::from_mins(1));
+        let Some(addr) = addr else {
             panic!("oedd exited, or did not report its address within 60 s (its stderr is above)");
         };
         Self {
@@ -237,6 +227,41 @@ impl Daemon {
 impl Drop for Daemon {
     fn drop(&mut self) {
         self.kill9();
+    }
+}
+
+/// Spawns `cmd` with its standard output piped, and returns once it prints a line that
+/// starts with `prefix`, with the rest of that line; `None` (the child killed) when it
+/// exits first or prints no such line within `within`. Later lines are read and
+/// dropped, so the child never blocks on a full pipe.
+///
+/// # Panics
+/// When the command cannot be spawned.
+pub fn spawn_until_line(
+    cmd: &mut Command,
+    prefix: &str,
+    within: Duration,
+) -> (Child, Option<String>) {
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawn the command");
+    let stdout = child.stdout.take().expect("piped stdout");
+    let (tx, rx) = std::sync::mpsc::channel();
+    let prefix = prefix.to_owned();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if let Some(rest) = line.strip_prefix(&prefix) {
+                let _ = tx.send(rest.to_owned());
+            }
+        }
+    });
+    if let Ok(rest) = rx.recv_timeout(within) {
+        (child, Some(rest))
+    } else {
+        let _ = child.kill();
+        let _ = child.wait();
+        (child, None)
     }
 }
 

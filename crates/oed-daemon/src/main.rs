@@ -921,16 +921,23 @@ fn dev(args: DevArgs) -> anyhow::Result<()> {
         tls: args.tls || args.tls_clear_peers,
         clear_peers: args.tls_clear_peers,
     };
-    let cluster = oed_daemon::dev::DevCluster::start(&opts)?;
-    println!("{}", cluster.banner());
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
+    // Watched before the first drive starts: a stop asked for while the drives start, or
+    // at any moment after the banner, stops them all. Unwatched, SIGTERM would end this
+    // process alone and leave its drives running.
+    let stop = {
+        let _entered = runtime.enter();
+        StopSignals::watch()?
+    };
+    let cluster = oed_daemon::dev::DevCluster::start(&opts)?;
+    println!("{}", cluster.banner());
     runtime.block_on(async move {
         let shutdown = CancellationToken::new();
         let token = shutdown.clone();
         tokio::spawn(async move {
-            wait_for_signal().await;
+            stop.wait().await;
             eprintln!("oedd dev: stopping the drives");
             token.cancel();
         });
@@ -1104,6 +1111,9 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         .enable_all()
         .build()?;
     runtime.block_on(async move {
+        // Watched before anything is opened or announced: a SIGTERM at any moment after
+        // "listening on" and READY=1 (systemd's stop, a script's kill) stops the drive.
+        let stop = StopSignals::watch()?;
         let drive = DriveServer::open(&config, &secret, s3_secret.as_deref())
             .with_context(|| format!("opening the store in {}", config.data_dir.display()))?;
         let listener = tokio::net::TcpListener::bind(config.listen)
@@ -1140,7 +1150,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         let shutdown = CancellationToken::new();
         let token = shutdown.clone();
         tokio::spawn(async move {
-            wait_for_signal().await;
+            stop.wait().await;
             tracing::info!("shutting down");
             let _ = oed_daemon::notify::notify("STOPPING=1");
             token.cancel();
@@ -1155,18 +1165,39 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
     })
 }
 
-async fn wait_for_signal() {
-    use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut term), Ok(mut int)) = (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-    ) else {
-        std::future::pending::<()>().await;
-        return;
-    };
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = int.recv() => {}
+/// SIGTERM and SIGINT, the two ways a drive or `oedd dev` is asked to stop.
+///
+/// Made before the process says it is ready, and kept until it stops: tokio installs a
+/// signal's handler when its first stream is made, and from then on a signal that no
+/// stream is subscribed to is swallowed, not acted on. Made after the readiness line, as
+/// before, a stop sent right after that line either ended the process by the default
+/// action (no drain, `oedd dev`'s drives left running) or, arriving between the handler
+/// and the stream, was lost and left a process that ignored every later SIGTERM.
+struct StopSignals {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+}
+
+impl StopSignals {
+    /// Starts watching both signals; must run inside a tokio runtime with signals enabled.
+    ///
+    /// # Errors
+    /// When either cannot be watched: the caller stops starting, since it could not be
+    /// stopped.
+    fn watch() -> anyhow::Result<Self> {
+        use tokio::signal::unix::{SignalKind, signal};
+        Ok(Self {
+            term: signal(SignalKind::terminate()).context("cannot watch SIGTERM")?,
+            int: signal(SignalKind::interrupt()).context("cannot watch SIGINT")?,
+        })
+    }
+
+    /// Returns at the first SIGTERM or SIGINT delivered since [`StopSignals::watch`].
+    async fn wait(mut self) {
+        tokio::select! {
+            _ = self.term.recv() => {}
+            _ = self.int.recv() => {}
+        }
     }
 }
 
