@@ -8,7 +8,7 @@
 #![allow(clippy::cast_precision_loss)]
 
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Instant;
 
 use axum::extract::{MatchedPath, Request, State};
@@ -22,6 +22,7 @@ use prometheus::{Counter, CounterVec, Gauge, GaugeVec, Opts, Registry, TextEncod
 
 use crate::cluster::Cluster;
 use crate::error::{Error, Result};
+use crate::s3::OpName;
 use crate::peer::{PeerOp, PeerState};
 use crate::store::Store;
 
@@ -116,26 +117,6 @@ pub fn router(metrics: DriveMetrics) -> axum::Router {
             (StatusCode::NOT_FOUND, "only GET /metrics is served here\n").into_response()
         })
         .with_state(metrics)
-}
-
-/// Where the S3 front end names the operation of the request it serves: the metered
-/// middleware puts an empty one in the request's extensions, `s3s` carries it to the S3
-/// layer, which fills it in once `s3s` has resolved the operation
-/// ([`crate::s3`]'s access check), and the middleware reads it when the answer is ready.
-#[derive(Clone, Debug, Default)]
-pub struct OpName(Arc<OnceLock<String>>);
-
-impl OpName {
-    /// Names the operation (the first name given stays).
-    pub fn set(&self, name: &str) {
-        let _ = self.0.set(name.to_owned());
-    }
-
-    /// The name given, if any.
-    #[must_use]
-    pub fn get(&self) -> Option<&str> {
-        self.0.get().map(String::as_str)
-    }
 }
 
 /// Counts each request in `oed_requests_total` and `oed_request_duration_seconds` by API

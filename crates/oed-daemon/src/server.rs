@@ -198,7 +198,7 @@ impl DriveServer {
         let app = match self.s3.clone() {
             Some(s3) => app.fallback_service(axum::error_handling::HandleError::new(
                 s3,
-                |e: s3s::HttpError| async move { crate::error::s3s_failure(&e) },
+                |e: s3s::HttpError| async move { crate::s3::error::s3s_failure(&e) },
             )),
             None => app.fallback(|| async { Error::NotFound("route (S3 is off: no S3 secret)") }),
         };

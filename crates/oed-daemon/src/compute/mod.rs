@@ -1,4 +1,4 @@
-//! Near-data operations: the drive side ([`drive`]), which folds the data chunks a drive
+//! Near-data operations: the drive side ([`crate::store::near_data`]), which folds the data chunks a drive
 //! holds into partials off the I/O path, and the coordinator side ([`coordinator`]),
 //! which plans an operation for an object, sends it to the drives that hold its data
 //! shards, rebuilds from parity what a drive could not fold, and merges the partials in
@@ -9,7 +9,6 @@
 
 pub mod compress;
 pub mod coordinator;
-pub mod drive;
 mod parts;
 pub mod sort;
 pub mod vector;

@@ -400,7 +400,8 @@ pub fn now_ms() -> u64 {
 
 /// A record of shard 0 of `bkt`/`key` with k = 2, m = 1 and 4 KiB chunks, for tests (and
 /// the fuzz entry points).
-pub(crate) fn test_record(key: &str, version: u128, size: u64) -> ObjectRecord {
+#[doc(hidden)]
+pub fn test_record(key: &str, version: u128, size: u64) -> ObjectRecord {
     ObjectRecord {
         parent: None,
         headers: BTreeMap::default(),

@@ -3,13 +3,14 @@
 //! module implements its [`S3`] trait with thin handlers that call the cluster: one file
 //! per group of operations ([`bucket`], [`object`], [`list`], [`multipart`]), and
 //! OED's own near-data operations on the S3 port ([`op`]). OED's
-//! errors become S3 error codes in [`crate::error::s3_error`].
+//! errors become S3 error codes in [`self::error::s3_error`].
 //!
 //! Keys beginning with U+0001 are the cluster's own (multipart uploads and their parts,
 //! see [`multipart`]); clients cannot create them, and listings never show them.
 
 pub mod bucket;
 pub mod checksum;
+pub mod error;
 pub mod list;
 pub mod multipart;
 pub mod object;
@@ -41,10 +42,29 @@ use s3s::route::S3Route;
 
 use crate::cluster::Cluster;
 use crate::error::Error;
-use crate::metrics::OpName;
 use crate::model::record::ObjectRecord;
 
 pub use crate::model::record::{INTERNAL_PREFIX, USER_KEYS_START};
+
+/// Where the S3 front end names the operation of the request it serves: the metered
+/// middleware puts an empty one in the request's extensions, `s3s` carries it to the S3
+/// layer, which fills it in once `s3s` has resolved the operation
+/// (the access check, [`precheck`]), and the middleware reads it when the answer is ready.
+#[derive(Clone, Debug, Default)]
+pub struct OpName(Arc<std::sync::OnceLock<String>>);
+
+impl OpName {
+    /// Names the operation (the first name given stays).
+    pub fn set(&self, name: &str) {
+        let _ = self.0.set(name.to_owned());
+    }
+
+    /// The name given, if any.
+    #[must_use]
+    pub fn get(&self) -> Option<&str> {
+        self.0.get().map(String::as_str)
+    }
+}
 
 /// The S3 service of one drive.
 #[derive(Clone, Debug)]
@@ -292,7 +312,7 @@ pub(crate) trait OrS3<T> {
 
 impl<T> OrS3<T> for Result<T, Error> {
     fn or_s3(self) -> S3Result<T> {
-        self.map_err(crate::error::s3_error)
+        self.map_err(self::error::s3_error)
     }
 }
 

@@ -16,7 +16,7 @@ use s3s::{Body, S3ErrorCode, S3Request, S3Response, S3Result};
 
 use super::{OrS3, err, need_bucket, record};
 use crate::cluster::Cluster;
-use crate::metrics::OpName;
+use super::OpName;
 use crate::uri::decode as percent_decode;
 
 /// The query parameter that names a near-data operation.

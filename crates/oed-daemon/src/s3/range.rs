@@ -15,7 +15,7 @@ use s3s::dto::Range;
 use s3s::{Body, S3ErrorCode, S3Request, S3Response, S3Result};
 
 use super::err;
-use crate::metrics::OpName;
+use super::OpName;
 
 /// Whether a request is a GET or HEAD whose `Range` header `s3s` would refuse.
 pub fn unusable(method: &http::Method, headers: &http::HeaderMap) -> bool {

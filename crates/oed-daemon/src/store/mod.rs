@@ -13,6 +13,7 @@
 mod drive;
 mod files;
 pub mod meta;
+pub mod near_data;
 pub mod op_threads;
 mod pool;
 pub mod queue;

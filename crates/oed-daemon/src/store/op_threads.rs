@@ -1,5 +1,5 @@
 //! The threads a drive folds its own chunks on for near-data operations
-//! ([`crate::compute::drive`]): as many as `max_concurrent_ops`, at a lower CPU priority
+//! ([`crate::store::near_data`]): as many as `max_concurrent_ops`, at a lower CPU priority
 //! than the rest of the daemon, never the runtime's or the blocking pool's, so S3
 //! requests on the same drive keep their threads and win the CPU when both want it.
 

@@ -13,9 +13,9 @@ use std::time::Duration;
 
 use crate::drive::{OpAnswer, OpRequest, StripePartial};
 use crate::error::{Error, Result};
-use crate::store::Store;
+use super::Store;
 
-pub use crate::store::op_threads::{OP_NICENESS, OpLimits};
+pub use super::op_threads::{OP_NICENESS, OpLimits};
 
 /// Sets its flag when dropped: the request that owns it is gone.
 struct CancelOnDrop(Arc<AtomicBool>);
