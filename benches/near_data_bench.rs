@@ -27,8 +27,8 @@ use anyhow::Context;
 use bytes::Bytes;
 use clap::Parser;
 use futures_util::StreamExt;
-use oed_daemon::op_client::{self, Target, ToSign};
 use oed_ops::op::{Op, Plan, results_agree};
+use oed_tools::op_client::{self, Target, ToSign};
 
 #[derive(Parser)]
 #[command(about = "Near-data operations against pull-and-compute, in one run")]
@@ -150,7 +150,7 @@ async fn energy(http: &reqwest::Client, urls: &[String]) -> (f64, String) {
             continue;
         };
         let Ok(text) = r.text().await else { continue };
-        if let Some(reading) = oed_daemon::bench::meters::parse(&text) {
+        if let Some(reading) = oed_tools::bench::meters::parse(&text) {
             joules += reading.joules;
             methods.insert(reading.method);
         }
@@ -265,11 +265,11 @@ async fn main() -> anyhow::Result<()> {
         .collect();
     let size = args.size_mib << 20;
     let text = args.text;
-    let path = format!("/{}/{KEY}", oed_daemon::uri::encode(&args.bucket));
+    let path = format!("/{}/{KEY}", oed_model::uri::encode(&args.bucket));
     if !args.no_put {
         s3.request(
             reqwest::Method::PUT,
-            &format!("/{}", oed_daemon::uri::encode(&args.bucket)),
+            &format!("/{}", oed_model::uri::encode(&args.bucket)),
         )
         .send()
         .await?;
@@ -420,7 +420,7 @@ impl Bench {
 
     /// S3 GET latency idle, then while `op_text` runs over the big object in a loop.
     async fn latency(&self, op_text: &str, count: usize) -> anyhow::Result<()> {
-        let bucket = oed_daemon::uri::encode(&self.bucket);
+        let bucket = oed_model::uri::encode(&self.bucket);
         let mut keys = Vec::new();
         for i in 0..32 {
             let path = format!("/{bucket}/small-{i}");
@@ -498,8 +498,8 @@ impl Bench {
         };
         let out_path = format!(
             "/{}/{}",
-            oed_daemon::uri::encode(&self.bucket),
-            oed_daemon::uri::encode(&format!("{target}.pulled"))
+            oed_model::uri::encode(&self.bucket),
+            oed_model::uri::encode(&format!("{target}.pulled"))
         );
         let last = std::cell::RefCell::new(Vec::new());
         let figures = self

@@ -13,10 +13,10 @@ use anyhow::Context;
 use bytes::Bytes;
 use clap::Parser;
 use futures_util::StreamExt;
-use oed_daemon::drive::Drive as _;
-use oed_daemon::model::record::{ObjectRecord, VersionId};
-use oed_daemon::peer::auth::PeerKey;
-use oed_daemon::peer::client::PeerClient;
+use oed_model::drive::Drive as _;
+use oed_model::record::{ObjectRecord, VersionId};
+use oed_peer::auth::PeerKey;
+use oed_peer::client::PeerClient;
 
 /// Peer-API shard write and read load against one drive.
 #[derive(Parser)]

@@ -28,7 +28,9 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 # shellcheck source=cross/setup.sh
 source deploy/cross/setup.sh
 
-step() { printf '\n=== %s\n' "$*"; }
+# Each step says how long the run has taken so far, so a slow step shows in CI's log.
+started=$SECONDS
+step() { printf '\n=== [%d s] %s\n' "$((SECONDS - started))" "$*"; }
 
 # cargo_for TARGET ARGS...: cargo, with librocksdb-sys linking the RocksDB that
 # deploy/rocksdb-unity.sh built for TARGET (it keeps what it built), or compiling RocksDB
@@ -123,10 +125,12 @@ OED_TEST_OEDD_BIN="$(cd "$target_root" && pwd)/debug/oedd" \
 step "Debian packages: amd64, arm64, armhf (deploy/package.sh), and their tests"
 packages=$target_root/packages
 rm -rf "$packages" && mkdir -p "$packages/upgrade"
-bash deploy/package.sh --out "$packages" >/dev/null
-# The same package at a higher version, for the in-place upgrade test.
+# The same package at a higher version, for the in-place upgrade test; made first, so
+# that the amd64 build below is the same one (a cross build in between changes the
+# linker of the build's host parts, and cargo would build everything for amd64 again).
 crate_version=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
 bash deploy/package.sh --arch amd64 --version "$crate_version-2" --out "$packages/upgrade" >/dev/null
+bash deploy/package.sh --out "$packages" >/dev/null
 OED_TEST_DEBS=$packages python3 -m pytest -q -rs -p no:cacheprovider tests/package
 unpacked=$(mktemp -d)
 trap 'rm -rf "$unpacked"' EXIT

@@ -7,13 +7,13 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use oed_daemon::config::Config;
-use oed_daemon::drive::{
+use oed_model::config::Config;
+use oed_model::drive::{
     Drive, DriveError, ErrorCode, HealEntry, ObjectRef, Relocation, Settlement,
 };
-use oed_daemon::model::heal::HealCause;
-use oed_daemon::model::record::{ObjectRecord, RecordTail, VersionId};
-use oed_daemon::store::Store;
+use oed_model::heal::HealCause;
+use oed_model::record::{ObjectRecord, RecordTail, VersionId};
+use oed_store::Store;
 use oed_tests::{
     Daemon, bytes, chunk_bytes, files_under, read_shard, record, shard_file, try_read_shard, upload,
 };
@@ -382,7 +382,7 @@ fn relocations_update_the_records_that_name_the_old_drive() {
                 .unwrap();
             let mut whole = record("moves", "whole", 8, 0, 1, 1, 0);
             whole.drives = vec!["test-drive".into(), "old".into()];
-            whole.parts = vec![oed_daemon::model::record::PartRef::of(1, &part)];
+            whole.parts = vec![oed_model::record::PartRef::of(1, &part)];
             d.put_shard(&whole, upload(&shard_file(&whole, &[]), 4096), false)
                 .await
                 .unwrap();
@@ -710,7 +710,7 @@ fn a_shard_cut_short_on_disk_is_reported_never_served() {
 
 #[test]
 fn operations_fold_the_chunks_a_drive_holds() {
-    use oed_daemon::drive::OpRequest;
+    use oed_model::drive::OpRequest;
     use oed_ops::op::{Op, Partial, Plan};
     both(|s| {
         Box::pin(async move {

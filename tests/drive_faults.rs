@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
-use oed_daemon::drive::{Drive, ErrorCode};
+use oed_model::drive::{Drive, ErrorCode};
 use oed_tests::{
     Daemon, body, bytes, chunk_bytes, files_under, read_shard, record, shard_file, upload,
 };

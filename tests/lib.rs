@@ -14,10 +14,10 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use futures_util::StreamExt as _;
-use oed_daemon::drive::{Drive, DriveError, ShardUpload};
-use oed_daemon::model::record::{ObjectRecord, VersionId};
-use oed_daemon::peer::auth::PeerKey;
-use oed_daemon::peer::client::PeerClient;
+use oed_model::drive::{Drive, DriveError, ShardUpload};
+use oed_model::record::{ObjectRecord, VersionId};
+use oed_peer::auth::PeerKey;
+use oed_peer::client::PeerClient;
 
 /// Path of a freshly built `oedd` (same target directory and profile as this test), or
 /// `OED_TEST_OEDD_BIN`.
@@ -404,7 +404,7 @@ pub struct LocalDrive {
     /// Its data directory.
     pub dir: PathBuf,
     /// The cluster as it coordinates requests.
-    pub cluster: std::sync::Arc<oed_daemon::cluster::Cluster>,
+    pub cluster: std::sync::Arc<oed_cluster::Cluster>,
     stop: tokio_util::sync::CancellationToken,
     served: tokio::task::JoinHandle<()>,
 }
@@ -447,7 +447,7 @@ pub async fn local_cluster(root: &Path, k: usize, m: usize, chunk: usize) -> Vec
     let mut drives = Vec::new();
     for (i, listener) in listeners.into_iter().enumerate() {
         let dir = root.join(format!("d{i}"));
-        let config = oed_daemon::config::Config {
+        let config = oed_model::config::Config {
             drive_id: format!("d{i}"),
             data_dir: dir.clone(),
             listen: listener.local_addr().expect("bound address"),
@@ -456,7 +456,7 @@ pub async fn local_cluster(root: &Path, k: usize, m: usize, chunk: usize) -> Vec
             reserve_bytes: 0,
             peer_timeout_seconds: 2,
             op_timeout_seconds: 10,
-            ..oed_daemon::config::Config::default()
+            ..oed_model::config::Config::default()
         };
         let server = oed_daemon::server::DriveServer::open(&config, SECRET.as_bytes(), None)
             .expect("open the drive");
@@ -483,20 +483,20 @@ pub async fn local_cluster(root: &Path, k: usize, m: usize, chunk: usize) -> Vec
 /// # Panics
 /// When the write fails or is degraded.
 pub async fn put_object(
-    cluster: &oed_daemon::cluster::Cluster,
+    cluster: &oed_cluster::Cluster,
     bucket: &str,
     key: &str,
     data: &[u8],
 ) -> ObjectRecord {
-    let obj = oed_daemon::cluster::write::NewObject {
+    let obj = oed_cluster::write::NewObject {
         parent: None,
         headers: std::collections::BTreeMap::default(),
         bucket: bucket.into(),
         key: key.into(),
         size: data.len() as u64,
-        ..oed_daemon::cluster::write::NewObject::default()
+        ..oed_cluster::write::NewObject::default()
     };
-    let pieces: Vec<oed_daemon::Result<Bytes>> = data
+    let pieces: Vec<oed_model::Result<Bytes>> = data
         .chunks(10_000)
         .map(|p| Ok(Bytes::copy_from_slice(p)))
         .collect();

@@ -12,10 +12,10 @@
 use std::sync::Arc;
 
 use base64::Engine as _;
-use oed_daemon::cluster::Cluster;
-use oed_daemon::cluster::write::NewObject;
-use oed_daemon::compute::coordinator::Outcome;
-use oed_daemon::model::record::{ObjectRecord, PartRef};
+use oed_cluster::Cluster;
+use oed_cluster::compute::coordinator::Outcome;
+use oed_cluster::write::NewObject;
+use oed_model::record::{ObjectRecord, PartRef};
 use oed_ops::op::Op;
 use oed_tests::{LocalDrive, bytes, files_under, put_object};
 use sha2::Digest as _;
@@ -31,7 +31,7 @@ fn doubles(n: usize) -> Vec<u8> {
         .collect()
 }
 
-async fn run(c: &Arc<Cluster>, rec: &ObjectRecord, op: &str) -> oed_daemon::Result<Outcome> {
+async fn run(c: &Arc<Cluster>, rec: &ObjectRecord, op: &str) -> oed_model::Result<Outcome> {
     let op: Op = serde_json::from_str(op).expect("a valid operation");
     c.run_op(rec, op).await
 }
@@ -255,7 +255,7 @@ fn operations_the_object_cannot_take_are_refused_and_change_nothing() {
         ] {
             let e = run(&c, &rec, op).await.unwrap_err();
             assert!(
-                matches!(e, oed_daemon::Error::BadRequest(_)) && e.to_string().contains(says),
+                matches!(e, oed_model::Error::BadRequest(_)) && e.to_string().contains(says),
                 "{op}: {e}"
             );
         }
@@ -348,7 +348,7 @@ fn grep_counts_lines_across_chunk_edges_exactly() {
         let e = run(&c, &rec, r#"{"op":"grep","pattern":"(","regex":true}"#)
             .await
             .unwrap_err();
-        assert!(matches!(e, oed_daemon::Error::BadRequest(_)), "{e}");
+        assert!(matches!(e, oed_model::Error::BadRequest(_)), "{e}");
         for d in drives {
             d.stop().await;
         }
@@ -568,7 +568,7 @@ fn compressibility_dedup_and_compress_on_a_cluster() {
         let e = run(&c, &nrec, r#"{"op":"decompress","target":"noise.out"}"#)
             .await
             .unwrap_err();
-        assert!(matches!(e, oed_daemon::Error::BadRequest(_)), "{e}");
+        assert!(matches!(e, oed_model::Error::BadRequest(_)), "{e}");
         assert!(c.head("bkt", "noise.out").await.unwrap().is_none());
 
         // Dedup: the same 64 KiB four times is a quarter unique; across two such objects,

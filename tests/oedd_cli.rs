@@ -30,7 +30,7 @@ fn unknown_subcommand_fails_with_usage() {
 /// process can take one in between. The cluster then starts again on other ports.
 #[test]
 fn oedd_dev_starts_again_on_other_ports_when_a_drive_cannot_bind() {
-    use oed_daemon::dev::{DevCluster, DevOptions, free_ports};
+    use oed_tools::dev::{DevCluster, DevOptions, free_ports};
     let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     let taken_port = taken.local_addr().expect("addr").port();
     let dir = tempfile::tempdir().expect("tempdir");

@@ -6,10 +6,10 @@
 
 use std::time::Duration;
 
-use oed_daemon::drive::{Drive, ErrorCode};
-use oed_daemon::model::record::ObjectRecord;
-use oed_daemon::peer::PeerOp;
-use oed_daemon::peer::client::PeerClient;
+use oed_model::drive::{Drive, ErrorCode};
+use oed_model::record::ObjectRecord;
+use oed_peer::PeerOp;
+use oed_peer::client::PeerClient;
 use oed_tests::{Daemon, bytes, chunk_bytes, files_under, read_shard, record, shard_file, upload};
 use reqwest::{Method, StatusCode};
 
@@ -192,9 +192,9 @@ fn bad_authentication_is_refused_counted_and_changes_nothing() {
             .unwrap();
         assert_eq!(resp.status(), StatusCode::UNAUTHORIZED);
         let path = "/_oed/peer/v1/info";
-        let key = oed_daemon::peer::auth::PeerKey::derive(oed_tests::SECRET.as_bytes());
-        let empty = oed_daemon::peer::auth::body_digest(b"");
-        let old = (oed_daemon::peer::auth::now_secs() - 3600).to_string();
+        let key = oed_peer::auth::PeerKey::derive(oed_tests::SECRET.as_bytes());
+        let empty = oed_peer::auth::body_digest(b"");
+        let old = (oed_peer::auth::now_secs() - 3600).to_string();
         let sig = key.sign("GET", path, "", &old, &empty);
         let resp = http
             .get(format!("{}{path}", d.url))
@@ -231,7 +231,7 @@ fn malformed_queries_get_bad_request() {
     let f = Fixture::new();
     let c = f.d.client();
     rt().block_on(async {
-        let empty = oed_daemon::peer::auth::body_digest(b"");
+        let empty = oed_peer::auth::body_digest(b"");
         for (op, query, digest) in [
             (PeerOp::PutShard, "record=%7Bnot-json", "STREAMING-CRC32C"),
             (
@@ -252,7 +252,7 @@ fn malformed_queries_get_bad_request() {
         ] {
             let resp = c.request(op, query, digest).send().await.unwrap();
             assert_eq!(resp.status(), StatusCode::BAD_REQUEST, "{op:?} {query}");
-            let err = oed_daemon::peer::client::check(resp).await.unwrap_err();
+            let err = oed_peer::client::check(resp).await.unwrap_err();
             assert_eq!(err.code, ErrorCode::BadRequest, "{op:?} {query}: {err}");
         }
         // A route no operation has.
@@ -310,9 +310,9 @@ fn shard_writes_from_another_map_epoch_are_refused() {
 /// through whole.
 #[test]
 fn the_peer_api_over_tls_trusts_the_cluster_ca_only() {
-    use oed_daemon::peer::auth::PeerKey;
-    use oed_daemon::peer::client::PeerHttp;
-    use oed_daemon::tls::{DevPki, client_config};
+    use oed_peer::auth::PeerKey;
+    use oed_peer::client::PeerHttp;
+    use oed_peer::tls::{DevPki, client_config};
     let dir = tempfile::tempdir().unwrap();
     let pki = DevPki::create(&dir.path().join("tls"), &["test-drive".into()]).unwrap();
     let other = DevPki::create(&dir.path().join("other"), &["test-drive".into()]).unwrap();
@@ -528,7 +528,7 @@ fn slow_raw_uploads_are_stored_whole_and_keep_their_connection() {
     let dir = tempfile::tempdir().unwrap();
     let d = Daemon::start(dir.path(), &[]);
     let c = d.client().with_raw_uploads(true);
-    let slow = |data: &[u8]| -> oed_daemon::drive::ShardUpload {
+    let slow = |data: &[u8]| -> oed_model::drive::ShardUpload {
         Box::pin(oed_tests::body(data, 16 * 1024).then(|piece| async move {
             tokio::time::sleep(Duration::from_millis(1)).await;
             piece

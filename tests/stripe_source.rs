@@ -7,9 +7,9 @@
 
 use std::sync::Arc;
 
-use oed_daemon::cluster::Cluster;
-use oed_daemon::cluster::stripes::{Stripe, StripeSource};
-use oed_daemon::model::record::{ObjectRecord, PartRef};
+use oed_cluster::Cluster;
+use oed_cluster::stripes::{Stripe, StripeSource};
+use oed_model::record::{ObjectRecord, PartRef};
 use oed_tests::{bytes, chunk_bytes, files_under};
 
 const K: usize = 2;
@@ -34,7 +34,7 @@ async fn all_stripes(
     from: &Arc<Cluster>,
     record: &ObjectRecord,
     want: &[usize],
-) -> oed_daemon::Result<Vec<Stripe>> {
+) -> oed_model::Result<Vec<Stripe>> {
     let ext = PartRef::of(1, record);
     let mut src = StripeSource::open(from.clone(), "bkt", ext, 0..u64::MAX, want.to_vec()).await?;
     let mut out = Vec::new();

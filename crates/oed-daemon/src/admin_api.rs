@@ -2,7 +2,7 @@
 //! maintenance actions, and the cluster map in force. They act on the drive's repair
 //! work ([`Repair`]) and its cluster, which sit above the peer protocol, so they are
 //! served from here and merged into the peer router by the server
-//! ([`crate::peer::router`]), behind the same authentication as every peer request. Their
+//! ([`oed_peer::router`]), behind the same authentication as every peer request. Their
 //! paths are [`PeerOp`]'s, the one route table the client uses too.
 
 use std::sync::Arc;
@@ -16,11 +16,11 @@ use axum::routing::{get, post};
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
-use crate::drive::DriveError;
-use crate::error::Error;
-use crate::model::map::ClusterMap;
-use crate::peer::PeerOp;
-use crate::repair::{Repair, RepairStatus};
+use oed_model::drive::DriveError;
+use oed_model::error::Error;
+use oed_model::map::ClusterMap;
+use oed_peer::PeerOp;
+use oed_repair::{Repair, RepairStatus};
 
 type Answer<T> = Result<T, DriveError>;
 

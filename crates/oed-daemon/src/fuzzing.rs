@@ -4,7 +4,7 @@
 //! what the daemon does with what it parsed. None may panic, loop or allocate without
 //! bound, whatever the bytes; a refusal is an `Err`, never a crash.
 
-use crate::model::record::{ObjectRecord, RecordTail};
+use oed_model::record::{ObjectRecord, RecordTail};
 
 /// The cluster map (TOML, from a file or `POST admin/map`): parsed, validated, and, when
 /// valid, its digest, URLs and a placement computed.
@@ -12,7 +12,7 @@ pub fn cluster_map(data: &[u8]) {
     let Ok(text) = std::str::from_utf8(data) else {
         return;
     };
-    let Ok(map) = toml::from_str::<crate::model::map::ClusterMap>(text) else {
+    let Ok(map) = toml::from_str::<oed_model::map::ClusterMap>(text) else {
         return;
     };
     if map.validate().is_err() {
@@ -40,18 +40,18 @@ fn record_uses(rec: &ObjectRecord) {
     let _ = rec.validate();
     let _ = rec.layout();
     let size = rec.object_size();
-    for e in crate::cluster::read::extents(rec) {
+    for e in oed_cluster::read::extents(rec) {
         let _ = e.size;
     }
     for n in [1, 2, i32::MAX] {
-        let _ = crate::s3::object::part_range(rec, n);
+        let _ = oed_s3::object::part_range(rec, n);
     }
-    let _ = crate::s3::multipart::copy_range("bytes=0-0", size);
+    let _ = oed_s3::multipart::copy_range("bytes=0-0", size);
 }
 
 /// A drive's kept version (the `kept` column family): decoded, and its record used.
 pub fn kept(data: &[u8]) {
-    if let Ok(k) = crate::store::meta::Kept::decode(data) {
+    if let Ok(k) = oed_store::meta::Kept::decode(data) {
         record_uses(&k.record);
     }
 }
@@ -97,21 +97,21 @@ pub fn s3_xml(data: &[u8]) {
     if which % 2 == 0 {
         if let Some(delete) = parse_xml::<s3s::dto::Delete>(xml) {
             for o in &delete.objects {
-                let _ = crate::s3::check_user_key(&o.key);
+                let _ = oed_s3::check_user_key(&o.key);
             }
         }
     } else if let Some(done) = parse_xml::<s3s::dto::CompletedMultipartUpload>(xml) {
         let asked = done.parts.unwrap_or_default();
         let stored: Vec<ObjectRecord> = (1..=3)
             .map(|n| {
-                crate::model::record::test_record(
-                    &crate::cluster::write::part_key("upload", n),
+                oed_model::record::test_record(
+                    &oed_cluster::write::part_key("upload", n),
                     u128::from(n.unsigned_abs()),
                     5 << 20,
                 )
             })
             .collect();
-        let _ = crate::s3::multipart::resolve_parts(&asked, &stored);
+        let _ = oed_s3::multipart::resolve_parts(&asked, &stored);
     }
 }
 
@@ -152,26 +152,26 @@ pub fn ranges_and_headers(data: &[u8]) {
     if let Ok(v) = http::HeaderValue::from_str(range) {
         headers.insert(http::header::RANGE, v);
     }
-    let _ = crate::s3::range::unusable(&http::Method::GET, &headers);
+    let _ = oed_s3::range::unusable(&http::Method::GET, &headers);
     let parsed = s3s::dto::Range::parse(range).ok();
     for size in [0, 1, 10, 5 << 30, u64::MAX] {
-        let rec = crate::model::record::test_record("k", 1, size);
-        let _ = crate::s3::object::wanted(&rec, parsed.as_ref(), None);
-        let _ = crate::s3::object::wanted(&rec, None, Some(1));
-        let _ = crate::s3::multipart::copy_range(copy, size);
+        let rec = oed_model::record::test_record("k", 1, size);
+        let _ = oed_s3::object::wanted(&rec, parsed.as_ref(), None);
+        let _ = oed_s3::object::wanted(&rec, None, Some(1));
+        let _ = oed_s3::multipart::copy_range(copy, size);
     }
     let _ = s3s::dto::CopySource::parse(copy);
     let uri: http::Uri = format!("/b/k?{}", copy.replace(' ', "%20"))
         .parse()
         .unwrap_or_else(|_| http::Uri::from_static("/"));
-    let _ = crate::s3::header_section_too_large(&headers);
-    let _ = crate::s3::presigned_expires(&uri);
-    let _ = crate::s3::check_region(&headers, &uri, "us-east-1");
-    let _ = crate::s3::object::user_meta(Some(meta));
+    let _ = oed_s3::header_section_too_large(&headers);
+    let _ = oed_s3::presigned_expires(&uri);
+    let _ = oed_s3::check_region(&headers, &uri, "us-east-1");
+    let _ = oed_s3::object::user_meta(Some(meta));
     let length = headers
         .get(http::header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok()?.parse::<i64>().ok());
-    let _ = crate::s3::object::body_length(length, &headers);
+    let _ = oed_s3::object::body_length(length, &headers);
 }
 
 #[cfg(test)]

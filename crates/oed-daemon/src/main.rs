@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
-use oed_daemon::config::Config;
 use oed_daemon::server::DriveServer;
+use oed_model::config::Config;
 use tokio_util::sync::CancellationToken;
 
 /// OED drive daemon: one per Open Ethernet Drive.
@@ -551,7 +551,7 @@ fn cluster(args: ClusterArgs) -> anyhow::Result<()> {
 
 /// `oedd cluster init`: writes the map and secrets, and says what goes where.
 fn cluster_init(args: InitArgs) -> anyhow::Result<()> {
-    use oed_daemon::cluster::init;
+    use oed_cluster::init;
     let InitArgs {
         drives,
         k,
@@ -603,7 +603,7 @@ fn cluster_init(args: InitArgs) -> anyhow::Result<()> {
 
 /// `oedd cluster check`: the map and secret files, then with `--live` the drives.
 fn cluster_check(args: CheckArgs) -> anyhow::Result<()> {
-    use oed_daemon::cluster::init;
+    use oed_cluster::init;
     let CheckArgs {
         map,
         secret_file,
@@ -624,10 +624,10 @@ fn cluster_check(args: CheckArgs) -> anyhow::Result<()> {
                 let rt = tokio::runtime::Builder::new_current_thread()
                     .enable_all()
                     .build()?;
-                let answers = rt.block_on(oed_daemon::admin::statuses(m, &access));
+                let answers = rt.block_on(oed_tools::admin::statuses(m, &access));
                 found
                     .problems
-                    .extend(oed_daemon::admin::live_problems(m, &answers));
+                    .extend(oed_tools::admin::live_problems(m, &answers));
             }
             Err(e) => found.problems.push(format!("--live: {e}")),
         }
@@ -665,18 +665,18 @@ fn cluster_check(args: CheckArgs) -> anyhow::Result<()> {
 fn admin_access(
     secret_file: Option<PathBuf>,
     ca_file: Option<&std::path::Path>,
-) -> anyhow::Result<oed_daemon::admin::Access> {
+) -> anyhow::Result<oed_tools::admin::Access> {
     let config = Config {
         cluster_secret_file: secret_file,
         ..Config::default()
     };
     let secret = config.cluster_secret(std::env::var("OED_CLUSTER_SECRET").ok())?;
-    Ok(oed_daemon::admin::Access::new(&secret, ca_file)?)
+    Ok(oed_tools::admin::Access::new(&secret, ca_file)?)
 }
 
 fn admin(args: AdminArgs) -> anyhow::Result<()> {
-    use oed_daemon::admin;
-    let map = oed_daemon::model::map::ClusterMap::load(&args.map)?;
+    use oed_tools::admin;
+    let map = oed_model::map::ClusterMap::load(&args.map)?;
     let access = admin_access(args.secret_file, args.ca_file.as_deref())?;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -723,13 +723,13 @@ fn admin(args: AdminArgs) -> anyhow::Result<()> {
 /// The `oedd admin` actions that change the cluster map.
 fn admin_map(
     path: &std::path::Path,
-    map: &oed_daemon::model::map::ClusterMap,
-    access: &oed_daemon::admin::Access,
+    map: &oed_model::map::ClusterMap,
+    access: &oed_tools::admin::Access,
     action: AdminAction,
     rt: &tokio::runtime::Runtime,
 ) -> anyhow::Result<()> {
-    use oed_daemon::admin;
-    use oed_daemon::model::map::DriveState;
+    use oed_model::map::DriveState;
+    use oed_tools::admin;
     let state_of = |id: &str| map.drives.iter().find(|d| d.id == id).map(|d| d.state);
     let mark = |id: &str, state: DriveState| -> anyhow::Result<()> {
         let new = admin::change_map(path, |m| admin::set_state(m, id, state))?;
@@ -746,7 +746,7 @@ fn admin_map(
                 Some(DriveState::In) => mark(&drive, DriveState::Out)?,
                 Some(DriveState::Out) => {}
             }
-            let map = oed_daemon::model::map::ClusterMap::load(path)?;
+            let map = oed_model::map::ClusterMap::load(path)?;
             print!(
                 "{}",
                 rt.block_on(admin::act(&map, access, "drain", &[drive]))?
@@ -777,7 +777,7 @@ fn op(args: OpArgs) -> anyhow::Result<()> {
     let var = |name: &str| {
         std::env::var(name).with_context(|| format!("{name} is not set (the S3 credentials)"))
     };
-    let target = oed_daemon::op_client::Target {
+    let target = oed_tools::op_client::Target {
         endpoint: args.endpoint,
         region: args.region,
         access_key: var("AWS_ACCESS_KEY_ID")?,
@@ -788,7 +788,7 @@ fn op(args: OpArgs) -> anyhow::Result<()> {
         .build()?;
     // Progress on standard error while the drives work (the answer comes whole at the end).
     let mut ticked = false;
-    let answer = rt.block_on(oed_daemon::op_client::run(
+    let answer = rt.block_on(oed_tools::op_client::run(
         &target,
         &args.bucket,
         &args.key,
@@ -811,7 +811,7 @@ fn op(args: OpArgs) -> anyhow::Result<()> {
 }
 
 fn bench(args: BenchArgs) -> anyhow::Result<()> {
-    use oed_daemon::bench::{self, peak};
+    use oed_tools::bench::{self, peak};
     use std::io::IsTerminal as _;
     let var = |name: &str| {
         std::env::var(name).with_context(|| format!("{name} is not set (the S3 credentials)"))
@@ -910,7 +910,7 @@ fn bench(args: BenchArgs) -> anyhow::Result<()> {
 }
 
 fn dev(args: DevArgs) -> anyhow::Result<()> {
-    let opts = oed_daemon::dev::DevOptions {
+    let opts = oed_tools::dev::DevOptions {
         drives: args.drives,
         k: args.k,
         m: args.m,
@@ -931,7 +931,7 @@ fn dev(args: DevArgs) -> anyhow::Result<()> {
         let _entered = runtime.enter();
         StopSignals::watch()?
     };
-    let cluster = oed_daemon::dev::DevCluster::start(&opts)?;
+    let cluster = oed_tools::dev::DevCluster::start(&opts)?;
     println!("{}", cluster.banner());
     runtime.block_on(async move {
         let shutdown = CancellationToken::new();
@@ -1134,7 +1134,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
             None => None,
         };
         if drive.tls.is_some() {
-            let suites = oed_daemon::tls::suite_order();
+            let suites = oed_peer::tls::suite_order();
             println!(
                 "oedd: TLS on (certificate {}; reloaded on SIGHUP); suites preferred: {}",
                 config

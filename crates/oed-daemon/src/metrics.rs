@@ -7,8 +7,8 @@
 // Prometheus samples are f64; counts past 2^52 lose their last digits there anyway.
 #![allow(clippy::cast_precision_loss)]
 
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use axum::extract::{MatchedPath, Request, State};
@@ -20,11 +20,11 @@ use oed_meter::traffic::Traffic;
 use prometheus::core::Collector;
 use prometheus::{Counter, CounterVec, Gauge, GaugeVec, Opts, Registry, TextEncoder};
 
-use crate::cluster::Cluster;
-use crate::error::{Error, Result};
-use crate::s3::OpName;
-use crate::peer::{PeerOp, PeerState};
-use crate::store::Store;
+use oed_cluster::Cluster;
+use oed_model::error::Result;
+use oed_peer::{PeerOp, PeerState};
+use oed_s3::OpName;
+use oed_store::Store;
 
 /// A drive's registry and the handles the request path records into.
 #[derive(Clone)]
@@ -79,18 +79,6 @@ impl DriveMetrics {
         TextEncoder::new()
             .encode_to_string(&self.registry.gather())
             .unwrap_or_else(|e| format!("# encoding failed: {e}\n"))
-    }
-}
-
-impl From<oed_meter::Error> for Error {
-    fn from(e: oed_meter::Error) -> Self {
-        Error::Config(format!("metrics: {e}"))
-    }
-}
-
-impl From<prometheus::Error> for Error {
-    fn from(e: prometheus::Error) -> Self {
-        Error::Config(format!("metrics: {e}"))
     }
 }
 
@@ -284,13 +272,13 @@ impl StateCollector {
         ] {
             self.buffer.with_label_values(&[what]).set(v as f64);
         }
-        for (why, n) in crate::cluster::budget::Refusal::ALL
+        for (why, n) in oed_cluster::budget::Refusal::ALL
             .iter()
             .zip(budget.refusals())
         {
             advance(&self.slowdown.with_label_values(&[why.label()]), n as f64);
         }
-        for (streams, bytes) in crate::cluster::md5::hashed_bytes_by_streams()
+        for (streams, bytes) in oed_cluster::md5::hashed_bytes_by_streams()
             .into_iter()
             .enumerate()
             .filter(|&(_, b)| b > 0)

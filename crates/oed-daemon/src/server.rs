@@ -19,13 +19,13 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::cluster::Cluster;
-use crate::config::Config;
-use crate::error::{Error, Result};
 use crate::metrics::DriveMetrics;
-use crate::model::map::{ClusterMap, RanMap};
-use crate::peer::{self, ConnectionHold, PeerState, ServeAgain, auth::PeerKey};
-use crate::store::Store;
+use oed_cluster::Cluster;
+use oed_model::config::Config;
+use oed_model::error::{Error, Result};
+use oed_model::map::{ClusterMap, RanMap};
+use oed_peer::{ConnectionHold, PeerState, ServeAgain, auth::PeerKey};
+use oed_store::Store;
 
 /// A drive ready to serve: its store, its view of the cluster, and the state its routes
 /// share.
@@ -46,9 +46,9 @@ pub struct DriveServer {
     meter: oed_meter::Meter,
     meter_period: Duration,
     /// Heal, scrub and refill.
-    pub repair: Arc<crate::repair::Repair>,
+    pub repair: Arc<oed_repair::Repair>,
     /// The listener's TLS, when `tls_cert_file` is set.
-    pub tls: Option<Arc<crate::tls::ServerTls>>,
+    pub tls: Option<Arc<oed_peer::tls::ServerTls>>,
     /// Whether the drives reach each other over TLS (the map's `tls`). When they do not
     /// and the listener has TLS, it also takes the peer API in the clear.
     peer_tls: bool,
@@ -84,7 +84,7 @@ impl DriveServer {
             metrics.traffic.clone(),
         )?);
         let s3 = s3_secret
-            .map(|s| crate::s3::service(cluster.clone(), &config.s3_access_key, s, &config.region));
+            .map(|s| oed_s3::service(cluster.clone(), &config.s3_access_key, s, &config.region));
         let heal_wake = Arc::new(tokio::sync::Notify::new());
         let peer = Arc::new(PeerState {
             drive: Arc::new(store.clone()),
@@ -102,15 +102,15 @@ impl DriveServer {
             sendfile: config.shard_sendfile,
             store: Some(store.clone()),
         });
-        let repair = crate::repair::Repair::new(
+        let repair = oed_repair::Repair::new(
             cluster.clone(),
-            crate::repair::RepairConfig::of(config),
+            oed_repair::RepairConfig::of(config),
             heal_wake,
         );
         metrics
             .registry
             .register(Box::new(oed_meter::process::AtScrape(
-                crate::repair::metrics::RepairCollector::new(repair.clone())?,
+                oed_repair::metrics::RepairCollector::new(repair.clone())?,
             )))?;
         metrics.watch(
             store.clone(),
@@ -119,7 +119,7 @@ impl DriveServer {
             &config.drive_id,
         )?;
         let tls = match (&config.tls_cert_file, &config.tls_key_file) {
-            (Some(cert), Some(key)) => Some(Arc::new(crate::tls::ServerTls::load(cert, key)?)),
+            (Some(cert), Some(key)) => Some(Arc::new(oed_peer::tls::ServerTls::load(cert, key)?)),
             _ => None,
         };
         let meter = oed_meter::Meter::new(&meter_config(config)?, &metrics.registry)?;
@@ -147,7 +147,7 @@ impl DriveServer {
     /// meanwhile.
     ///
     /// # Errors
-    /// [`crate::Error::Io`] if the server fails; a flush failure at the end.
+    /// [`oed_model::Error::Io`] if the server fails; a flush failure at the end.
     pub async fn serve(
         self,
         listener: TcpListener,
@@ -169,7 +169,7 @@ impl DriveServer {
             let limits = Limits {
                 header_timeout: self.header_timeout,
                 max_connections: METRICS_CONNECTIONS,
-                read_buffer: crate::config::READ_BUFFER_MAX,
+                read_buffer: oed_model::config::READ_BUFFER_MAX,
                 counts: None,
                 tls: None,
             };
@@ -191,19 +191,19 @@ impl DriveServer {
             }
         });
         self.repair.spawn(&tasks, &shutdown);
-        let app = peer::router(
+        let app = oed_peer::router(
             self.peer.clone(),
             crate::admin_api::routes(self.repair.clone()),
         );
         let app = match self.s3.clone() {
             Some(s3) => app.fallback_service(axum::error_handling::HandleError::new(
                 s3,
-                |e: s3s::HttpError| async move { crate::s3::error::s3s_failure(&e) },
+                |e: s3s::HttpError| async move { oed_s3::error::s3s_failure(&e) },
             )),
             None => app.fallback(|| async { Error::NotFound("route (S3 is off: no S3 secret)") }),
         };
         let app = app
-            .layer(axum::middleware::from_fn(crate::s3::precheck))
+            .layer(axum::middleware::from_fn(oed_s3::precheck))
             .layer(axum::middleware::from_fn_with_state(
                 self.metrics.traffic.clone(),
                 crate::metrics::metered,
@@ -328,7 +328,7 @@ async fn peer_api_only(
 }
 
 /// Reads the listener's certificate files again on each SIGHUP, until `shutdown`.
-async fn reload_on_hangup(tls: Arc<crate::tls::ServerTls>, shutdown: CancellationToken) {
+async fn reload_on_hangup(tls: Arc<oed_peer::tls::ServerTls>, shutdown: CancellationToken) {
     use tokio::signal::unix::{SignalKind, signal};
     let mut hangups = match signal(SignalKind::hangup()) {
         Ok(s) => s,
@@ -416,13 +416,13 @@ async fn serve_http(
             let slot = Arc::new(slot);
             let served = match tls {
                 None => {
-                    let io = crate::stall::WriteDeadline::new(tcp, handshake_timeout);
+                    let io = oed_peer::stall::WriteDeadline::new(tcp, handshake_timeout);
                     let hold = ConnectionHold::new(watcher, slot.clone());
                     serve_upgradable(&again, io, service, hold, stop).await
                 }
                 Some(tls) => match first_contact(tcp, tls, handshake_timeout).await {
                     Contact::Tls(io) => {
-                        let io = TokioIo::new(crate::tls::Coalesce::new(io));
+                        let io = TokioIo::new(oed_peer::tls::Coalesce::new(io));
                         watcher
                             .watch(again.http.serve_connection(io, service))
                             .await
@@ -464,7 +464,7 @@ struct Again {
 }
 
 /// Serves a connection in the clear that may be upgraded to a raw shard upload
-/// ([`crate::peer::RAW_UPLOAD`]). hyper's graceful shutdown does not take such a
+/// ([`oed_peer::RAW_UPLOAD`]). hyper's graceful shutdown does not take such a
 /// connection, so it is done here: when `stop` fires the connection is asked to close
 /// after the request it serves. `hold` goes in each request's extensions, so an upload
 /// the connection is upgraded to keeps the server's shutdown waiting, and its
@@ -472,7 +472,7 @@ struct Again {
 /// upload hands the connection back when its sender keeps it.
 async fn serve_upgradable(
     again: &Again,
-    io: crate::stall::WriteDeadline<tokio::net::TcpStream>,
+    io: oed_peer::stall::WriteDeadline<tokio::net::TcpStream>,
     mut service: ForClient,
     hold: ConnectionHold,
     stop: CancellationToken,
@@ -524,7 +524,7 @@ fn serve_kept(
         if let Some(c) = &again.counts {
             c.stats.connections_open.fetch_add(1, Ordering::Relaxed);
         }
-        let io = crate::stall::WriteDeadline::new(tcp, again.timeout);
+        let io = oed_peer::stall::WriteDeadline::new(tcp, again.timeout);
         if let Err(e) = serve_upgradable(&again, io, service, hold, stop).await {
             tracing::debug!(error = %e, "a kept raw upload connection ended with an error");
         }
@@ -569,7 +569,7 @@ impl hyper::service::Service<http::Request<hyper::body::Incoming>> for ForClient
             req.extensions_mut().insert(again.clone());
         }
         let mut app = self.app.clone();
-        crate::cluster::budget::CLIENT.scope(
+        oed_cluster::budget::CLIENT.scope(
             Some(self.client),
             tower_service::Service::call(&mut app, req),
         )
@@ -579,10 +579,12 @@ impl hyper::service::Service<http::Request<hyper::body::Incoming>> for ForClient
 /// A connection to a TLS listener, once its first bytes have come.
 enum Contact {
     /// It opened with a TLS handshake, done.
-    Tls(Box<tokio_rustls::server::TlsStream<crate::stall::WriteDeadline<tokio::net::TcpStream>>>),
+    Tls(
+        Box<tokio_rustls::server::TlsStream<oed_peer::stall::WriteDeadline<tokio::net::TcpStream>>>,
+    ),
     /// It opened with plain HTTP, which the listener serves these routes.
     Clear(
-        crate::stall::WriteDeadline<tokio::net::TcpStream>,
+        oed_peer::stall::WriteDeadline<tokio::net::TcpStream>,
         axum::Router,
     ),
     /// Neither, or not in time.
@@ -595,7 +597,7 @@ enum Contact {
 async fn first_contact(tcp: tokio::net::TcpStream, tls: ListenerTls, limit: Duration) -> Contact {
     let mut first = [0u8; 1];
     let peeked = tokio::time::timeout(limit, tcp.peek(&mut first)).await;
-    let io = crate::stall::WriteDeadline::new(tcp, limit);
+    let io = oed_peer::stall::WriteDeadline::new(tcp, limit);
     match (peeked, tls.clear) {
         (Ok(Ok(1..)), _) if first[0] == TLS_HANDSHAKE => {
             match tokio::time::timeout(limit, tls.acceptor.accept(io)).await {

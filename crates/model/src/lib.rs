@@ -1,0 +1,14 @@
+//! The plain types every layer shares: object and bucket records and their keys
+//! ([`record`]), heal-queue entries ([`heal`]), and the cluster map ([`map`]). Nothing
+//! here opens a file or a connection; the store keeps these types, the peer protocol
+//! carries them, and the cluster acts on them.
+
+pub mod config;
+pub mod drive;
+pub mod error;
+pub mod heal;
+pub mod map;
+pub mod record;
+pub mod uri;
+
+pub use error::{Error, Result};

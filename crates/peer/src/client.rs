@@ -1,0 +1,823 @@
+//! A client of another drive's peer API: the [`Drive`] interface over HTTP. It signs
+//! each request, names its route from [`PeerOp`], and reads error bodies back into the
+//! typed [`DriveError`] the drive sent. The coordinator of the cluster uses it; so do the
+//! end-to-end tests.
+//!
+//! It speaks HTTP/1.1 through hyper's pooled client directly. A connection's read buffer
+//! is capped at [`READ_BUFFER_MAX`]: hyper's default lets each connection grow one to
+//! about 400 KiB and keep it while the connection idles in the pool, and a coordinator
+//! holds dozens of connections (`docs/cluster.md`, "Memory and back-pressure").
+
+use std::fmt::Write as _;
+use std::ops::Range;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures_util::{Stream, StreamExt, TryStreamExt};
+use http::{Method, Request, Response, StatusCode, Uri};
+use http_body_util::{BodyExt, Full, StreamBody, combinators::UnsyncBoxBody};
+use hyper::body::{Frame, Incoming};
+use hyper_util::client::legacy::{Client, connect::HttpConnector};
+use hyper_util::rt::{TokioExecutor, TokioTimer};
+
+use super::PeerOp;
+use super::auth::{self, PeerKey};
+use oed_model::config::READ_BUFFER_MAX;
+use oed_model::drive::{
+    Drive, DriveError, DriveInfo, ErrorCode, HealEntry, ObjectRef, OpAnswer, OpRequest, RecordPage,
+    Relocation, Settlement, ShardRead, ShardStream, ShardUpload, Stored,
+};
+use oed_model::record::{BucketRecord, ObjectRecord, VersionId};
+use oed_model::uri::encode as q;
+
+/// The response header of `GET shard` that names the version read.
+pub const VERSION_HEADER: &str = "x-oed-version-id";
+/// The request header naming the epoch of the cluster map its sender runs.
+pub const EPOCH_HEADER: &str = "x-oed-map-epoch";
+
+/// The response header of `GET shard` that names the stripes sent, `from-to`.
+pub const STRIPES_HEADER: &str = "x-oed-stripes";
+
+/// A boxed error, as the transport reports it.
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// What went wrong sending a request to a peer, before any answer was read.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PeerError {
+    /// The request did not complete (connection refused, reset, a body cut short).
+    #[error("peer request failed")]
+    Transport(#[source] BoxError),
+    /// The drive's address is not an `http://host:port` or `https://host:port` URL.
+    #[error("peer address {0:?} is not an http://host:port or https://host:port URL")]
+    BadAddress(String),
+}
+
+impl PeerError {
+    pub(super) fn transport(e: impl Into<BoxError>) -> Self {
+        PeerError::Transport(e.into())
+    }
+}
+
+impl From<PeerError> for DriveError {
+    fn from(e: PeerError) -> Self {
+        // The chain says more than the top line (connection refused, reset...).
+        DriveError::unreachable(oed_model::error::source_chain(&e))
+    }
+}
+
+/// A request body: bytes in memory, or a stream (sent chunked).
+pub type PeerBody = UnsyncBoxBody<Bytes, std::io::Error>;
+
+/// The HTTP connections to other drives: one pool, shared by the [`PeerClient`]s of a
+/// drive. Cheap to clone.
+#[derive(Clone, Debug)]
+pub struct PeerHttp(std::sync::Arc<Client<crate::tls::PeerConnector, PeerBody>>);
+
+impl Default for PeerHttp {
+    /// A pool for `http://` drives only (`https://` ones are refused: no CA is trusted).
+    fn default() -> Self {
+        Self::with_tls(&crate::tls::client_config(None).unwrap_or_else(|_| {
+            unreachable!("a client configuration without a CA file always builds")
+        }))
+    }
+}
+
+impl PeerHttp {
+    /// A pool that reaches `http://` drives in the clear and `https://` ones over TLS,
+    /// verifying them with `tls` (see [`crate::tls::client_config`]). It connects within
+    /// 2 s, with `TCP_NODELAY`, and keeps up to 16 idle connections per drive for 15 s:
+    /// less than the shortest `http_header_timeout_seconds` (16), after which the other
+    /// drive closes an idle connection, so a request is not sent on one being closed.
+    #[must_use]
+    pub fn with_tls(tls: &rustls::ClientConfig) -> Self {
+        let mut http = HttpConnector::new();
+        http.set_nodelay(true);
+        http.set_connect_timeout(Some(Duration::from_secs(2)));
+        http.enforce_http(false);
+        let connector = crate::tls::PeerConnector::new(http, tls.clone());
+        let client = Client::builder(TokioExecutor::new())
+            .pool_timer(TokioTimer::new())
+            .pool_idle_timeout(Duration::from_secs(15))
+            .pool_max_idle_per_host(16)
+            .http1_max_buf_size(READ_BUFFER_MAX)
+            .build(connector);
+        Self(std::sync::Arc::new(client))
+    }
+}
+
+/// A body of bytes in memory, sent with a Content-Length.
+fn full(bytes: Bytes) -> PeerBody {
+    Full::new(bytes).map_err(|e| match e {}).boxed_unsync()
+}
+
+/// A drive's base URL, split once: a request only adds its path and query, which spares
+/// the coordinator parsing the host on every shard request.
+#[derive(Clone, Debug)]
+struct Base {
+    scheme: http::uri::Scheme,
+    authority: http::uri::Authority,
+    /// A path of the base's own, kept in front of the peer API's ("" when none).
+    prefix: String,
+}
+
+impl Base {
+    fn parse(text: &str) -> Option<Self> {
+        let uri: Uri = text.parse().ok()?;
+        let parts = uri.into_parts();
+        let scheme = parts
+            .scheme
+            .filter(|s| *s == http::uri::Scheme::HTTP || *s == http::uri::Scheme::HTTPS)?;
+        let authority = parts.authority?;
+        let prefix = match parts.path_and_query {
+            Some(p) if p.query().is_some() => return None,
+            Some(p) => p.path().trim_end_matches('/').to_owned(),
+            None => String::new(),
+        };
+        Some(Self {
+            scheme,
+            authority,
+            prefix,
+        })
+    }
+
+    fn uri(&self, path: &str, query: &str) -> Result<Uri, http::Error> {
+        let mut pq = format!("{}{path}", self.prefix);
+        if !query.is_empty() {
+            pq.push('?');
+            pq.push_str(query);
+        }
+        Uri::builder()
+            .scheme(self.scheme.clone())
+            .authority(self.authority.clone())
+            .path_and_query(pq)
+            .build()
+    }
+}
+
+/// A signed client of one drive's peer API.
+#[derive(Clone, Debug)]
+pub struct PeerClient {
+    /// The drive's base URL, or the text that did not parse as one (reported when a
+    /// request is sent, so a drive with a bad address fails like a drive that is down).
+    base: Result<Base, String>,
+    key: PeerKey,
+    http: PeerHttp,
+    /// The epoch of the cluster map this side runs, sent with every request.
+    epoch: Option<u64>,
+    /// Whether shard uploads go as raw uploads, while the drive takes them
+    /// ([`PeerClient::with_raw_uploads`]); `None`: never.
+    raw: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
+    /// The smallest shard file sent as a raw upload ([`PeerClient::with_raw_upload_min`]).
+    raw_min: u64,
+    /// Connections of raw uploads (`x-oed-raw-keep`) and framed reads kept for the next
+    /// request, shared by the clones made after [`PeerClient::with_raw_uploads`].
+    kept: std::sync::Arc<super::raw::KeptConnections>,
+    /// Whether shard reads ask for frames ([`PeerClient::with_framed_reads`]).
+    framed: bool,
+}
+
+/// A signed request to a peer, ready to send; [`PeerClient::request`] makes one.
+#[must_use = "a request does nothing until it is sent"]
+pub struct PeerRequest {
+    http: PeerHttp,
+    head: Result<Request<()>, PeerError>,
+    body: PeerBody,
+}
+
+impl std::fmt::Debug for PeerRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PeerRequest")
+            .field("head", &self.head)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PeerRequest {
+    /// The request's URI, or why it has none.
+    #[cfg(test)]
+    fn uri(&self) -> Result<&Uri, &PeerError> {
+        self.head.as_ref().map(Request::uri)
+    }
+
+    /// Adds header `name: value` (both fixed text; not signed).
+    pub fn header(mut self, name: http::HeaderName, value: &'static str) -> Self {
+        if let Ok(head) = self.head.as_mut() {
+            head.headers_mut()
+                .insert(name, http::HeaderValue::from_static(value));
+        }
+        self
+    }
+
+    /// The body: `bytes`, sent with a Content-Length.
+    pub fn body(mut self, bytes: impl Into<Bytes>) -> Self {
+        self.body = full(bytes.into());
+        self
+    }
+
+    /// The body: `stream`, sent chunked.
+    pub fn stream_body<S>(mut self, stream: S) -> Self
+    where
+        S: Stream<Item = Result<Bytes, std::io::Error>> + Send + 'static,
+    {
+        self.body = BodyExt::boxed_unsync(StreamBody::new(stream.map_ok(Frame::data)));
+        self
+    }
+
+    /// Sends the request, with an empty body, on `tcp` (a connection to the drive in the
+    /// clear that is between requests) instead of a connection of the pool, and waits for
+    /// the response's head; the connection can be upgraded.
+    ///
+    /// # Errors
+    /// [`PeerError::Transport`] when no response came (the drive closed the connection,
+    /// say); [`PeerError::BadAddress`].
+    pub(super) async fn send_on(
+        self,
+        tcp: tokio::net::TcpStream,
+    ) -> Result<PeerResponse, PeerError> {
+        let (mut parts, ()) = self.head?.into_parts();
+        if let Some(authority) = parts.uri.authority().cloned() {
+            let host =
+                http::HeaderValue::from_str(authority.as_str()).map_err(PeerError::transport)?;
+            parts.headers.insert(http::header::HOST, host);
+        }
+        // A request on a connection of its own names only its path and query.
+        parts.uri = parts
+            .uri
+            .path_and_query()
+            .map_or_else(|| Uri::from_static("/"), |pq| Uri::from(pq.clone()));
+        let (mut sender, conn) = hyper::client::conn::http1::Builder::new()
+            .max_buf_size(READ_BUFFER_MAX)
+            .handshake::<_, PeerBody>(hyper_util::rt::TokioIo::new(crate::tls::PeerStream::Plain(
+                tcp,
+            )))
+            .await
+            .map_err(PeerError::transport)?;
+        tokio::spawn(async move {
+            if let Err(e) = conn.with_upgrades().await {
+                tracing::debug!(error = %e, "a kept raw upload connection failed");
+            }
+        });
+        let resp = sender
+            .send_request(Request::from_parts(parts, full(Bytes::new())))
+            .await
+            .map_err(PeerError::transport)?;
+        Ok(PeerResponse(resp))
+    }
+
+    /// Sends the request and waits for the response's head.
+    ///
+    /// # Errors
+    /// [`PeerError::Transport`] when no response came; [`PeerError::BadAddress`].
+    pub async fn send(self) -> Result<PeerResponse, PeerError> {
+        let (parts, ()) = self.head?.into_parts();
+        let resp = self
+            .http
+            .0
+            .request(Request::from_parts(parts, self.body))
+            .await
+            .map_err(PeerError::transport)?;
+        Ok(PeerResponse(resp))
+    }
+}
+
+/// A peer's response; its body is read as it arrives.
+#[derive(Debug)]
+pub struct PeerResponse(Response<Incoming>);
+
+impl PeerResponse {
+    /// The HTTP status.
+    #[must_use]
+    pub fn status(&self) -> StatusCode {
+        self.0.status()
+    }
+
+    /// The value of header `name`, if it is text.
+    #[must_use]
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.0.headers().get(name).and_then(|v| v.to_str().ok())
+    }
+
+    /// The response itself.
+    pub(super) fn into_inner(self) -> Response<Incoming> {
+        self.0
+    }
+
+    /// The whole body.
+    ///
+    /// # Errors
+    /// [`PeerError::Transport`] when the body is cut short.
+    pub async fn bytes(self) -> Result<Bytes, PeerError> {
+        let body = self.0.into_body().collect().await;
+        Ok(body.map_err(PeerError::transport)?.to_bytes())
+    }
+
+    /// The body, decoded from JSON.
+    ///
+    /// # Errors
+    /// [`ErrorCode::Unreachable`] when it is cut short or is not the JSON expected.
+    pub async fn json<T: serde::de::DeserializeOwned>(self) -> Result<T, DriveError> {
+        let bytes = self.bytes().await?;
+        serde_json::from_slice(&bytes).map_err(|e| {
+            DriveError::unreachable(format!("the drive's answer could not be decoded: {e}"))
+        })
+    }
+
+    /// The body as it arrives, in pieces of at most [`READ_BUFFER_MAX`] bytes. A body cut
+    /// short ends with an error.
+    pub fn bytes_stream(self) -> impl Stream<Item = Result<Bytes, PeerError>> + Send {
+        self.0
+            .into_body()
+            .into_data_stream()
+            .map(|r| r.map_err(PeerError::transport))
+    }
+}
+
+/// The version and the stripes a drive's answer to `GET shard` names.
+///
+/// # Errors
+/// [`ErrorCode::Unreachable`] when it names either not.
+pub(super) fn read_headers(resp: &PeerResponse) -> Result<(VersionId, Range<u64>), DriveError> {
+    let bad = |what: &str| DriveError::unreachable(format!("GET shard answered without {what}"));
+    let version = resp
+        .header(VERSION_HEADER)
+        .and_then(|v| v.parse().ok())
+        .ok_or_else(|| bad(VERSION_HEADER))?;
+    let stripes = resp
+        .header(STRIPES_HEADER)
+        .and_then(|v| v.split_once('-'))
+        .and_then(|(a, b)| Some(a.parse().ok()?..b.parse().ok()?))
+        .ok_or_else(|| bad(STRIPES_HEADER))?;
+    Ok((version, stripes))
+}
+
+/// The shard read of an answer to `GET shard` with the chunks as its body.
+fn chunk_body(resp: PeerResponse) -> Result<ShardRead, DriveError> {
+    let (version, stripes) = read_headers(&resp)?;
+    let chunks: ShardStream = Box::pin(resp.bytes_stream().map(|r| {
+        r.map_err(|e| {
+            DriveError::unreachable(format!(
+                "shard read broken: {}",
+                oed_model::error::source_chain(&e)
+            ))
+        })
+    }));
+    Ok(ShardRead {
+        version,
+        stripes,
+        chunks,
+    })
+}
+
+/// `bucket=..&key=..[&version=..]`, encoded.
+pub(super) fn key_query(bucket: &str, key: &str, version: Option<VersionId>) -> String {
+    let mut query = format!("bucket={}&key={}", q(bucket), q(key));
+    if let Some(v) = version {
+        let _ = write!(query, "&version={v}");
+    }
+    query
+}
+
+impl PeerClient {
+    /// A client of the drive at `base` (for example `http://127.0.0.1:9400`), with a
+    /// connection pool of its own.
+    #[must_use]
+    pub fn new(base: &str, key: PeerKey) -> Self {
+        Self::with_http(base, key, PeerHttp::default())
+    }
+
+    /// A client of the drive at `base` sharing `http`'s connection pool.
+    #[must_use]
+    pub fn with_http(base: &str, key: PeerKey, http: PeerHttp) -> Self {
+        Self {
+            base: Base::parse(base).ok_or_else(|| base.to_owned()),
+            key,
+            http,
+            epoch: None,
+            raw: None,
+            raw_min: 0,
+            kept: std::sync::Arc::default(),
+            framed: false,
+        }
+    }
+
+    /// The same client, naming `epoch` as its cluster map's in every request.
+    #[must_use]
+    pub fn with_epoch(mut self, epoch: u64) -> Self {
+        self.epoch = Some(epoch);
+        self
+    }
+
+    /// The same client, sending shard uploads to an `http://` drive as raw uploads
+    /// (`raw`: [`super::RAW_UPLOAD`], which the drive splices into its file) or as request
+    /// bodies. A drive that answers a raw upload as one without a body (a version before
+    /// raw uploads) gets bodies from then on.
+    #[must_use]
+    pub fn with_raw_uploads(mut self, raw: bool) -> Self {
+        self.raw = raw.then(|| std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true)));
+        self.kept = std::sync::Arc::new(super::raw::KeptConnections::new(
+            std::env::var("OED_BENCH_RAW_KEEP").map_or(true, |v| v != "false"),
+        ));
+        self
+    }
+
+    /// The same client, asking a drive reached in the clear for the frames of the shards
+    /// it reads (`framed`: [`super::FRAMED_READ`], which the drive sends from its file
+    /// with `sendfile`; this side checks each chunk's CRC32C) or for their chunks as a
+    /// body. A drive that cannot send a shard so (over TLS, a shard kept inline, a
+    /// version before framed reads) answers with a body either way.
+    #[must_use]
+    pub fn with_framed_reads(mut self, framed: bool) -> Self {
+        self.framed = framed;
+        self
+    }
+
+    /// The connections of raw uploads this client keeps for the next.
+    pub(super) fn kept(&self) -> &super::raw::KeptConnections {
+        &self.kept
+    }
+
+    /// How many connections of raw uploads this client keeps now, and how many raw
+    /// uploads went on a kept connection so far (for tests).
+    #[doc(hidden)]
+    #[must_use]
+    pub fn kept_connections(&self) -> (usize, u64) {
+        (self.kept.len(), self.kept.reused())
+    }
+
+    /// The same client, sending raw uploads ([`PeerClient::with_raw_uploads`]) only of
+    /// shard files of at least `bytes` (`raw_shard_upload_min_bytes`; 0, the default
+    /// here: all), smaller ones as request bodies.
+    #[must_use]
+    pub fn with_raw_upload_min(mut self, bytes: u64) -> Self {
+        self.raw_min = bytes;
+        self
+    }
+
+    /// A signed request of operation `op` with an empty body; `query` must already be
+    /// encoded, `digest` is the body's (see [`auth::body_digest`], or [`auth::STREAMING`]).
+    pub fn request(&self, op: PeerOp, query: &str, digest: &str) -> PeerRequest {
+        let (method, path) = op.route();
+        self.request_raw(method, path, query, digest)
+    }
+
+    /// A signed request of any method and path: for testing how a drive answers requests
+    /// no [`PeerOp`] makes.
+    pub fn request_raw(
+        &self,
+        method: Method,
+        path: &str,
+        query: &str,
+        digest: &str,
+    ) -> PeerRequest {
+        let date = auth::now_secs().to_string();
+        let sig = self.key.sign(method.as_str(), path, query, &date, digest);
+        let head = match &self.base {
+            Ok(base) => base
+                .uri(path, query)
+                .and_then(|uri| {
+                    let mut b = Request::builder();
+                    if let Some(e) = self.epoch {
+                        b = b.header(EPOCH_HEADER, e);
+                    }
+                    b.method(method)
+                        .uri(uri)
+                        .header(auth::DATE_HEADER, date)
+                        .header(auth::DIGEST_HEADER, digest)
+                        .header("authorization", format!("{} {sig}", auth::SCHEME))
+                        .body(())
+                })
+                .map_err(PeerError::transport),
+            Err(text) => Err(PeerError::BadAddress(text.clone())),
+        };
+        PeerRequest {
+            http: self.http.clone(),
+            head,
+            body: full(Bytes::new()),
+        }
+    }
+
+    /// `GET shard` with `query`, the chunks sent as the answer's body.
+    pub(super) async fn read_ordinary(&self, query: &str) -> Result<ShardRead, DriveError> {
+        chunk_body(self.send(PeerOp::GetShard, query).await?)
+    }
+
+    /// Whether shard reads ask for frames ([`PeerClient::with_framed_reads`]) of this drive:
+    /// one reached in the clear.
+    fn framed_reads(&self) -> bool {
+        self.framed
+            && self
+                .base
+                .as_ref()
+                .is_ok_and(|b| b.scheme == http::uri::Scheme::HTTP)
+    }
+
+    /// Sends `op` with an empty body and reads an error answer into its [`DriveError`].
+    async fn send(&self, op: PeerOp, query: &str) -> Result<PeerResponse, DriveError> {
+        let resp = self
+            .request(op, query, &auth::body_digest(b""))
+            .send()
+            .await?;
+        check(resp).await
+    }
+}
+
+#[async_trait::async_trait]
+impl Drive for PeerClient {
+    async fn put_shard(
+        &self,
+        record: &ObjectRecord,
+        body: ShardUpload,
+        tail: bool,
+    ) -> Result<Stored, DriveError> {
+        let file_len = shard_file_len(record);
+        let record = serde_json::to_string(record)
+            .map_err(|e| DriveError::new(ErrorCode::BadRequest, e.to_string()))?;
+        let mut query = format!("record={}", q(&record));
+        if tail {
+            query.push_str("&tail=true");
+        }
+        let raw = self.raw.as_ref().filter(|r| {
+            r.load(std::sync::atomic::Ordering::Relaxed)
+                && self
+                    .base
+                    .as_ref()
+                    .is_ok_and(|b| b.scheme == http::uri::Scheme::HTTP)
+                && file_len >= self.raw_min
+        });
+        let body = match raw {
+            Some(flag) => match super::raw::put_shard(self, &query, body, file_len).await? {
+                super::raw::Sent::Answer(stored) => return *stored,
+                super::raw::Sent::NotTaken(body) => {
+                    tracing::info!(
+                        drive = ?self.base.as_ref().map(|b| b.authority.to_string()),
+                        "a drive takes no raw shard uploads (an earlier version): sending bodies"
+                    );
+                    flag.store(false, std::sync::atomic::Ordering::Relaxed);
+                    body
+                }
+            },
+            None => body,
+        };
+        let resp = self
+            .request(PeerOp::PutShard, &query, auth::STREAMING)
+            .stream_body(body)
+            .send()
+            .await?;
+        check(resp).await?.json().await
+    }
+
+    async fn read_shard(
+        &self,
+        bucket: &str,
+        key: &str,
+        version: Option<VersionId>,
+        stripes: Option<Range<u64>>,
+    ) -> Result<ShardRead, DriveError> {
+        let mut query = key_query(bucket, key, version);
+        if let Some(r) = &stripes {
+            let _ = write!(query, "&from={}&to={}", r.start, r.end);
+        }
+        if !self.framed_reads() {
+            return self.read_ordinary(&query).await;
+        }
+        let resp = super::frames::request(self, &query).await?;
+        if resp.status() == StatusCode::SWITCHING_PROTOCOLS {
+            super::frames::read(self, resp, bucket, key).await
+        } else {
+            chunk_body(resp)
+        }
+    }
+
+    async fn stat(&self, bucket: &str, key: &str) -> Result<Option<ObjectRecord>, DriveError> {
+        let query = key_query(bucket, key, None);
+        match self.send(PeerOp::StatObject, &query).await {
+            Ok(resp) => resp.json().await.map(Some),
+            Err(e) if e.is_not_found() => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    async fn delete_object(
+        &self,
+        bucket: &str,
+        key: &str,
+        version: Option<VersionId>,
+    ) -> Result<(), DriveError> {
+        let query = key_query(bucket, key, version);
+        self.send(PeerOp::DeleteObject, &query).await?;
+        Ok(())
+    }
+
+    async fn list_objects(
+        &self,
+        bucket: &str,
+        start: &str,
+        limit: usize,
+    ) -> Result<Vec<ObjectRecord>, DriveError> {
+        let query = format!("bucket={}&start={}&limit={limit}", q(bucket), q(start));
+        self.send(PeerOp::ListObjects, &query).await?.json().await
+    }
+
+    async fn create_bucket(&self, name: &str) -> Result<BucketRecord, DriveError> {
+        let query = format!("bucket={}", q(name));
+        self.send(PeerOp::CreateBucket, &query).await?.json().await
+    }
+
+    async fn delete_bucket(&self, name: &str) -> Result<(), DriveError> {
+        let query = format!("bucket={}", q(name));
+        self.send(PeerOp::DeleteBucket, &query).await?;
+        Ok(())
+    }
+
+    async fn buckets(&self) -> Result<Vec<BucketRecord>, DriveError> {
+        self.send(PeerOp::ListBuckets, "").await?.json().await
+    }
+
+    async fn info(&self) -> Result<DriveInfo, DriveError> {
+        self.send(PeerOp::Info, "").await?.json().await
+    }
+
+    async fn run_op(&self, req: &OpRequest) -> Result<OpAnswer, DriveError> {
+        let body = serde_json::to_vec(req)
+            .map_err(|e| DriveError::new(ErrorCode::BadRequest, e.to_string()))?;
+        let digest = auth::body_digest(&body);
+        let resp = self
+            .request(PeerOp::RunOp, "", &digest)
+            .body(body)
+            .send()
+            .await?;
+        let bytes = check(resp).await?.bytes().await?;
+        let mut answer: OpAnswer = serde_json::from_slice(&bytes).map_err(|e| {
+            DriveError::unreachable(format!("the drive's answer could not be decoded: {e}"))
+        })?;
+        answer.wire_bytes = bytes.len() as u64;
+        Ok(answer)
+    }
+
+    async fn queue_heals(&self, entries: &[HealEntry]) -> Result<usize, DriveError> {
+        self.post_json(PeerOp::QueueHeals, "", entries).await
+    }
+
+    async fn versions(&self, objects: &[ObjectRef]) -> Result<Vec<Option<VersionId>>, DriveError> {
+        self.post_json(PeerOp::Versions, "", objects).await
+    }
+
+    async fn records_for(
+        &self,
+        drive: &str,
+        after: Option<&ObjectRef>,
+        limit: usize,
+    ) -> Result<RecordPage, DriveError> {
+        let mut query = format!("drive={}&limit={limit}", q(drive));
+        if let Some(a) = after {
+            let _ = write!(query, "&bucket={}&key={}", q(&a.bucket), q(&a.key));
+        }
+        self.send(PeerOp::RecordsFor, &query).await?.json().await
+    }
+
+    async fn relocate(&self, moves: &[Relocation]) -> Result<Vec<bool>, DriveError> {
+        oed_model::drive::check_batch(moves.len())?;
+        self.post_json(PeerOp::Relocate, "", moves).await
+    }
+
+    async fn settle(&self, settlements: &[Settlement]) -> Result<Vec<bool>, DriveError> {
+        oed_model::drive::check_batch(settlements.len())?;
+        self.post_json(PeerOp::Settle, "", settlements).await
+    }
+}
+
+impl PeerClient {
+    /// Sends `op` with `body` as JSON and decodes the JSON answer.
+    ///
+    /// # Errors
+    /// The drive's error, or [`ErrorCode::Unreachable`].
+    pub async fn post_json<B: serde::Serialize + ?Sized, T: serde::de::DeserializeOwned>(
+        &self,
+        op: PeerOp,
+        query: &str,
+        body: &B,
+    ) -> Result<T, DriveError> {
+        let body = serde_json::to_vec(body)
+            .map_err(|e| DriveError::new(ErrorCode::BadRequest, e.to_string()))?;
+        let digest = auth::body_digest(&body);
+        let resp = self.request(op, query, &digest).body(body).send().await?;
+        check(resp).await?.json().await
+    }
+
+    /// Sends `op` with a text body (a cluster map) and decodes the JSON answer.
+    ///
+    /// # Errors
+    /// The drive's error, or [`ErrorCode::Unreachable`].
+    pub async fn post_text<T: serde::de::DeserializeOwned>(
+        &self,
+        op: PeerOp,
+        body: String,
+    ) -> Result<T, DriveError> {
+        let body = body.into_bytes();
+        let digest = auth::body_digest(&body);
+        let resp = self.request(op, "", &digest).body(body).send().await?;
+        check(resp).await?.json().await
+    }
+
+    /// Sends `op` with an empty body and decodes the JSON answer.
+    ///
+    /// # Errors
+    /// The drive's error, or [`ErrorCode::Unreachable`].
+    pub async fn get_json<T: serde::de::DeserializeOwned>(
+        &self,
+        op: PeerOp,
+        query: &str,
+    ) -> Result<T, DriveError> {
+        self.send(op, query).await?.json().await
+    }
+}
+
+/// A success as it is; an error answer read into the [`DriveError`] the drive sent.
+///
+/// # Errors
+/// The drive's error; [`ErrorCode::Unreachable`] when its body cannot be read, and
+/// [`ErrorCode::Unknown`] when it is not an error body (a proxy's page, say).
+pub async fn check(resp: PeerResponse) -> Result<PeerResponse, DriveError> {
+    let status = resp.status();
+    if status.is_success() {
+        return Ok(resp);
+    }
+    let body = resp.bytes().await?;
+    Err(error_answer(status.as_u16(), &body))
+}
+
+/// A drive's error answer with `status` and `body`: the error it names, or
+/// [`ErrorCode::Unknown`] when it names none.
+pub(super) fn error_answer(status: u16, body: &[u8]) -> DriveError {
+    serde_json::from_slice(body).unwrap_or_else(|_| {
+        DriveError::new(
+            ErrorCode::Unknown,
+            format!("{status}: {}", String::from_utf8_lossy(body)),
+        )
+    })
+}
+
+/// The length of the shard file `record` describes (0 when it describes none: the drive
+/// refuses such an upload however it is sent).
+fn shard_file_len(record: &ObjectRecord) -> u64 {
+    record.shard_header().map_or(0, |h| h.file_len())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn url_of(base: &str, query: &str) -> String {
+        let c = PeerClient::new(base, PeerKey::derive(b"0123456789abcdef"));
+        let req = c.request(PeerOp::GetShard, query, &auth::body_digest(b""));
+        req.uri().unwrap().to_string()
+    }
+
+    #[test]
+    fn request_urls_are_the_base_with_the_operation_and_query() {
+        assert_eq!(
+            url_of("http://127.0.0.1:9400/", "bucket=b&key=a%2Fb%20c"),
+            "http://127.0.0.1:9400/_oed/peer/v1/shard?bucket=b&key=a%2Fb%20c"
+        );
+        assert_eq!(
+            url_of("http://127.0.0.1:9400", ""),
+            "http://127.0.0.1:9400/_oed/peer/v1/shard"
+        );
+        // A base with a path keeps it.
+        assert_eq!(
+            url_of("http://drive-3.example:9400/oed/", "x=1"),
+            "http://drive-3.example:9400/oed/_oed/peer/v1/shard?x=1"
+        );
+    }
+
+    #[test]
+    fn a_base_that_is_no_http_url_fails_when_a_request_is_sent() {
+        for bad in [
+            "drive-3:9400",
+            "ftp://drive-3:9400",
+            "http://",
+            "http://h:1/?q=1",
+            "",
+        ] {
+            let c = PeerClient::new(bad, PeerKey::derive(b"0123456789abcdef"));
+            let req = c.request(PeerOp::Info, "", &auth::body_digest(b""));
+            assert!(
+                matches!(req.uri(), Err(PeerError::BadAddress(t)) if t == bad),
+                "{bad:?}"
+            );
+            let err = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap()
+                .block_on(c.info())
+                .unwrap_err();
+            assert_eq!(err.code, ErrorCode::Unreachable);
+            assert!(
+                err.message
+                    .contains("not an http://host:port or https://host:port URL"),
+                "{err}"
+            );
+        }
+    }
+}

@@ -1,0 +1,670 @@
+//! The peer API under `/_oed/peer/v1/`: how the drives of a cluster use each other's
+//! stores. Every route is authenticated ([`auth`]). Its handlers are thin adapters from
+//! HTTP to the [`Drive`] interface of this drive's store; [`client::PeerClient`]
+//! implements the same interface on the other side. The routes, named once in
+//! [`PeerOp`] (all answers JSON unless said):
+//!
+//! | method and path | query | what |
+//! |---|---|---|
+//! | `PUT shard` | `record` (JSON)`[, tail=true]` | store a shard; body: the shard file, streamed (then a JSON record tail), or the same on the connection upgraded to a raw upload ([`raw`]) |
+//! | `GET shard` | `bucket, key[, version][, from, to]` | chunk bytes of stripes `from..to`, each CRC-checked (binary) |
+//! | `GET object` | `bucket, key` | the object record (stat) |
+//! | `DELETE object` | `bucket, key[, version]` | delete record and shard |
+//! | `GET objects` | `bucket[, start][, limit]` | records in key order from `start` |
+//! | `PUT bucket`, `DELETE bucket` | `bucket` | bucket records |
+//! | `GET buckets` | | every bucket record |
+//! | `GET info` | | capacity, free space, counts, version, health |
+//! | `POST op` | | a near-data operation on a shard (body: the request, JSON) |
+//! | `POST heal` | | add entries to the drive's heal queue (body: JSON list) |
+//! | `POST versions` | | the version held of each object (body: JSON list of `{bucket, key}`) |
+//! | `GET records` | `drive[, bucket, key][, limit]` | records placing a shard on `drive`, after `bucket`/`key` |
+//! | `POST relocate` | | records updated for shards that moved (body: JSON list) |
+//! | `POST settle` | | client writes settled: replaced versions dropped or put back (body: JSON list) |
+//! | `GET admin/status` | | the drive's heal, scrub, refill and drain state |
+//! | `POST admin/action` | `do` (`scrub`, `refill`, `retry`, `drain`, `undrain`) | start or stop maintenance work |
+//! | `GET admin/map` | | the cluster map in force (TOML) |
+//! | `POST admin/map` | | put a newer cluster map in force (body: TOML) |
+
+pub mod auth;
+pub mod client;
+mod frames;
+mod raw;
+pub mod stall;
+pub mod tls;
+
+pub use frames::FRAMED_READ;
+pub use raw::{ConnectionHold, KEEP_HEADER, RAW_UPLOAD, ServeAgain};
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::task::{Context, Poll};
+
+use axum::Json;
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{Query, Request, State};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{MethodRouter, delete, get, put};
+use bytes::Bytes;
+use futures_util::{Stream, StreamExt as _};
+use http_body_util::BodyExt;
+use serde::Deserialize;
+use tokio::sync::Semaphore;
+
+use auth::PeerKey;
+use oed_meter::traffic::{BodyMeter, Class, Direction};
+use oed_model::drive::{
+    Drive, DriveError, DriveInfo, HealEntry, MAX_LIST, ObjectRef, OpAnswer, OpRequest, RecordPage,
+    Relocation, Settlement, Stored,
+};
+use oed_model::error::Error;
+use oed_model::record::{BucketRecord, ObjectRecord, VersionId};
+
+/// The operations of the peer API: the one table of its routes, used by the router, by
+/// [`client::PeerClient`] and by the request metrics (`op` label).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PeerOp {
+    /// `PUT shard`.
+    PutShard,
+    /// `GET shard`.
+    GetShard,
+    /// `GET object`.
+    StatObject,
+    /// `DELETE object`.
+    DeleteObject,
+    /// `GET objects`.
+    ListObjects,
+    /// `PUT bucket`.
+    CreateBucket,
+    /// `DELETE bucket`.
+    DeleteBucket,
+    /// `GET buckets`.
+    ListBuckets,
+    /// `GET info`.
+    Info,
+    /// `POST op`.
+    RunOp,
+    /// `POST heal`.
+    QueueHeals,
+    /// `POST versions`.
+    Versions,
+    /// `GET records`.
+    RecordsFor,
+    /// `POST relocate`.
+    Relocate,
+    /// `POST settle`.
+    Settle,
+    /// `GET admin/status`.
+    AdminStatus,
+    /// `POST admin/action`.
+    AdminAction,
+    /// `GET admin/map`.
+    GetMap,
+    /// `POST admin/map`.
+    PutMap,
+}
+
+impl PeerOp {
+    /// Every operation.
+    pub const ALL: [Self; 19] = [
+        Self::PutShard,
+        Self::GetShard,
+        Self::StatObject,
+        Self::DeleteObject,
+        Self::ListObjects,
+        Self::CreateBucket,
+        Self::DeleteBucket,
+        Self::ListBuckets,
+        Self::Info,
+        Self::RunOp,
+        Self::QueueHeals,
+        Self::Versions,
+        Self::RecordsFor,
+        Self::Relocate,
+        Self::Settle,
+        Self::AdminStatus,
+        Self::AdminAction,
+        Self::GetMap,
+        Self::PutMap,
+    ];
+
+    /// Its name, as the `op` label of the request metrics.
+    #[must_use]
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::PutShard => "PutShard",
+            Self::GetShard => "GetShard",
+            Self::StatObject => "StatObject",
+            Self::DeleteObject => "DeleteObject",
+            Self::ListObjects => "ListObjects",
+            Self::CreateBucket => "CreateBucket",
+            Self::DeleteBucket => "DeleteBucket",
+            Self::ListBuckets => "ListBuckets",
+            Self::Info => "Info",
+            Self::RunOp => "RunOp",
+            Self::QueueHeals => "QueueHeals",
+            Self::Versions => "Versions",
+            Self::RecordsFor => "RecordsFor",
+            Self::Relocate => "Relocate",
+            Self::Settle => "Settle",
+            Self::AdminStatus => "AdminStatus",
+            Self::AdminAction => "AdminAction",
+            Self::GetMap => "GetMap",
+            Self::PutMap => "PutMap",
+        }
+    }
+
+    /// Its HTTP method and path.
+    #[must_use]
+    pub fn route(self) -> (Method, &'static str) {
+        match self {
+            Self::PutShard => (Method::PUT, "/_oed/peer/v1/shard"),
+            Self::GetShard => (Method::GET, "/_oed/peer/v1/shard"),
+            Self::StatObject => (Method::GET, "/_oed/peer/v1/object"),
+            Self::DeleteObject => (Method::DELETE, "/_oed/peer/v1/object"),
+            Self::ListObjects => (Method::GET, "/_oed/peer/v1/objects"),
+            Self::CreateBucket => (Method::PUT, "/_oed/peer/v1/bucket"),
+            Self::DeleteBucket => (Method::DELETE, "/_oed/peer/v1/bucket"),
+            Self::ListBuckets => (Method::GET, "/_oed/peer/v1/buckets"),
+            Self::Info => (Method::GET, "/_oed/peer/v1/info"),
+            Self::RunOp => (Method::POST, "/_oed/peer/v1/op"),
+            Self::QueueHeals => (Method::POST, "/_oed/peer/v1/heal"),
+            Self::Versions => (Method::POST, "/_oed/peer/v1/versions"),
+            Self::RecordsFor => (Method::GET, "/_oed/peer/v1/records"),
+            Self::Relocate => (Method::POST, "/_oed/peer/v1/relocate"),
+            Self::Settle => (Method::POST, "/_oed/peer/v1/settle"),
+            Self::AdminStatus => (Method::GET, "/_oed/peer/v1/admin/status"),
+            Self::AdminAction => (Method::POST, "/_oed/peer/v1/admin/action"),
+            Self::GetMap => (Method::GET, "/_oed/peer/v1/admin/map"),
+            Self::PutMap => (Method::POST, "/_oed/peer/v1/admin/map"),
+        }
+    }
+
+    /// The operation a request's method and matched route name, if any.
+    #[must_use]
+    pub fn of(method: &Method, path: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|op| {
+            let (m, p) = op.route();
+            m == method && p == path
+        })
+    }
+
+    /// Its handler; `None` for the admin routes, which act on layers above this one
+    /// and come to [`router`] from the server ([`oed_daemon::admin_api`]).
+    fn handler(self) -> Option<MethodRouter<Arc<PeerState>>> {
+        Some(match self {
+            Self::PutShard => put(put_shard),
+            Self::GetShard => get(get_shard),
+            Self::StatObject => get(stat),
+            Self::DeleteObject => delete(delete_object),
+            Self::ListObjects => get(list),
+            Self::CreateBucket => put(create_bucket),
+            Self::DeleteBucket => delete(delete_bucket),
+            Self::ListBuckets => get(buckets),
+            Self::Info => get(info),
+            Self::RunOp => axum::routing::post(run_op),
+            Self::QueueHeals => axum::routing::post(queue_heals),
+            Self::Versions => axum::routing::post(versions),
+            Self::RecordsFor => get(records_for),
+            Self::Relocate => axum::routing::post(relocate),
+            Self::Settle => axum::routing::post(settle),
+            Self::AdminStatus | Self::AdminAction | Self::GetMap | Self::PutMap => return None,
+        })
+    }
+}
+
+/// Everything the peer API's handlers share.
+#[derive(Debug)]
+pub struct PeerState {
+    /// This drive, as other drives use it: its store.
+    pub drive: Arc<dyn Drive>,
+    /// Key peer requests must be signed with.
+    pub key: PeerKey,
+    /// Allowed clock skew, seconds.
+    pub clock_skew: u64,
+    /// Largest body of a request other than a shard upload.
+    pub max_body: usize,
+    /// Requests served at once.
+    pub slots: Arc<Semaphore>,
+    /// Requests refused for authentication since start.
+    pub auth_failures: AtomicU64,
+    /// Traffic counters (class `peer`).
+    pub traffic: oed_meter::traffic::Traffic,
+    /// Told when heal entries arrive for this drive: its healer waits on it.
+    pub heal_wake: Arc<tokio::sync::Notify>,
+    /// The epoch of the cluster map this drive runs (it changes when a newer map is
+    /// applied).
+    pub epoch: Arc<AtomicU64>,
+    /// Requests from drives that named another epoch since start.
+    pub epoch_mismatches: AtomicU64,
+    /// Raw uploads since start after which this drive served the sender's next request
+    /// on the same connection ([`raw`]).
+    pub raw_connections_kept: AtomicU64,
+    /// Shard reads since start that this drive answered with their frames, sent from the
+    /// shard file ([`frames`]).
+    pub framed_reads: AtomicU64,
+    /// Whether framed reads are sent with `sendfile` (`shard_sendfile`).
+    pub sendfile: bool,
+    /// The drive's store, when `drive` is one: raw uploads ([`raw`]) go to it.
+    pub store: Option<oed_store::Store>,
+}
+
+/// The peer API routes, with `admin` (the admin routes, [`PeerOp::AdminStatus`] and the
+/// others of `admin/`) among them, authentication and the concurrency limit applied.
+pub fn router(state: Arc<PeerState>, admin: Router<Arc<PeerState>>) -> Router {
+    let mut router = Router::new();
+    for op in PeerOp::ALL {
+        if let Some(handler) = op.handler() {
+            router = router.route(op.route().1, handler);
+        }
+    }
+    router
+        .merge(admin)
+        .route(
+            "/_oed/{*rest}",
+            axum::routing::any(|| async { Error::NotFound("route") }),
+        )
+        .route_layer(middleware::from_fn_with_state(state.clone(), authenticate))
+        .layer(middleware::from_fn_with_state(state.clone(), limit))
+        .with_state(state)
+}
+
+async fn limit(State(state): State<Arc<PeerState>>, req: Request, next: Next) -> Response {
+    let Ok(_permit) = state.slots.clone().acquire_owned().await else {
+        return Error::ShuttingDown.into_response();
+    };
+    next.run(req).await
+}
+
+/// Checks the signature, the timestamp and (for small bodies) the body digest; counts
+/// and refuses failures before any handler runs.
+async fn authenticate(State(state): State<Arc<PeerState>>, req: Request, next: Next) -> Response {
+    let upload = PeerOp::of(req.method(), req.uri().path()) == Some(PeerOp::PutShard);
+    match check_auth(&state, req)
+        .await
+        .and_then(|req| check_epoch(&state, req))
+    {
+        Ok(req) => next.run(req).await,
+        Err(e) => {
+            if matches!(e, Error::Unauthenticated(_) | Error::Expired(_)) {
+                state.auth_failures.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(error = %e, "peer request refused");
+            }
+            let mut resp = e.into_response();
+            if upload {
+                // The upload's body is left unread: the connection cannot carry another
+                // request, so it closes, and the client opens a new one for the next.
+                resp.headers_mut()
+                    .insert(header::CONNECTION, HeaderValue::from_static("close"));
+            }
+            resp
+        }
+    }
+}
+
+/// Counts a request whose sender named another cluster map epoch, and refuses it when it
+/// stores a shard: a shard placed by another map must not mix with this drive's.
+fn check_epoch(state: &PeerState, req: Request) -> Result<Request, Error> {
+    let theirs = req
+        .headers()
+        .get(client::EPOCH_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    let mine = state.epoch.load(Ordering::Relaxed);
+    match theirs {
+        Some(theirs) if theirs != mine => {
+            state.epoch_mismatches.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(
+                mine,
+                theirs,
+                path = req.uri().path(),
+                "a peer runs another cluster map epoch"
+            );
+            if PeerOp::of(req.method(), req.uri().path()) == Some(PeerOp::PutShard) {
+                return Err(Error::StaleMap { mine, theirs });
+            }
+            Ok(req)
+        }
+        _ => Ok(req),
+    }
+}
+
+async fn check_auth(state: &PeerState, req: Request) -> Result<Request, Error> {
+    let h = req.headers();
+    let text = |name: &str| h.get(name).and_then(|v| v.to_str().ok()).map(str::to_owned);
+    let date = text(auth::DATE_HEADER).ok_or(Error::Unauthenticated("missing x-oed-date"))?;
+    let digest =
+        text(auth::DIGEST_HEADER).ok_or(Error::Unauthenticated("missing x-oed-content-sha256"))?;
+    let authz = text("authorization").ok_or(Error::Unauthenticated("missing authorization"))?;
+    let sig = authz
+        .strip_prefix(auth::SCHEME)
+        .map(str::trim)
+        .ok_or(Error::Unauthenticated(
+            "authorization scheme is not OED1-HMAC-SHA256",
+        ))?;
+    let when: u64 = date
+        .parse()
+        .map_err(|_| Error::Unauthenticated("x-oed-date is not a number"))?;
+    if when.abs_diff(auth::now_secs()) > state.clock_skew {
+        return Err(Error::Expired(state.clock_skew));
+    }
+    let method = req.method().as_str().to_owned();
+    let path = req.uri().path().to_owned();
+    let query = req.uri().query().unwrap_or("").to_owned();
+    if !state
+        .key
+        .verify(&method, &path, &query, &date, &digest, sig)
+    {
+        return Err(Error::Unauthenticated("signature does not match"));
+    }
+    if digest == auth::STREAMING {
+        // Only shard uploads may stream; their chunks are checked by CRC32C.
+        if PeerOp::of(req.method(), &path) != Some(PeerOp::PutShard) {
+            return Err(Error::Unauthenticated(
+                "only shard uploads may use STREAMING-CRC32C",
+            ));
+        }
+        return Ok(req);
+    }
+    let (parts, body) = req.into_parts();
+    let bytes = http_body_util::Limited::new(body, state.max_body)
+        .collect()
+        .await
+        .map_err(|_| Error::TooLarge(state.max_body as u64))?
+        .to_bytes();
+    if auth::body_digest(&bytes) != digest {
+        return Err(Error::Unauthenticated(
+            "body does not match x-oed-content-sha256",
+        ));
+    }
+    Ok(Request::from_parts(parts, Body::from(bytes)))
+}
+
+/// A handler's answer: errors in their public form ([`DriveError`]).
+type Answer<T> = Result<T, DriveError>;
+
+#[derive(Deserialize)]
+struct PutShardQuery {
+    record: String,
+    /// The shard file is followed by a JSON `RecordTail`.
+    tail: Option<bool>,
+}
+
+/// How much of an unread upload is read and dropped before an early error answer.
+const DRAIN_LIMIT: usize = 4 << 20;
+
+/// A stream two owners take turns at: the drive reads the upload through one handle,
+/// and when it refuses the upload early the handler drains the rest through the other.
+struct Shared<S>(Arc<Mutex<S>>);
+
+impl<S: Stream + Unpin> Stream for Shared<S> {
+    type Item = S::Item;
+    fn poll_next(self: std::pin::Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<S::Item>> {
+        // Never contended: the handler waits for the drive before it reads.
+        let mut s = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        s.poll_next_unpin(cx)
+    }
+}
+
+async fn put_shard(
+    State(state): State<Arc<PeerState>>,
+    Query(q): Query<PutShardQuery>,
+    req: Request,
+) -> Response {
+    let raw = req
+        .headers()
+        .get(header::UPGRADE)
+        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(RAW_UPLOAD.as_bytes()));
+    if raw && let Some(store) = state.store.clone() {
+        return raw::accept(state, store, &q, req);
+    }
+    put_shard_body(state, q, req.into_body())
+        .await
+        .into_response()
+}
+
+/// `PUT shard` with the shard file as the request's body.
+async fn put_shard_body(
+    state: Arc<PeerState>,
+    q: PutShardQuery,
+    body: Body,
+) -> Answer<Json<Stored>> {
+    // Counted as it arrives, drained rest included; recorded when the stream is dropped.
+    let mut meter = BodyMeter::new(state.traffic.clone(), Class::Peer, Direction::In);
+    let stream = body.into_data_stream().map(move |piece| {
+        let piece = piece.map_err(std::io::Error::other)?;
+        meter.add(piece.len());
+        Ok::<Bytes, std::io::Error>(piece)
+    });
+    let stream = Arc::new(Mutex::new(stream));
+    let result = match serde_json::from_str::<ObjectRecord>(&q.record) {
+        Ok(record) => {
+            let upload = Box::pin(Shared(stream.clone()));
+            state
+                .drive
+                .put_shard(&record, upload, q.tail.unwrap_or(false))
+                .await
+        }
+        Err(e) => Err(Error::BadRequest(format!("record: {e}")).into()),
+    };
+    if result.is_err() {
+        // A client still sending its body when the answer comes and the connection
+        // closes sees a reset, not the answer. Reading a bounded rest lets it read the
+        // error; past the bound, closing is the cheaper choice.
+        let mut rest = Shared(stream);
+        let drain = async {
+            let mut left = DRAIN_LIMIT;
+            while let Some(Ok(piece)) = rest.next().await {
+                left = left.saturating_sub(piece.len());
+                if left == 0 {
+                    break;
+                }
+            }
+        };
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(5), drain).await;
+    }
+    Ok(Json(result?))
+}
+
+/// `bucket`, `key`, and optionally `version` and a stripe range (`GET shard` only).
+#[derive(Deserialize)]
+struct ObjectQuery {
+    bucket: String,
+    key: String,
+    version: Option<String>,
+    from: Option<u64>,
+    to: Option<u64>,
+}
+
+impl ObjectQuery {
+    fn version(&self) -> Answer<Option<VersionId>> {
+        Ok(self.version.as_deref().map(str::parse).transpose()?)
+    }
+
+    /// The stripes asked for, `None`: all.
+    fn stripes(&self) -> Option<std::ops::Range<u64>> {
+        match (self.from, self.to) {
+            (None, None) => None,
+            (from, to) => Some(from.unwrap_or(0)..to.unwrap_or(u64::MAX)),
+        }
+    }
+}
+
+async fn get_shard(
+    State(state): State<Arc<PeerState>>,
+    Query(q): Query<ObjectQuery>,
+    req: Request,
+) -> Answer<Response> {
+    let framed = req
+        .headers()
+        .get(header::UPGRADE)
+        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(FRAMED_READ.as_bytes()));
+    if framed
+        && let Some(store) = state.store.clone()
+        && let Some(resp) = frames::accept(&state, &store, &q, req)
+    {
+        return Ok(resp);
+    }
+    let read = state
+        .drive
+        .read_shard(&q.bucket, &q.key, q.version()?, q.stripes())
+        .await?;
+    let mut meter = BodyMeter::new(state.traffic.clone(), Class::Peer, Direction::Out);
+    // An error ends the body: the client sees a broken transfer, never bad bytes.
+    let body = read.chunks.map(move |item| {
+        let b = item.map_err(std::io::Error::other)?;
+        meter.add(b.len());
+        Ok::<Bytes, std::io::Error>(b)
+    });
+    let mut headers = HeaderMap::new();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/octet-stream"),
+    );
+    read_headers(&mut headers, read.version, &read.stripes);
+    Ok((StatusCode::OK, headers, Body::from_stream(body)).into_response())
+}
+
+/// The headers of an answer to `GET shard` (a body or a framed read's `101`) naming the
+/// version read and the stripes sent.
+fn read_headers(headers: &mut HeaderMap, version: VersionId, stripes: &std::ops::Range<u64>) {
+    headers.insert(client::VERSION_HEADER, header_value(&version.to_string()));
+    headers.insert(
+        client::STRIPES_HEADER,
+        header_value(&format!("{}-{}", stripes.start, stripes.end)),
+    );
+}
+
+fn header_value(s: &str) -> HeaderValue {
+    HeaderValue::from_str(s).unwrap_or_else(|_| HeaderValue::from_static("-"))
+}
+
+async fn stat(
+    State(state): State<Arc<PeerState>>,
+    Query(q): Query<ObjectQuery>,
+) -> Answer<Json<ObjectRecord>> {
+    let rec = state.drive.stat(&q.bucket, &q.key).await?;
+    Ok(Json(rec.ok_or(Error::NotFound("object"))?))
+}
+
+async fn delete_object(
+    State(state): State<Arc<PeerState>>,
+    Query(q): Query<ObjectQuery>,
+) -> Answer<StatusCode> {
+    state
+        .drive
+        .delete_object(&q.bucket, &q.key, q.version()?)
+        .await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+#[derive(Deserialize)]
+struct ListQuery {
+    bucket: String,
+    #[serde(default)]
+    start: String,
+    limit: Option<usize>,
+}
+
+async fn list(
+    State(state): State<Arc<PeerState>>,
+    Query(q): Query<ListQuery>,
+) -> Answer<Json<Vec<ObjectRecord>>> {
+    let limit = q.limit.unwrap_or(MAX_LIST);
+    Ok(Json(
+        state.drive.list_objects(&q.bucket, &q.start, limit).await?,
+    ))
+}
+
+#[derive(Deserialize)]
+struct BucketQuery {
+    bucket: String,
+}
+
+async fn create_bucket(
+    State(state): State<Arc<PeerState>>,
+    Query(q): Query<BucketQuery>,
+) -> Answer<Json<BucketRecord>> {
+    Ok(Json(state.drive.create_bucket(&q.bucket).await?))
+}
+
+async fn delete_bucket(
+    State(state): State<Arc<PeerState>>,
+    Query(q): Query<BucketQuery>,
+) -> Answer<StatusCode> {
+    state.drive.delete_bucket(&q.bucket).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+async fn buckets(State(state): State<Arc<PeerState>>) -> Answer<Json<Vec<BucketRecord>>> {
+    Ok(Json(state.drive.buckets().await?))
+}
+
+async fn info(State(state): State<Arc<PeerState>>) -> Answer<Json<DriveInfo>> {
+    let mut info = state.drive.info().await?;
+    // The one figure the store cannot know: refusals happen before any handler runs.
+    info.auth_failures = state.auth_failures.load(Ordering::Relaxed);
+    Ok(Json(info))
+}
+
+async fn run_op(State(state): State<Arc<PeerState>>, body: Bytes) -> Answer<Json<OpAnswer>> {
+    let req: OpRequest = serde_json::from_slice(&body)
+        .map_err(|e| Error::BadRequest(format!("operation request: {e}")))?;
+    Ok(Json(state.drive.run_op(&req).await?))
+}
+
+async fn queue_heals(State(state): State<Arc<PeerState>>, body: Bytes) -> Answer<Json<usize>> {
+    let entries: Vec<HealEntry> = serde_json::from_slice(&body)
+        .map_err(|e| Error::BadRequest(format!("heal entries: {e}")))?;
+    let n = state.drive.queue_heals(&entries).await?;
+    state.heal_wake.notify_one();
+    Ok(Json(n))
+}
+
+async fn versions(
+    State(state): State<Arc<PeerState>>,
+    body: Bytes,
+) -> Answer<Json<Vec<Option<VersionId>>>> {
+    let objects: Vec<ObjectRef> =
+        serde_json::from_slice(&body).map_err(|e| Error::BadRequest(format!("objects: {e}")))?;
+    Ok(Json(state.drive.versions(&objects).await?))
+}
+
+#[derive(Deserialize)]
+struct RecordsQuery {
+    drive: String,
+    bucket: Option<String>,
+    key: Option<String>,
+    limit: Option<usize>,
+}
+
+async fn records_for(
+    State(state): State<Arc<PeerState>>,
+    Query(q): Query<RecordsQuery>,
+) -> Answer<Json<RecordPage>> {
+    let after = match (q.bucket, q.key) {
+        (Some(bucket), Some(key)) => Some(ObjectRef { bucket, key }),
+        _ => None,
+    };
+    let limit = q.limit.unwrap_or(MAX_LIST);
+    Ok(Json(
+        state
+            .drive
+            .records_for(&q.drive, after.as_ref(), limit)
+            .await?,
+    ))
+}
+
+async fn relocate(State(state): State<Arc<PeerState>>, body: Bytes) -> Answer<Json<Vec<bool>>> {
+    let moves: Vec<Relocation> =
+        serde_json::from_slice(&body).map_err(|e| Error::BadRequest(format!("moves: {e}")))?;
+    Ok(Json(state.drive.relocate(&moves).await?))
+}
+
+async fn settle(State(state): State<Arc<PeerState>>, body: Bytes) -> Answer<Json<Vec<bool>>> {
+    let settlements: Vec<Settlement> = serde_json::from_slice(&body)
+        .map_err(|e| Error::BadRequest(format!("settlements: {e}")))?;
+    Ok(Json(state.drive.settle(&settlements).await?))
+}

@@ -1,0 +1,60 @@
+//! Bucket operations: create, list, delete. Every drive keeps every bucket's record.
+
+use s3s::dto::{
+    Bucket, CreateBucketInput, CreateBucketOutput, DeleteBucketOutput, ListBucketsOutput, Owner,
+};
+use s3s::{S3ErrorCode, S3Response, S3Result};
+
+use super::{OrS3, err, timestamp};
+use oed_cluster::Cluster;
+
+/// The owner every bucket and object shows: the cluster has one account.
+pub(crate) fn owner() -> Owner {
+    Owner {
+        display_name: Some("oed".into()),
+        id: Some("oed".into()),
+    }
+}
+
+pub(crate) async fn create(
+    cluster: &Cluster,
+    input: CreateBucketInput,
+) -> S3Result<S3Response<CreateBucketOutput>> {
+    if cluster.bucket_exists(&input.bucket).await.or_s3()? {
+        return Err(err(
+            S3ErrorCode::BucketAlreadyOwnedByYou,
+            format!("bucket {:?} already exists", input.bucket),
+        ));
+    }
+    cluster.create_bucket(&input.bucket).await.or_s3()?;
+    Ok(S3Response::new(CreateBucketOutput {
+        location: Some(format!("/{}", input.bucket)),
+    }))
+}
+
+pub(crate) async fn list(cluster: &Cluster) -> S3Result<S3Response<ListBucketsOutput>> {
+    let buckets = cluster
+        .buckets()
+        .await
+        .or_s3()?
+        .into_iter()
+        .map(|b| Bucket {
+            name: Some(b.name),
+            creation_date: Some(timestamp(b.created_ms)),
+            bucket_region: None,
+        })
+        .collect();
+    Ok(S3Response::new(ListBucketsOutput {
+        buckets: Some(buckets),
+        owner: Some(owner()),
+        ..Default::default()
+    }))
+}
+
+pub(crate) async fn delete(
+    cluster: &Cluster,
+    bucket: &str,
+) -> S3Result<S3Response<DeleteBucketOutput>> {
+    cluster.delete_bucket(bucket).await.or_s3()?;
+    Ok(S3Response::new(DeleteBucketOutput {}))
+}

@@ -1,0 +1,566 @@
+//! The S3 front end every drive serves. The `s3s` crate does the protocol: routing,
+//! SigV4 (headers, presigned URLs, aws-chunked streaming bodies), XML in and out. This
+//! module implements its [`S3`] trait with thin handlers that call the cluster: one file
+//! per group of operations ([`bucket`], [`object`], [`list`], [`multipart`]), and
+//! OED's own near-data operations on the S3 port ([`op`]). OED's
+//! errors become S3 error codes in [`self::error::s3_error`].
+//!
+//! Keys beginning with U+0001 are the cluster's own (multipart uploads and their parts,
+//! see [`multipart`]); clients cannot create them, and listings never show them.
+
+pub mod bucket;
+pub mod checksum;
+pub mod error;
+pub mod list;
+pub mod multipart;
+pub mod object;
+pub mod op;
+pub mod range;
+mod rate;
+
+pub use rate::RateFloor;
+
+use std::sync::Arc;
+
+use s3s::dto::{
+    AbortMultipartUploadInput, AbortMultipartUploadOutput, CompleteMultipartUploadInput,
+    CompleteMultipartUploadOutput, CopyObjectInput, CopyObjectOutput, CreateBucketInput,
+    CreateBucketOutput, CreateMultipartUploadInput, CreateMultipartUploadOutput, DeleteBucketInput,
+    DeleteBucketOutput, DeleteObjectInput, DeleteObjectOutput, DeleteObjectsInput,
+    DeleteObjectsOutput, GetBucketLocationInput, GetBucketLocationOutput, GetBucketVersioningInput,
+    GetBucketVersioningOutput, GetObjectInput, GetObjectOutput, HeadBucketInput, HeadBucketOutput,
+    HeadObjectInput, HeadObjectOutput, ListBucketsInput, ListBucketsOutput,
+    ListMultipartUploadsInput, ListMultipartUploadsOutput, ListObjectVersionsInput,
+    ListObjectVersionsOutput, ListObjectsInput, ListObjectsOutput, ListObjectsV2Input,
+    ListObjectsV2Output, ListPartsInput, ListPartsOutput, PutObjectInput, PutObjectOutput,
+    UploadPartCopyInput, UploadPartCopyOutput, UploadPartInput, UploadPartOutput,
+};
+use s3s::{S3, S3Error, S3ErrorCode, S3Request, S3Response, S3Result};
+
+use axum::response::IntoResponse as _;
+use s3s::route::S3Route;
+
+use oed_cluster::Cluster;
+use oed_model::error::Error;
+use oed_model::record::ObjectRecord;
+
+pub use oed_model::record::{INTERNAL_PREFIX, USER_KEYS_START};
+
+/// Where the S3 front end names the operation of the request it serves: the metered
+/// middleware puts an empty one in the request's extensions, `s3s` carries it to the S3
+/// layer, which fills it in once `s3s` has resolved the operation
+/// (the access check, [`precheck`]), and the middleware reads it when the answer is ready.
+#[derive(Clone, Debug, Default)]
+pub struct OpName(Arc<std::sync::OnceLock<String>>);
+
+impl OpName {
+    /// Names the operation (the first name given stays).
+    pub fn set(&self, name: &str) {
+        let _ = self.0.set(name.to_owned());
+    }
+
+    /// The name given, if any.
+    #[must_use]
+    pub fn get(&self) -> Option<&str> {
+        self.0.get().map(String::as_str)
+    }
+}
+
+/// The S3 service of one drive.
+#[derive(Clone, Debug)]
+pub struct OedS3 {
+    cluster: Arc<Cluster>,
+    region: String,
+}
+
+impl OedS3 {
+    /// The S3 service coordinating through `cluster`, answering as `region`.
+    #[must_use]
+    pub fn new(cluster: Arc<Cluster>, region: &str) -> Self {
+        Self {
+            cluster,
+            region: region.to_owned(),
+        }
+    }
+}
+
+/// The `s3s` service with SigV4 checked against one access key and secret, for `region`.
+#[must_use]
+pub fn service(
+    cluster: Arc<Cluster>,
+    access_key: &str,
+    secret_key: &str,
+    region: &str,
+) -> s3s::service::S3Service {
+    let mut b = s3s::service::S3ServiceBuilder::new(OedS3::new(cluster.clone(), region));
+    b.set_auth(s3s::auth::SimpleAuth::from_single(access_key, secret_key));
+    b.set_access(NameOperation {
+        region: region.to_owned(),
+    });
+    let plain = s3s::service::S3ServiceBuilder::new(OedS3::new(cluster.clone(), region)).build();
+    b.set_route(Routes {
+        op: op::OpRoute::new(cluster),
+        range: range::IgnoreRange::new(plain, region),
+    });
+    b.build()
+}
+
+/// OED's routes beside the S3 operations: near-data operations ([`op`]), and reads whose
+/// `Range` is to be ignored ([`range`]).
+struct Routes {
+    op: op::OpRoute,
+    range: range::IgnoreRange,
+}
+
+/// Which of [`Routes`] a request took, kept in its extensions between the match and the
+/// call.
+#[derive(Clone, Copy)]
+struct TookRange;
+
+#[async_trait::async_trait]
+impl S3Route for Routes {
+    fn is_match(
+        &self,
+        method: &http::Method,
+        uri: &http::Uri,
+        headers: &http::HeaderMap,
+        extensions: &mut http::Extensions,
+    ) -> bool {
+        if self.op.is_match(method, uri, headers, extensions) {
+            return true;
+        }
+        let unusable = range::unusable(method, headers);
+        if unusable {
+            extensions.insert(TookRange);
+        }
+        unusable
+    }
+
+    async fn check_access(&self, req: &mut S3Request<s3s::Body>) -> S3Result<()> {
+        if req.extensions.get::<TookRange>().is_some() {
+            self.range.check_access(req)
+        } else {
+            self.op.check_access(req).await
+        }
+    }
+
+    async fn call(&self, mut req: S3Request<s3s::Body>) -> S3Result<S3Response<s3s::Body>> {
+        if req.extensions.remove::<TookRange>().is_some() {
+            self.range.call(req).await
+        } else {
+            self.op.call(req).await
+        }
+    }
+}
+
+/// The access check `s3s` runs once it has verified a request's signature and resolved
+/// its operation: it names the operation for the request metrics ([`OpName`]), refuses
+/// a request signed for another region (as S3 does: `AuthorizationHeaderMalformed`, or
+/// `AuthorizationQueryParametersError` for a presigned URL) and, as `s3s`' default check
+/// does, anonymous requests.
+#[derive(Debug)]
+struct NameOperation {
+    region: String,
+}
+
+#[async_trait::async_trait]
+impl s3s::access::S3Access for NameOperation {
+    async fn check(&self, cx: &mut s3s::access::S3AccessContext<'_>) -> S3Result<()> {
+        let name = cx.s3_op().name().to_owned();
+        if let Some(slot) = cx.extensions_mut().get::<OpName>() {
+            slot.set(&name);
+        }
+        signed_for(cx.credentials(), cx.headers(), cx.uri(), &self.region)
+    }
+}
+
+/// What the access check of every signed S3 route refuses: a request signed for another
+/// region than `region` ([`check_region`]), and anonymous requests.
+pub(crate) fn signed_for(
+    credentials: Option<&s3s::auth::Credentials>,
+    headers: &http::HeaderMap,
+    uri: &http::Uri,
+    region: &str,
+) -> S3Result<()> {
+    check_region(headers, uri, region)?;
+    match credentials {
+        Some(_) => Ok(()),
+        None => Err(err(S3ErrorCode::AccessDenied, "Signature is required")),
+    }
+}
+
+/// Refuses a request signed for another region than `expected`, as S3 does:
+/// `AuthorizationHeaderMalformed`, or `AuthorizationQueryParametersError` for a presigned
+/// URL.
+///
+/// # Errors
+/// As above, for a request signed for another region.
+pub fn check_region(headers: &http::HeaderMap, uri: &http::Uri, expected: &str) -> S3Result<()> {
+    let Some((region, presigned)) = signed_region(headers, uri) else {
+        return Ok(());
+    };
+    if region == expected {
+        return Ok(());
+    }
+    Err(if presigned {
+        err(
+            S3ErrorCode::AuthorizationQueryParametersError,
+            format!(
+                "Error parsing the X-Amz-Credential parameter; the region '{region}' is wrong; expecting '{expected}'"
+            ),
+        )
+    } else {
+        err(
+            S3ErrorCode::AuthorizationHeaderMalformed,
+            format!(
+                "The authorization header is malformed; the region '{region}' is wrong; expecting '{expected}'"
+            ),
+        )
+    })
+}
+
+/// What S3 refuses before it looks at a request's signature, answered as S3 answers it:
+/// a presigned URL whose `X-Amz-Expires` is not a number of seconds from 1 to 604800 (a
+/// week) is `AuthorizationQueryParametersError` (400), and a request whose headers take
+/// more than [`MAX_HEADER_SECTION`] bytes is `RequestHeaderSectionTooLarge` (400). The
+/// peer API's routes pass.
+pub async fn precheck(
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    if !req.uri().path().starts_with("/_oed/")
+        && let Some(e) =
+            presigned_expires(req.uri()).or_else(|| header_section_too_large(req.headers()))
+    {
+        return match e.to_http_response() {
+            Ok(r) => r.map(axum::body::Body::new),
+            Err(_) => http::StatusCode::BAD_REQUEST.into_response(),
+        };
+    }
+    next.run(req).await
+}
+
+/// The most bytes a request's headers may take (names, values, and `: ` and CRLF
+/// each), as S3 states it for PUT: 8 KB.
+pub const MAX_HEADER_SECTION: usize = 8 * 1024;
+
+/// The error for headers larger than [`MAX_HEADER_SECTION`], if they are.
+#[must_use]
+pub fn header_section_too_large(headers: &http::HeaderMap) -> Option<S3Error> {
+    let size: usize = headers
+        .iter()
+        .map(|(k, v)| k.as_str().len() + v.len() + 4)
+        .sum();
+    (size > MAX_HEADER_SECTION).then(|| {
+        err(
+            S3ErrorCode::RequestHeaderSectionTooLarge,
+            format!(
+                "Your request header section exceeds the maximum allowed size: {size} bytes, \
+                 at most {MAX_HEADER_SECTION}"
+            ),
+        )
+    })
+}
+
+/// The error for a presigned URL's `X-Amz-Expires` out of range, if it is.
+pub fn presigned_expires(uri: &http::Uri) -> Option<S3Error> {
+    let query = uri.query()?;
+    if !query.contains("X-Amz-Credential=") {
+        return None;
+    }
+    let v = query
+        .split('&')
+        .find_map(|kv| kv.strip_prefix("X-Amz-Expires="))?;
+    let why = match v.parse::<i64>() {
+        Ok(1..=604_800) => return None,
+        Ok(n) if n > 604_800 => {
+            "X-Amz-Expires must be less than a week (in seconds) that is 604800"
+        }
+        Ok(n) if n < 0 => "X-Amz-Expires must be non-negative",
+        Ok(_) => "X-Amz-Expires must be at least 1 second",
+        Err(_) => "X-Amz-Expires should be a number",
+    };
+    Some(err(S3ErrorCode::AuthorizationQueryParametersError, why))
+}
+
+/// The region a SigV4 request was signed for (its credential scope,
+/// `KEY/DATE/REGION/s3/aws4_request`), and whether it came in the query (a presigned
+/// URL).
+fn signed_region(headers: &http::HeaderMap, uri: &http::Uri) -> Option<(String, bool)> {
+    let scope_region = |scope: &str| scope.split('/').nth(2).map(str::to_owned);
+    if let Some(auth) = headers
+        .get(http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+    {
+        let cred = auth.split("Credential=").nth(1)?;
+        let cred = cred.split([',', ' ']).next()?;
+        return scope_region(cred).map(|r| (r, false));
+    }
+    let query = uri.query()?;
+    let cred = query
+        .split('&')
+        .find_map(|kv| kv.strip_prefix("X-Amz-Credential="))?;
+    // The scope's slashes come encoded; nothing else in it needs decoding.
+    let cred = cred.replace("%2F", "/").replace("%2f", "/");
+    scope_region(&cred).map(|r| (r, true))
+}
+
+/// `Result<T, Error>` to `S3Result<T>`.
+pub(crate) trait OrS3<T> {
+    fn or_s3(self) -> S3Result<T>;
+}
+
+impl<T> OrS3<T> for Result<T, Error> {
+    fn or_s3(self) -> S3Result<T> {
+        self.map_err(self::error::s3_error)
+    }
+}
+
+/// An S3 error with a message.
+pub(crate) fn err(code: S3ErrorCode, msg: impl Into<String>) -> S3Error {
+    S3Error::with_message(code, msg.into())
+}
+
+/// Checks a client's key: S3's rules, and not one of the cluster's own.
+///
+/// # Errors
+/// `KeyTooLongError` for a key over 1024 bytes, `InvalidArgument` for one the cluster keeps
+/// for itself.
+pub fn check_user_key(key: &str) -> S3Result<()> {
+    if key.len() > 1024 {
+        return Err(err(
+            S3ErrorCode::KeyTooLongError,
+            format!("the key is {} bytes; at most 1024", key.len()),
+        ));
+    }
+    oed_model::record::check_key(key).or_s3()?;
+    if key.starts_with(INTERNAL_PREFIX) {
+        return Err(err(
+            S3ErrorCode::InvalidArgument,
+            "keys beginning with U+0001 are reserved",
+        ));
+    }
+    Ok(())
+}
+
+/// A size or count as the `i64` S3's types hold (saturating).
+pub(crate) fn s3_i64(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+/// A count as the `i32` S3's types hold (saturating).
+pub(crate) fn s3_i32(n: usize) -> i32 {
+    i32::try_from(n).unwrap_or(i32::MAX)
+}
+
+/// A client's `i32` count as a `usize`, negative as 0.
+pub(crate) fn from_s3_i32(n: i32) -> usize {
+    usize::try_from(n).unwrap_or(0)
+}
+
+/// The response's timestamp for a time in milliseconds since the epoch.
+pub(crate) fn timestamp(ms: u64) -> s3s::dto::Timestamp {
+    s3s::dto::Timestamp::from(std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms))
+}
+
+/// An `ETag` value as S3 sends it.
+pub(crate) fn etag(value: &str) -> s3s::dto::ETag {
+    s3s::dto::ETag::Strong(value.to_owned())
+}
+
+/// The current record, or `NoSuchKey`.
+pub(crate) async fn record(cluster: &Cluster, bucket: &str, key: &str) -> S3Result<ObjectRecord> {
+    check_user_key(key)?;
+    if let Some(r) = cluster.head(bucket, key).await.or_s3()? {
+        return Ok(r);
+    }
+    need_bucket(cluster, bucket).await?;
+    Err(err(
+        S3ErrorCode::NoSuchKey,
+        format!("no object {key:?} in bucket {bucket:?}"),
+    ))
+}
+
+/// Whether the bucket exists, as an S3 error when not.
+pub(crate) async fn need_bucket(cluster: &Cluster, bucket: &str) -> S3Result<()> {
+    if cluster.bucket_exists(bucket).await.or_s3()? {
+        Ok(())
+    } else {
+        Err(err(
+            S3ErrorCode::NoSuchBucket,
+            format!("bucket {bucket:?} does not exist"),
+        ))
+    }
+}
+
+#[async_trait::async_trait]
+impl S3 for OedS3 {
+    async fn create_bucket(
+        &self,
+        req: S3Request<CreateBucketInput>,
+    ) -> S3Result<S3Response<CreateBucketOutput>> {
+        bucket::create(&self.cluster, req.input).await
+    }
+
+    async fn head_bucket(
+        &self,
+        req: S3Request<HeadBucketInput>,
+    ) -> S3Result<S3Response<HeadBucketOutput>> {
+        need_bucket(&self.cluster, &req.input.bucket).await?;
+        Ok(S3Response::new(HeadBucketOutput::default()))
+    }
+
+    async fn list_buckets(
+        &self,
+        _req: S3Request<ListBucketsInput>,
+    ) -> S3Result<S3Response<ListBucketsOutput>> {
+        bucket::list(&self.cluster).await
+    }
+
+    async fn delete_bucket(
+        &self,
+        req: S3Request<DeleteBucketInput>,
+    ) -> S3Result<S3Response<DeleteBucketOutput>> {
+        bucket::delete(&self.cluster, &req.input.bucket).await
+    }
+
+    async fn get_bucket_location(
+        &self,
+        req: S3Request<GetBucketLocationInput>,
+    ) -> S3Result<S3Response<GetBucketLocationOutput>> {
+        need_bucket(&self.cluster, &req.input.bucket).await?;
+        // S3 names no constraint for us-east-1.
+        Ok(S3Response::new(GetBucketLocationOutput {
+            location_constraint: (self.region != "us-east-1")
+                .then(|| s3s::dto::BucketLocationConstraint::from(self.region.clone())),
+        }))
+    }
+
+    async fn get_bucket_versioning(
+        &self,
+        req: S3Request<GetBucketVersioningInput>,
+    ) -> S3Result<S3Response<GetBucketVersioningOutput>> {
+        // Versioning is never enabled: S3 answers such a bucket with no status.
+        need_bucket(&self.cluster, &req.input.bucket).await?;
+        Ok(S3Response::new(GetBucketVersioningOutput::default()))
+    }
+
+    async fn put_object(
+        &self,
+        req: S3Request<PutObjectInput>,
+    ) -> S3Result<S3Response<PutObjectOutput>> {
+        object::put(&self.cluster, req).await
+    }
+
+    async fn get_object(
+        &self,
+        req: S3Request<GetObjectInput>,
+    ) -> S3Result<S3Response<GetObjectOutput>> {
+        object::get(&self.cluster, req.input).await
+    }
+
+    async fn head_object(
+        &self,
+        req: S3Request<HeadObjectInput>,
+    ) -> S3Result<S3Response<HeadObjectOutput>> {
+        object::head(&self.cluster, req.input).await
+    }
+
+    async fn get_object_attributes(
+        &self,
+        req: S3Request<s3s::dto::GetObjectAttributesInput>,
+    ) -> S3Result<S3Response<s3s::dto::GetObjectAttributesOutput>> {
+        checksum::attributes(&self.cluster, req.input).await
+    }
+
+    async fn delete_object(
+        &self,
+        req: S3Request<DeleteObjectInput>,
+    ) -> S3Result<S3Response<DeleteObjectOutput>> {
+        object::delete(&self.cluster, &req.input.bucket, &req.input.key).await
+    }
+
+    async fn delete_objects(
+        &self,
+        req: S3Request<DeleteObjectsInput>,
+    ) -> S3Result<S3Response<DeleteObjectsOutput>> {
+        object::delete_many(&self.cluster, req.input).await
+    }
+
+    async fn copy_object(
+        &self,
+        req: S3Request<CopyObjectInput>,
+    ) -> S3Result<S3Response<CopyObjectOutput>> {
+        object::copy(&self.cluster, req.input).await
+    }
+
+    async fn list_objects(
+        &self,
+        req: S3Request<ListObjectsInput>,
+    ) -> S3Result<S3Response<ListObjectsOutput>> {
+        list::v1(&self.cluster, req.input).await
+    }
+
+    async fn list_objects_v2(
+        &self,
+        req: S3Request<ListObjectsV2Input>,
+    ) -> S3Result<S3Response<ListObjectsV2Output>> {
+        list::v2(&self.cluster, req.input).await
+    }
+
+    async fn list_object_versions(
+        &self,
+        req: S3Request<ListObjectVersionsInput>,
+    ) -> S3Result<S3Response<ListObjectVersionsOutput>> {
+        list::versions(&self.cluster, req.input).await
+    }
+
+    async fn create_multipart_upload(
+        &self,
+        req: S3Request<CreateMultipartUploadInput>,
+    ) -> S3Result<S3Response<CreateMultipartUploadOutput>> {
+        multipart::create(&self.cluster, req.input).await
+    }
+
+    async fn upload_part(
+        &self,
+        req: S3Request<UploadPartInput>,
+    ) -> S3Result<S3Response<UploadPartOutput>> {
+        multipart::upload_part(&self.cluster, req).await
+    }
+
+    async fn upload_part_copy(
+        &self,
+        req: S3Request<UploadPartCopyInput>,
+    ) -> S3Result<S3Response<UploadPartCopyOutput>> {
+        multipart::upload_part_copy(&self.cluster, req.input).await
+    }
+
+    async fn complete_multipart_upload(
+        &self,
+        req: S3Request<CompleteMultipartUploadInput>,
+    ) -> S3Result<S3Response<CompleteMultipartUploadOutput>> {
+        multipart::complete(&self.cluster, req.input).await
+    }
+
+    async fn abort_multipart_upload(
+        &self,
+        req: S3Request<AbortMultipartUploadInput>,
+    ) -> S3Result<S3Response<AbortMultipartUploadOutput>> {
+        multipart::abort(&self.cluster, req.input).await
+    }
+
+    async fn list_parts(
+        &self,
+        req: S3Request<ListPartsInput>,
+    ) -> S3Result<S3Response<ListPartsOutput>> {
+        multipart::list_parts(&self.cluster, req.input).await
+    }
+
+    async fn list_multipart_uploads(
+        &self,
+        req: S3Request<ListMultipartUploadsInput>,
+    ) -> S3Result<S3Response<ListMultipartUploadsOutput>> {
+        multipart::list_uploads(&self.cluster, req.input).await
+    }
+}

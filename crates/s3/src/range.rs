@@ -1,0 +1,125 @@
+//! Ranges as S3 and HTTP treat them: a `Range` header that cannot be used (bad syntax,
+//! `bytes=5-1`, several ranges, another unit) is ignored and the whole object sent; only a
+//! range that cannot be satisfied is `416 InvalidRange` (checked where the object is
+//! read, [`super::object`]).
+//!
+//! `s3s` parses the header after it has checked the signature, and fails the request on
+//! one it cannot parse. The header is usually signed, so it cannot be dropped before that
+//! check. A GET or HEAD with an unusable `Range` is therefore taken as a custom route: the
+//! signed service checks the signature (with the header in place) and the route's access
+//! check does what [`super::NameOperation`] does; the route then hands the request,
+//! without its `Range` and its signature, to a second service that checks none (it is
+//! reached only from here).
+
+use s3s::dto::Range;
+use s3s::{Body, S3ErrorCode, S3Request, S3Response, S3Result};
+
+use super::OpName;
+use super::err;
+
+/// Whether a request is a GET or HEAD whose `Range` header `s3s` would refuse.
+pub fn unusable(method: &http::Method, headers: &http::HeaderMap) -> bool {
+    if method != http::Method::GET && method != http::Method::HEAD {
+        return false;
+    }
+    headers.get_all(http::header::RANGE).iter().count() > 1
+        || headers
+            .get(http::header::RANGE)
+            .is_some_and(|v| v.to_str().map_or(true, |s| Range::parse(s).is_err()))
+}
+
+/// The route for GETs and HEADs with an unusable `Range`: the request goes on, whole, to
+/// `plain` (the S3 service without signature checks).
+pub struct IgnoreRange {
+    plain: s3s::service::S3Service,
+    region: String,
+}
+
+impl IgnoreRange {
+    /// The route, forwarding to `plain`, for a cluster answering as `region`.
+    #[must_use]
+    pub fn new(plain: s3s::service::S3Service, region: &str) -> Self {
+        Self {
+            plain,
+            region: region.to_owned(),
+        }
+    }
+
+    /// Names the operation for the request metrics, and refuses what the signed service's
+    /// access check refuses (anonymous requests, another region).
+    ///
+    /// # Errors
+    /// `AccessDenied` or `AuthorizationHeaderMalformed`, as the access check refuses.
+    pub fn check_access(&self, req: &mut S3Request<Body>) -> S3Result<()> {
+        if let Some(slot) = req.extensions.get::<OpName>() {
+            slot.set(if req.method == http::Method::HEAD {
+                "HeadObject"
+            } else {
+                "GetObject"
+            });
+        }
+        super::signed_for(
+            req.credentials.as_ref(),
+            &req.headers,
+            &req.uri,
+            &self.region,
+        )
+    }
+
+    /// Answers the request as if it had no `Range`.
+    ///
+    /// # Errors
+    /// What the S3 service answers.
+    pub async fn call(&self, req: S3Request<Body>) -> S3Result<S3Response<Body>> {
+        let mut headers = req.headers;
+        headers.remove(http::header::RANGE);
+        headers.remove(http::header::AUTHORIZATION);
+        let mut parts = req.uri.into_parts();
+        if let Some(pq) = &parts.path_and_query {
+            let path = pq.path();
+            let query: Vec<&str> = pq
+                .query()
+                .unwrap_or("")
+                .split('&')
+                .filter(|kv| !kv.is_empty() && !is_signature_param(kv))
+                .collect();
+            let pq = if query.is_empty() {
+                path.to_owned()
+            } else {
+                format!("{path}?{}", query.join("&"))
+            };
+            parts.path_and_query = Some(
+                pq.parse()
+                    .map_err(|_| err(S3ErrorCode::InvalidURI, "the request's URI is not valid"))?,
+            );
+        }
+        let uri = http::Uri::from_parts(parts)
+            .map_err(|_| err(S3ErrorCode::InvalidURI, "the request's URI is not valid"))?;
+        let mut inner = http::Request::new(Body::empty());
+        *inner.method_mut() = req.method;
+        *inner.uri_mut() = uri;
+        *inner.headers_mut() = headers;
+        *inner.extensions_mut() = req.extensions;
+        let res = self.plain.call(inner).await.map_err(|e| {
+            err(
+                S3ErrorCode::InternalError,
+                format!("the read without its Range failed: {e:?}"),
+            )
+        })?;
+        let (parts, body) = res.into_parts();
+        let mut out = S3Response::new(body);
+        out.status = Some(parts.status);
+        out.headers = parts.headers;
+        out.extensions = parts.extensions;
+        Ok(out)
+    }
+}
+
+/// Whether a query parameter belongs to a presigned URL's signature (`SigV4`'s `X-Amz-*`,
+/// `SigV2`'s `AWSAccessKeyId`, `Signature` and `Expires`).
+fn is_signature_param(kv: &str) -> bool {
+    let name = kv.split('=').next().unwrap_or(kv);
+    name.get(..6)
+        .is_some_and(|p| p.eq_ignore_ascii_case("x-amz-"))
+        || matches!(name, "AWSAccessKeyId" | "Signature" | "Expires")
+}

@@ -1,0 +1,588 @@
+//! The drive's metadata: one RocksDB with a column family per kind of record. Every
+//! write that acknowledges something to a peer is a synced write (unless the fsync policy
+//! is "never"). Memory is bounded by the block cache and two memtables (see `Config`).
+
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use rocksdb::{
+    BlockBasedOptions, Cache, ColumnFamilyDescriptor, DB, Direction, IteratorMode, Options,
+    WriteBatch, WriteOptions,
+};
+
+use oed_model::config::{Config, FsyncPolicy};
+use oed_model::error::{Error, Result};
+use oed_model::heal::{HealCause, HealEntry};
+use oed_model::record::{BucketRecord, ObjectRecord, VersionId, object_key};
+
+const BUCKETS: &str = "buckets";
+const OBJECTS: &str = "objects";
+const INLINE: &str = "inline";
+const MULTIPART: &str = "multipart";
+/// The heal queue of the earlier format (one entry per object); moved into [`QUEUE`] at open.
+pub(crate) const HEAL_LEGACY: &str = "heal";
+/// The heal queue ([`super::queue`]).
+pub(crate) const QUEUE: &str = "heal_queue";
+/// The drive's own state: scrub progress, refill progress.
+const STATE: &str = "state";
+/// Versions a client write replaced, kept until that write is settled ([`Kept`]).
+const KEPT: &str = "kept";
+const FAMILIES: [&str; 8] = [
+    BUCKETS,
+    OBJECTS,
+    INLINE,
+    MULTIPART,
+    HEAL_LEGACY,
+    QUEUE,
+    STATE,
+    KEPT,
+];
+
+/// The version of a key that a client write replaced here, kept (record, and its shard
+/// bytes when they were stored inline; a shard file stays where it was) until that write
+/// is settled: dropped once it is known to have reached its write quorum, put back if it
+/// failed. At most one per key.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Kept {
+    /// The replaced version's record.
+    pub record: ObjectRecord,
+    /// Its shard bytes, when they were stored inline.
+    pub inline: Option<Vec<u8>>,
+}
+
+impl Kept {
+    /// Stored as the record's JSON length (4 bytes, little-endian), the JSON, then the
+    /// inline bytes if any.
+    fn encode(&self) -> Result<Vec<u8>> {
+        let json = serde_json::to_vec(&self.record)?;
+        let inline = self.inline.as_deref().unwrap_or_default();
+        let mut v = Vec::with_capacity(4 + json.len() + inline.len());
+        v.extend_from_slice(&(json.len() as u32).to_le_bytes());
+        v.extend_from_slice(&json);
+        v.extend_from_slice(inline);
+        Ok(v)
+    }
+
+    /// Reads what [`Kept::encode`] stored.
+    ///
+    /// # Errors
+    /// [`Error::Record`] when the bytes are not such a value.
+    pub fn decode(v: &[u8]) -> Result<Self> {
+        let bad = || {
+            Error::Io(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                "a kept version's entry is damaged",
+            ))
+        };
+        let (len, rest) = v.split_at_checked(4).ok_or_else(bad)?;
+        let len = u32::from_le_bytes(len.try_into().map_err(|_| bad())?) as usize;
+        let (json, inline) = rest.split_at_checked(len).ok_or_else(bad)?;
+        Ok(Self {
+            record: serde_json::from_slice(json)?,
+            inline: (!inline.is_empty()).then(|| inline.to_vec()),
+        })
+    }
+}
+
+/// The RocksDB of one drive.
+pub struct MetaStore {
+    pub(crate) db: DB,
+    sync: bool,
+    /// This drive's id: the heal queue tells its own shards from other drives'.
+    pub(crate) drive_id: String,
+    objects: AtomicU64,
+    checksum_failures: AtomicU64,
+    /// The heal queue's counts; held while the queue changes, so that reading an entry
+    /// and changing it are one step for them.
+    pub(crate) heal_lock: std::sync::Mutex<Counts>,
+}
+
+impl std::fmt::Debug for MetaStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MetaStore")
+            .field("path", &self.db.path())
+            .finish_non_exhaustive()
+    }
+}
+
+impl MetaStore {
+    /// Opens (creating if needed) the database at `path`.
+    ///
+    /// # Errors
+    /// [`Error::Meta`] when RocksDB cannot open it (another process holds its lock, the
+    /// files are damaged, the disk is unreadable).
+    pub fn open(path: &Path, config: &Config) -> Result<Self> {
+        let cache = Cache::new_lru_cache(config.rocksdb_block_cache_bytes);
+        let mut table = BlockBasedOptions::default();
+        table.set_block_cache(&cache);
+        table.set_cache_index_and_filter_blocks(true);
+        let mut cf_opts = Options::default();
+        cf_opts.set_block_based_table_factory(&table);
+        cf_opts.set_write_buffer_size(config.rocksdb_write_buffer_bytes / FAMILIES.len());
+        cf_opts.set_max_write_buffer_number(2);
+        let mut db_opts = Options::default();
+        db_opts.create_if_missing(true);
+        db_opts.create_missing_column_families(true);
+        // One budget for all memtables, so the total stays within the configured limit.
+        db_opts.set_db_write_buffer_size(2 * config.rocksdb_write_buffer_bytes);
+        db_opts.set_max_background_jobs(2);
+        db_opts.set_keep_log_file_num(4);
+        db_opts.set_max_total_wal_size(4 * config.rocksdb_write_buffer_bytes as u64);
+        let cfs = FAMILIES
+            .iter()
+            .map(|name| ColumnFamilyDescriptor::new(*name, cf_opts.clone()));
+        let db = DB::open_cf_descriptors(&db_opts, path, cfs)?;
+        let store = Self {
+            db,
+            sync: config.fsync == FsyncPolicy::Always,
+            drive_id: config.drive_id.clone(),
+            objects: AtomicU64::new(0),
+            checksum_failures: AtomicU64::new(0),
+            heal_lock: std::sync::Mutex::default(),
+        };
+        let n = store
+            .db
+            .iterator_cf(store.cf(OBJECTS), IteratorMode::Start)
+            .count();
+        store.objects.store(n as u64, Ordering::Relaxed);
+        store.open_queue()?;
+        Ok(store)
+    }
+
+    pub(crate) fn cf(&self, name: &str) -> &rocksdb::ColumnFamily {
+        self.db
+            .cf_handle(name)
+            .expect("every column family is created at open")
+    }
+
+    /// Every write of this store. A synced one waits for its WAL to reach the disk; it does
+    /// so without holding up the runtime's other requests: on a multi-threaded runtime the
+    /// worker first hands its queue to another thread. Concurrent writers then also reach
+    /// RocksDB together, which syncs their WAL records at once.
+    pub(crate) fn write(&self, batch: WriteBatch) -> Result<()> {
+        use tokio::runtime::{Handle, RuntimeFlavor};
+        let mut opts = WriteOptions::default();
+        opts.set_sync(self.sync);
+        let write = || self.db.write_opt(batch, &opts);
+        match Handle::try_current() {
+            Ok(h) if self.sync && h.runtime_flavor() == RuntimeFlavor::MultiThread => {
+                tokio::task::block_in_place(write)
+            }
+            _ => write(),
+        }?;
+        Ok(())
+    }
+
+    /// Object records held here.
+    #[must_use]
+    pub fn object_count(&self) -> u64 {
+        self.objects.load(Ordering::Relaxed)
+    }
+
+    /// A bucket's record.
+    ///
+    /// # Errors
+    /// [`Error::Meta`] or [`Error::Record`].
+    pub fn bucket(&self, name: &str) -> Result<Option<BucketRecord>> {
+        self.db
+            .get_pinned_cf(self.cf(BUCKETS), name)?
+            .map(|v| serde_json::from_slice(&v).map_err(Error::from))
+            .transpose()
+    }
+
+    /// Creates a bucket record, or keeps the existing one (creating twice is not an error).
+    ///
+    /// # Errors
+    /// [`Error::Meta`] or [`Error::Record`].
+    pub fn put_bucket(&self, record: &BucketRecord) -> Result<BucketRecord> {
+        if let Some(existing) = self.bucket(&record.name)? {
+            return Ok(existing);
+        }
+        let mut batch = WriteBatch::default();
+        batch.put_cf(self.cf(BUCKETS), &record.name, serde_json::to_vec(record)?);
+        self.write(batch)?;
+        Ok(record.clone())
+    }
+
+    /// Deletes a bucket record if no object record of it is held here.
+    ///
+    /// # Errors
+    /// [`Error::NotFound`], [`Error::BucketNotEmpty`], [`Error::Meta`].
+    pub fn delete_bucket(&self, name: &str) -> Result<()> {
+        if self.bucket(name)?.is_none() {
+            return Err(Error::NotFound("bucket"));
+        }
+        if !self.list_objects(name, "", 1)?.is_empty() {
+            return Err(Error::BucketNotEmpty);
+        }
+        let mut batch = WriteBatch::default();
+        batch.delete_cf(self.cf(BUCKETS), name);
+        self.write(batch)
+    }
+
+    /// Every bucket record, by name.
+    ///
+    /// # Errors
+    /// [`Error::Meta`] or [`Error::Record`].
+    pub fn buckets(&self) -> Result<Vec<BucketRecord>> {
+        self.db
+            .iterator_cf(self.cf(BUCKETS), IteratorMode::Start)
+            .map(|kv| Ok(serde_json::from_slice(&kv?.1)?))
+            .collect()
+    }
+
+    /// The object record of `bucket`/`key`.
+    ///
+    /// # Errors
+    /// [`Error::Meta`] or [`Error::Record`].
+    pub fn object(&self, bucket: &str, key: &str) -> Result<Option<ObjectRecord>> {
+        self.db
+            .get_pinned_cf(self.cf(OBJECTS), object_key(bucket, key))?
+            .map(|v| serde_json::from_slice(&v).map_err(Error::from))
+            .transpose()
+    }
+
+    /// The inline shard bytes of a record stored inline.
+    ///
+    /// # Errors
+    /// [`Error::Meta`].
+    pub fn inline_shard(
+        &self,
+        bucket: &str,
+        key: &str,
+        version: VersionId,
+    ) -> Result<Option<Vec<u8>>> {
+        let v = self.db.get_cf(self.cf(INLINE), object_key(bucket, key))?;
+        Ok(v.and_then(|v| {
+            let (id, data) = v.split_at_checked(16)?;
+            (u128::from_le_bytes(id.try_into().ok()?) == version.0).then(|| data.to_vec())
+        }))
+    }
+
+    /// Stores `record` (replacing the key's previous record) and, for a small shard, its
+    /// bytes, in one synced batch: both become visible together or not at all. The
+    /// key's kept version becomes `keep`, or is dropped.
+    ///
+    /// # Errors
+    /// [`Error::Meta`] or [`Error::Record`]; nothing is changed then.
+    pub fn commit_object(
+        &self,
+        record: &ObjectRecord,
+        previous: Option<&ObjectRecord>,
+        inline: Option<&[u8]>,
+        keep: Option<&Kept>,
+    ) -> Result<()> {
+        let key = object_key(&record.bucket, &record.key);
+        let mut batch = WriteBatch::default();
+        match keep {
+            Some(k) => batch.put_cf(self.cf(KEPT), &key, k.encode()?),
+            None => batch.delete_cf(self.cf(KEPT), &key),
+        }
+        self.put_record(&mut batch, &key, record, inline)?;
+        self.write(batch)?;
+        if previous.is_none() {
+            self.objects.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+
+    /// Replaces the record of `bucket`/`key` (its inline bytes, if any, stay), in one
+    /// synced write. For changes that keep the version: [`MetaStore::commit_object`]
+    /// stores a new one.
+    ///
+    /// # Errors
+    /// [`Error::Meta`] or [`Error::Record`].
+    pub fn rewrite_record(&self, record: &ObjectRecord) -> Result<()> {
+        let mut batch = WriteBatch::default();
+        batch.put_cf(
+            self.cf(OBJECTS),
+            object_key(&record.bucket, &record.key),
+            serde_json::to_vec(record)?,
+        );
+        self.write(batch)
+    }
+
+    /// The version of `bucket`/`key` kept here, if any.
+    ///
+    /// # Errors
+    /// [`Error::Meta`] or [`Error::Record`].
+    pub fn kept(&self, bucket: &str, key: &str) -> Result<Option<Kept>> {
+        self.db
+            .get_pinned_cf(self.cf(KEPT), object_key(bucket, key))?
+            .map(|v| Kept::decode(&v))
+            .transpose()
+    }
+
+    /// Makes the kept version of its key current again (record and inline bytes), in one
+    /// synced batch, replacing the current record.
+    ///
+    /// # Errors
+    /// [`Error::Meta`] or [`Error::Record`].
+    pub fn restore_kept(&self, kept: &Kept) -> Result<()> {
+        let r = &kept.record;
+        let key = object_key(&r.bucket, &r.key);
+        let mut batch = WriteBatch::default();
+        self.put_record(&mut batch, &key, r, kept.inline.as_deref())?;
+        batch.delete_cf(self.cf(KEPT), &key);
+        self.write(batch)
+    }
+
+    /// Adds to `batch` the record of `key` and its inline bytes (prefixed with their
+    /// version), or the removal of inline bytes it no longer has.
+    fn put_record(
+        &self,
+        batch: &mut WriteBatch,
+        key: &[u8],
+        record: &ObjectRecord,
+        inline: Option<&[u8]>,
+    ) -> Result<()> {
+        batch.put_cf(self.cf(OBJECTS), key, serde_json::to_vec(record)?);
+        match inline {
+            Some(data) => {
+                let mut v = Vec::with_capacity(16 + data.len());
+                v.extend_from_slice(&record.version_id.0.to_le_bytes());
+                v.extend_from_slice(data);
+                batch.put_cf(self.cf(INLINE), key, v);
+            }
+            None => batch.delete_cf(self.cf(INLINE), key),
+        }
+        Ok(())
+    }
+
+    /// Drops the kept version of `bucket`/`key` (its shard file, if any, is the caller's).
+    /// Not synced: a drop lost to a power cut brings the kept version back, and the scrub
+    /// drops it again (the current version is readable).
+    ///
+    /// # Errors
+    /// [`Error::Meta`].
+    pub fn drop_kept(&self, bucket: &str, key: &str) -> Result<()> {
+        let mut batch = WriteBatch::default();
+        batch.delete_cf(self.cf(KEPT), object_key(bucket, key));
+        self.db.write_opt(batch, &WriteOptions::default())?;
+        Ok(())
+    }
+
+    /// Removes the record (and inline bytes, and kept version) of `bucket`/`key`.
+    ///
+    /// # Errors
+    /// [`Error::Meta`].
+    pub fn delete_object(&self, bucket: &str, key: &str) -> Result<()> {
+        let k = object_key(bucket, key);
+        let mut batch = WriteBatch::default();
+        batch.delete_cf(self.cf(OBJECTS), &k);
+        batch.delete_cf(self.cf(INLINE), &k);
+        batch.delete_cf(self.cf(KEPT), &k);
+        // A heal entry of the object stays: the healer finds it obsolete and drops it.
+        self.write(batch)?;
+        self.objects.fetch_sub(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Up to `limit` object records of `bucket` with keys `>= start`, in key order.
+    ///
+    /// # Errors
+    /// [`Error::Meta`] or [`Error::Record`].
+    pub fn list_objects(
+        &self,
+        bucket: &str,
+        start: &str,
+        limit: usize,
+    ) -> Result<Vec<ObjectRecord>> {
+        let from = object_key(bucket, start);
+        let prefix = object_key(bucket, "");
+        let mut out = Vec::new();
+        for kv in self.db.iterator_cf(
+            self.cf(OBJECTS),
+            IteratorMode::From(&from, Direction::Forward),
+        ) {
+            let (k, v) = kv?;
+            if !k.starts_with(&prefix) || out.len() >= limit {
+                break;
+            }
+            out.push(serde_json::from_slice(&v)?);
+        }
+        Ok(out)
+    }
+
+    /// Every object record, kept versions' too: for the sweeps of files no record
+    /// points to.
+    ///
+    /// # Errors
+    /// [`Error::Meta`] or [`Error::Record`].
+    pub fn for_each_object(&self, mut f: impl FnMut(ObjectRecord)) -> Result<()> {
+        for kv in self.db.iterator_cf(self.cf(OBJECTS), IteratorMode::Start) {
+            f(serde_json::from_slice(&kv?.1)?);
+        }
+        for kv in self.db.iterator_cf(self.cf(KEPT), IteratorMode::Start) {
+            f(Kept::decode(&kv?.1)?.record);
+        }
+        Ok(())
+    }
+
+    /// Queues this drive's shard of `record` for heal (a chunk failed its CRC32C, or the
+    /// file is gone), and counts it.
+    ///
+    /// # Errors
+    /// As [`MetaStore::queue_entries`]; it is counted either way.
+    pub fn queue_corrupt(&self, record: &ObjectRecord, cause: HealCause) -> Result<()> {
+        self.checksum_failures.fetch_add(1, Ordering::Relaxed);
+        let redundancy = record.m.saturating_sub(1);
+        let e = HealEntry::of(
+            record,
+            record.shard_index,
+            cause,
+            redundancy,
+            &self.drive_id,
+        );
+        self.queue_entries(&[e]).map(drop)
+    }
+
+    /// Shards found failing their CRC32C check since start.
+    #[must_use]
+    pub fn checksum_failures(&self) -> u64 {
+        self.checksum_failures.load(Ordering::Relaxed)
+    }
+
+    /// A value of the drive's own state (scrub and refill progress), decoded.
+    ///
+    /// # Errors
+    /// [`Error::Meta`].
+    pub fn state<T: serde::de::DeserializeOwned>(&self, name: &str) -> Result<Option<T>> {
+        Ok(self
+            .db
+            .get_pinned_cf(self.cf(STATE), name)?
+            .and_then(|v| serde_json::from_slice(&v).ok()))
+    }
+
+    /// Stores a value of the drive's own state.
+    ///
+    /// # Errors
+    /// [`Error::Meta`] or [`Error::Record`].
+    pub fn set_state<T: serde::Serialize>(&self, name: &str, value: &T) -> Result<()> {
+        let mut batch = WriteBatch::default();
+        batch.put_cf(self.cf(STATE), name, serde_json::to_vec(value)?);
+        self.write(batch)
+    }
+
+    /// Up to `limit` object records after the metadata key `after` (every bucket, in key
+    /// order), with the key of the last one: the scrubber's and the refill's cursor.
+    ///
+    /// # Errors
+    /// [`Error::Meta`] or [`Error::Record`].
+    pub fn objects_after(
+        &self,
+        after: &[u8],
+        limit: usize,
+        mut keep: impl FnMut(&ObjectRecord) -> bool,
+    ) -> Result<(Vec<ObjectRecord>, Option<Vec<u8>>)> {
+        let mut out = Vec::new();
+        let mut last = None;
+        let mut scanned = 0;
+        for kv in self.db.iterator_cf(
+            self.cf(OBJECTS),
+            IteratorMode::From(after, Direction::Forward),
+        ) {
+            let (k, v) = kv?;
+            if *k == *after {
+                continue;
+            }
+            scanned += 1;
+            let rec: ObjectRecord = serde_json::from_slice(&v)?;
+            last = Some(k.to_vec());
+            if keep(&rec) {
+                out.push(rec);
+            }
+            if out.len() >= limit || scanned >= 16 * limit.max(64) {
+                break;
+            }
+        }
+        Ok((out, last))
+    }
+
+    /// Flushes memtables to disk (at shutdown, so the next start replays no WAL).
+    ///
+    /// # Errors
+    /// [`Error::Meta`].
+    pub fn flush(&self) -> Result<()> {
+        for name in FAMILIES {
+            self.db.flush_cf(self.cf(name))?;
+        }
+        Ok(())
+    }
+}
+
+/// The queue's counts, kept as entries come and go (counted once at open), so a scrape
+/// never walks a queue that may hold millions of entries while a drive is away.
+#[derive(Debug, Default)]
+pub(crate) struct Counts {
+    pub(crate) local: [u64; HealCause::ALL.len()],
+    pub(crate) local_bytes: [u64; HealCause::ALL.len()],
+    pub(crate) hints: u64,
+    /// Entries ever queued here for this drive, by cause (counters).
+    pub(crate) queued: [u64; HealCause::ALL.len()],
+}
+
+impl Counts {
+    pub(crate) fn add(&mut self, e: &HealEntry, local: &str, sign: i64) {
+        if e.drive == local {
+            let c = &mut self.local[e.cause.index()];
+            *c = c.saturating_add_signed(sign);
+            let b = &mut self.local_bytes[e.cause.index()];
+            *b = b.saturating_add_signed(sign.saturating_mul(e.bytes.cast_signed()));
+        } else {
+            self.hints = self.hints.saturating_add_signed(sign);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use oed_model::record::test_record;
+
+    fn record(key: &str) -> ObjectRecord {
+        test_record(key, 1, 10)
+    }
+
+    #[test]
+    fn corrupt_shards_are_queued_once_and_the_queue_survives_a_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = Config::default();
+        {
+            let meta = MetaStore::open(dir.path(), &config).unwrap();
+            for key in ["a", "b", "c"] {
+                meta.commit_object(&record(key), None, None, None).unwrap();
+            }
+            assert_eq!(meta.heal_backlog(), 0);
+            meta.queue_corrupt(&record("a"), HealCause::ReadCorrupt)
+                .unwrap();
+            meta.queue_corrupt(&record("a"), HealCause::ScrubCorrupt)
+                .unwrap(); // again
+            meta.queue_corrupt(&record("b"), HealCause::ReadCorrupt)
+                .unwrap();
+            assert_eq!(meta.heal_backlog(), 2);
+            assert_eq!(meta.checksum_failures(), 3);
+            meta.delete_object("bkt", "c").unwrap();
+            assert_eq!(meta.object_count(), 2);
+        }
+        let meta = MetaStore::open(dir.path(), &config).unwrap();
+        assert_eq!(meta.heal_backlog(), 2);
+        assert_eq!(meta.object_count(), 2);
+    }
+
+    #[test]
+    fn entries_of_the_earlier_format_move_into_the_queue() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = Config::default();
+        {
+            let meta = MetaStore::open(dir.path(), &config).unwrap();
+            meta.commit_object(&record("a"), None, None, None).unwrap();
+            meta.db
+                .put_cf(meta.cf(HEAL_LEGACY), object_key("bkt", "a"), b"{}")
+                .unwrap();
+        }
+        let meta = MetaStore::open(dir.path(), &config).unwrap();
+        assert_eq!(meta.heal_backlog(), 1);
+        assert_eq!(meta.entries_for(&config.drive_id, 10).unwrap()[0].key, "a");
+    }
+}

@@ -1,0 +1,471 @@
+//! `oedd admin`: an operator's view of a cluster's health and repair work, and the
+//! actions on it, over each drive's authenticated peer API (signed with the cluster
+//! secret; no S3 credentials).
+//!
+//! `status` asks every drive of the map for its state (`GET admin/status`) and prints
+//! one line per drive (up or down, incarnation, shards, heal queue, heal rate, scrub,
+//! refill) and the cluster's totals: shards waiting for heal and their ETA, objects by
+//! remaining redundancy from the drives' last scrub passes. `--json` prints the answers
+//! as they came. `scrub`, `refill` and `retry` start that work on one drive or all.
+//!
+//! `out`, `in` and `remove` change the cluster map: the file is rewritten with the next
+//! epoch and pushed to every drive (`POST admin/map`), which writes it to its own map
+//! file and puts it in force at once; `push` sends the file as it is (to a drive that
+//! was down). `drain` marks a drive out and has it move its shards away; `remove` takes
+//! only a drive whose drain is done.
+
+// Byte counts are shown to one decimal; f64 holds them well enough.
+#![allow(clippy::cast_precision_loss)]
+
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use futures_util::future::join_all;
+use serde::Serialize;
+
+use oed_model::drive::DriveError;
+use oed_model::error::{Error, Result};
+use oed_model::map::ClusterMap;
+use oed_peer::PeerOp;
+use oed_peer::auth::PeerKey;
+use oed_peer::client::{PeerClient, PeerHttp};
+use oed_repair::RepairStatus;
+
+/// One drive's answer.
+#[derive(Debug, Serialize)]
+pub struct DriveAnswer {
+    /// The drive.
+    pub drive: String,
+    /// Its address.
+    pub address: String,
+    /// Its status, when it answered.
+    pub status: Option<RepairStatus>,
+    /// Why it did not.
+    pub error: Option<String>,
+}
+
+/// What `oedd admin` reaches drives with: the key derived from the cluster secret, and
+/// connections that trust the cluster CA (for a map with `tls = true`).
+#[derive(Clone, Debug)]
+pub struct Access {
+    key: PeerKey,
+    http: PeerHttp,
+}
+
+impl Access {
+    /// Access with the cluster `secret`, trusting the certificates in `ca` (PEM) for
+    /// drives served over TLS.
+    ///
+    /// # Errors
+    /// [`Error::Config`] for a CA file that does not load.
+    pub fn new(secret: &[u8], ca: Option<&std::path::Path>) -> Result<Self> {
+        Ok(Self {
+            key: PeerKey::derive(secret),
+            http: PeerHttp::with_tls(&oed_peer::tls::client_config(ca)?),
+        })
+    }
+
+    /// A client of drive `d` of `map`.
+    #[must_use]
+    pub fn client(&self, map: &ClusterMap, d: &oed_model::map::DriveEntry) -> PeerClient {
+        PeerClient::with_http(&d.url(map.tls), self.key.clone(), self.http.clone())
+    }
+}
+
+fn client(map: &ClusterMap, access: &Access, id: &str) -> Result<PeerClient> {
+    let d = map
+        .drives
+        .iter()
+        .find(|d| d.id == id)
+        .ok_or_else(|| Error::Config(format!("drive {id:?} is not in the cluster map")))?;
+    Ok(access.client(map, d))
+}
+
+/// Every drive's status, in map order.
+pub async fn statuses(map: &ClusterMap, access: &Access) -> Vec<DriveAnswer> {
+    join_all(map.drives.iter().map(|d| async move {
+        let c = access.client(map, d);
+        let got = tokio::time::timeout(
+            Duration::from_secs(10),
+            c.get_json::<RepairStatus>(PeerOp::AdminStatus, ""),
+        )
+        .await
+        .unwrap_or_else(|_| Err(DriveError::unreachable("timed out")));
+        let (status, error) = match got {
+            Ok(s) => (Some(s), None),
+            Err(e) => (None, Some(e.to_string())),
+        };
+        DriveAnswer {
+            drive: d.id.clone(),
+            address: d.address.clone(),
+            status,
+            error,
+        }
+    }))
+    .await
+}
+
+/// What `oedd cluster check --live` reports from the drives' answers: a drive that does
+/// not answer, answers as another drive (two addresses swapped), or runs another epoch
+/// of the map.
+#[must_use]
+pub fn live_problems(map: &ClusterMap, answers: &[DriveAnswer]) -> Vec<String> {
+    let mut out = Vec::new();
+    for a in answers {
+        match (&a.status, &a.error) {
+            (Some(s), _) if s.drive_id != a.drive => out.push(format!(
+                "drive {:?}: {} answers as drive {:?}",
+                a.drive, a.address, s.drive_id
+            )),
+            (Some(s), _) if s.epoch != map.epoch => out.push(format!(
+                "drive {:?} runs epoch {} of the map; this file is epoch {} (`oedd admin --map FILE push` sends it)",
+                a.drive, s.epoch, map.epoch
+            )),
+            (Some(_), _) => {}
+            (None, e) => out.push(format!(
+                "drive {:?} at {} does not answer: {}",
+                a.drive,
+                a.address,
+                e.as_deref().unwrap_or("no answer")
+            )),
+        }
+    }
+    out
+}
+
+/// Starts `action` (`scrub`, `refill`, `retry`) on `drives`; returns a line per drive.
+///
+/// # Errors
+/// [`Error::Config`] for a drive the map does not list.
+pub async fn act(
+    map: &ClusterMap,
+    access: &Access,
+    action: &str,
+    drives: &[String],
+) -> Result<String> {
+    let mut out = String::new();
+    for id in drives {
+        let c = client(map, access, id)?;
+        let got: std::result::Result<serde_json::Value, DriveError> = c
+            .post_json(PeerOp::AdminAction, &format!("do={action}"), &())
+            .await;
+        match got {
+            Ok(_) => {
+                let _ = writeln!(out, "{id}: {action} started");
+            }
+            Err(e) => {
+                let _ = writeln!(out, "{id}: {action} not started: {e}");
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Pushes `map` to every drive it lists; returns a line per drive.
+pub async fn push(map: &ClusterMap, access: &Access) -> String {
+    let text = toml::to_string(map).unwrap_or_default();
+    let answers = join_all(map.drives.iter().map(|d| {
+        let text = text.clone();
+        async move {
+            let c = access.client(map, d);
+            let got = tokio::time::timeout(
+                Duration::from_secs(10),
+                c.post_text::<serde_json::Value>(PeerOp::PutMap, text),
+            )
+            .await
+            .unwrap_or_else(|_| Err(DriveError::unreachable("timed out")));
+            match got {
+                Ok(_) => format!("{}: epoch {} in force", d.id, map.epoch),
+                Err(e) => format!(
+                    "{}: map not taken: {e} (run `oedd admin push` once it is up)",
+                    d.id
+                ),
+            }
+        }
+    }))
+    .await;
+    let mut out = String::new();
+    for line in answers {
+        let _ = writeln!(out, "{line}");
+    }
+    out
+}
+
+/// Reads the map at `path`, lets `change` edit it, raises its epoch, checks it, writes it
+/// back (atomically) and returns it.
+///
+/// # Errors
+/// What `change` refuses; [`Error::Config`] for a map that does not validate; I/O.
+pub fn change_map(
+    path: &std::path::Path,
+    change: impl FnOnce(&mut ClusterMap) -> Result<()>,
+) -> Result<ClusterMap> {
+    let mut map = ClusterMap::load(path)?;
+    change(&mut map)?;
+    map.epoch += 1;
+    map.validate()
+        .map_err(|e| Error::Config(format!("the changed map: {e}")))?;
+    let text = toml::to_string(&map).map_err(|e| Error::Config(e.to_string()))?;
+    let tmp = path.with_extension("admin.tmp");
+    std::fs::write(&tmp, text)?;
+    std::fs::rename(&tmp, path)?;
+    Ok(map)
+}
+
+/// Sets drive `id`'s state in `map`.
+///
+/// # Errors
+/// [`Error::Config`] for a drive the map does not list.
+pub fn set_state(map: &mut ClusterMap, id: &str, state: oed_model::map::DriveState) -> Result<()> {
+    let d = map
+        .drives
+        .iter_mut()
+        .find(|d| d.id == id)
+        .ok_or_else(|| Error::Config(format!("drive {id:?} is not in the cluster map")))?;
+    d.state = state;
+    Ok(())
+}
+
+/// Whether drive `id` may leave the map: it answers, it is out, its drain is done and it
+/// holds nothing. An error says why not.
+///
+/// # Errors
+/// [`Error::Config`] saying what is missing.
+pub async fn check_drained(map: &ClusterMap, access: &Access, id: &str) -> Result<()> {
+    let c = client(map, access, id)?;
+    let s: RepairStatus = tokio::time::timeout(
+        Duration::from_secs(10),
+        c.get_json(PeerOp::AdminStatus, ""),
+    )
+    .await
+    .unwrap_or_else(|_| Err(DriveError::unreachable("timed out")))
+    .map_err(|e| {
+        Error::Config(format!(
+            "{id} does not answer ({e}): it cannot be removed before it says its drain is done"
+        ))
+    })?;
+    if s.map_state != "out" || s.drain.state != "done" || s.shards > 0 {
+        return Err(Error::Config(format!(
+            "{id} is {}, its drain is {} and it holds {} shards: drain it first (oedd admin drain {id}) and wait for \"done\"",
+            if s.map_state.is_empty() {
+                "in"
+            } else {
+                &s.map_state
+            },
+            s.drain.state,
+            s.shards
+        )));
+    }
+    Ok(())
+}
+
+fn bytes(n: f64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = n;
+    let mut u = 0;
+    while v >= 1024.0 && u + 1 < UNITS.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{v:.0} {}", UNITS[u])
+    } else {
+        format!("{v:.1} {}", UNITS[u])
+    }
+}
+
+fn ago(ms: Option<u64>) -> String {
+    let Some(ms) = ms else {
+        return "never".into();
+    };
+    let secs = oed_model::record::now_ms().saturating_sub(ms) / 1000;
+    match secs {
+        0..120 => format!("{secs} s ago"),
+        120..7200 => format!("{} min ago", secs / 60),
+        7200..172_800 => format!("{} h ago", secs / 3600),
+        _ => format!("{} days ago", secs / 86400),
+    }
+}
+
+fn duration(secs: f64) -> String {
+    if secs < 120.0 {
+        format!("{secs:.0} s")
+    } else if secs < 7200.0 {
+        format!("{:.0} min", secs / 60.0)
+    } else {
+        format!("{:.1} h", secs / 3600.0)
+    }
+}
+
+/// The status report, as `oedd admin status` prints it.
+#[must_use]
+pub fn report(map: &ClusterMap, answers: &[DriveAnswer]) -> String {
+    let p = map.profile;
+    let up = answers.iter().filter(|a| a.status.is_some()).count();
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "cluster {}: {} drives ({} up), EC {}+{}",
+        map.cluster_id,
+        answers.len(),
+        up,
+        p.k,
+        p.m
+    );
+    let _ = writeln!(
+        out,
+        "{:<12} {:<5} {:>5} {:<17} {:>8} {:>8} {:>6} {:>11} {:>9}  {:<28} refill",
+        "drive",
+        "state",
+        "epoch",
+        "incarnation",
+        "shards",
+        "to-heal",
+        "hints",
+        "heal-rate",
+        "healed",
+        "scrub"
+    );
+    let mut queued = 0u64;
+    let mut queued_bytes = 0u64;
+    let mut rate = 0.0;
+    let mut levels: std::collections::BTreeMap<u16, u64> = std::collections::BTreeMap::new();
+    for a in answers {
+        let Some(s) = &a.status else {
+            let _ = writeln!(
+                out,
+                "{:<12} {:<5} {}",
+                a.drive,
+                "DOWN",
+                a.error.as_deref().unwrap_or("")
+            );
+            continue;
+        };
+        let own: u64 = s.queue.local.values().sum();
+        queued += own + s.queue.hints;
+        queued_bytes += s.queue.local_bytes.values().sum::<u64>();
+        rate += s.heal.rate_bytes;
+        for (l, n) in &s.scrub.redundancy {
+            *levels.entry(*l).or_default() += n;
+        }
+        let scrub = if s.scrub.running {
+            format!("running, {} objects", s.scrub.pass_objects)
+        } else {
+            format!("last {}", ago(s.scrub.last_complete_ms))
+        };
+        let refill = match s.refill.state.as_str() {
+            "listing" | "healing" => format!(
+                "{} {:.0}% of {}{}",
+                s.refill.state,
+                100.0 * s.refill.progress,
+                bytes(s.refill.listed_bytes as f64),
+                s.refill
+                    .eta_seconds
+                    .map(|e| format!(", ETA {}", duration(e)))
+                    .unwrap_or_default()
+            ),
+            other => other.to_owned(),
+        };
+        let _ = writeln!(
+            out,
+            "{:<12} {:<5} {:>5} {:<17} {:>8} {:>8} {:>6} {:>9}/s {:>9}  {:<28} {}",
+            a.drive,
+            if s.map_state == "out" { "out" } else { "up" },
+            s.epoch,
+            s.incarnation,
+            s.shards,
+            own,
+            s.queue.hints,
+            bytes(s.heal.rate_bytes),
+            s.heal.healed_shards,
+            scrub,
+            refill
+        );
+        drain_line(&mut out, s);
+    }
+    totals(&mut out, queued, queued_bytes, rate, &levels);
+    epochs(&mut out, map, answers);
+    if up < answers.len() {
+        let _ = writeln!(
+            out,
+            "{} drive(s) down: objects with a shard there have {} fewer to spare until they return or are refilled",
+            answers.len() - up,
+            answers.len() - up
+        );
+    }
+    out
+}
+
+/// A drive's drain, under its line, when it has one.
+fn drain_line(out: &mut String, s: &RepairStatus) {
+    let d = &s.drain;
+    if d.state == "none" || d.state.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "  drain: {}, {} shards moved ({}), {} left{}{}",
+        d.state,
+        d.moved_shards,
+        bytes(d.moved_bytes as f64),
+        d.left_shards,
+        d.eta_seconds
+            .map(|e| format!(", ETA {}", duration(e)))
+            .unwrap_or_default(),
+        d.last_error
+            .as_ref()
+            .filter(|_| d.state == "draining")
+            .map(|e| format!("; last failure: {e}"))
+            .unwrap_or_default()
+    );
+}
+
+/// A warning when the drives run different map epochs.
+fn epochs(out: &mut String, map: &ClusterMap, answers: &[DriveAnswer]) {
+    let epochs: std::collections::BTreeSet<u64> = answers
+        .iter()
+        .filter_map(|a| a.status.as_ref().map(|s| s.epoch))
+        .collect();
+    if epochs.len() > 1 {
+        let _ = writeln!(
+            out,
+            "cluster map epochs differ ({epochs:?}; this map is epoch {}): shard writes between drives of different epochs are refused until every drive runs the same map",
+            map.epoch
+        );
+    }
+}
+
+/// The cluster's totals under the drives' lines.
+fn totals(
+    out: &mut String,
+    queued: u64,
+    queued_bytes: u64,
+    rate: f64,
+    levels: &std::collections::BTreeMap<u16, u64>,
+) {
+    if queued == 0 {
+        let _ = writeln!(out, "heal: nothing queued");
+    } else {
+        let eta = if rate > 0.0 {
+            format!(", ETA {}", duration(queued_bytes as f64 / rate))
+        } else {
+            String::new()
+        };
+        let _ = writeln!(
+            out,
+            "heal: {queued} shards queued ({}), rebuilding at {}/s{eta}",
+            bytes(queued_bytes as f64),
+            bytes(rate)
+        );
+    }
+    if levels.is_empty() {
+        let _ = writeln!(out, "redundancy: no scrub pass has completed yet");
+    } else {
+        let parts: Vec<String> = levels
+            .iter()
+            .rev()
+            .map(|(l, n)| format!("{n} with {l} to spare"))
+            .collect();
+        let _ = writeln!(out, "redundancy (last scrub passes): {}", parts.join(", "));
+    }
+}
