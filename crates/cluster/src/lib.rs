@@ -169,9 +169,6 @@ pub struct Cluster {
     pub md5_etags: bool,
     /// How shards go to and come from other drives.
     links: Links,
-    /// Bodies copied into one buffer per stripe, as before the pieces were coded where
-    /// they are (`OED_BENCH_STRIPE_COPY=true`, for benchmarks comparing the two).
-    stripe_copy: bool,
     /// Memory for the object data of the requests this drive coordinates.
     pub budget: budget::Budget,
     /// Counters.
@@ -202,6 +199,10 @@ impl Cluster {
         key: &PeerKey,
         traffic: oed_meter::traffic::Traffic,
     ) -> Result<Self> {
+        md5::configure(
+            config.md5_lanes()?,
+            Duration::from_millis(config.md5_gather_ms),
+        );
         let drive_id = config.drive_id.as_str();
         let timeout = Duration::from_secs(config.peer_timeout_seconds);
         let local = map.index_of(drive_id).ok_or_else(|| {
@@ -243,7 +244,6 @@ impl Cluster {
             op_timeout: Duration::from_secs(config.op_timeout_seconds),
             md5_etags: config.md5_etags,
             links,
-            stripe_copy: std::env::var("OED_BENCH_STRIPE_COPY").is_ok_and(|v| v == "true"),
             budget: budget::Budget::new(
                 config.coordinator_buffer_bytes,
                 Duration::from_secs(config.coordinator_wait_seconds),
@@ -440,11 +440,7 @@ impl Cluster {
         let map = self.map();
         join_all(map.all().iter().map(|d| {
             let fut = op(d.clone());
-            async move {
-                tokio::time::timeout(self.timeout, fut)
-                    .await
-                    .unwrap_or_else(|_| Err(DriveError::unreachable("timed out")))
-            }
+            async move { oed_model::drive::within(self.timeout, fut).await }
         }))
         .await
     }
@@ -522,7 +518,7 @@ impl Cluster {
     /// [`Error::Unavailable`].
     pub async fn delete_bucket(&self, name: &str) -> Result<()> {
         if !self.bucket_exists(name).await? {
-            return Err(Error::NotFound("bucket"));
+            return Err(Error::NotFound(oed_model::error::Missing::Bucket));
         }
         // Objects first: a drive that holds none of them may not know it is not empty.
         if list::Merge::new(self, name, oed_model::record::USER_KEYS_START)

@@ -10,7 +10,6 @@ use std::collections::VecDeque;
 use futures_util::future::join_all;
 
 use super::Cluster;
-use oed_model::drive::DriveError;
 use oed_model::error::{Error, Result};
 use oed_model::record::ObjectRecord;
 
@@ -75,10 +74,11 @@ impl<'a> Merge<'a> {
                 .filter(|(c, _)| c.buf.is_empty() && !c.failed && c.next.is_some())
                 .map(|(c, d)| async move {
                     let start = c.next.clone().unwrap_or_default();
-                    let r =
-                        tokio::time::timeout(cluster.timeout, d.list_objects(bucket, &start, PAGE))
-                            .await
-                            .unwrap_or_else(|_| Err(DriveError::unreachable("timed out")));
+                    let r = oed_model::drive::within(
+                        cluster.timeout,
+                        d.list_objects(bucket, &start, PAGE),
+                    )
+                    .await;
                     match r {
                         Ok(page) => {
                             c.next = if page.len() < PAGE {

@@ -150,21 +150,21 @@ fn lanes() -> Option<&'static mpsc::Sender<Job>> {
         .as_ref()
 }
 
+/// The kernel and hold time the hashing thread starts with, once set by [`configure`].
+static SETTINGS: OnceLock<(Lanes, Duration)> = OnceLock::new();
+
+/// Sets the hashing thread's kernel (`None`: the widest this CPU runs) and how long it
+/// waits for more streams (`md5_kernel`, `md5_gather_ms`). Takes effect when the thread
+/// starts, at the first hash; the first call wins.
+pub fn configure(kernel: Option<Lanes>, gather_wait: Duration) {
+    let _ = SETTINGS.set((kernel.unwrap_or_else(Lanes::best), gather_wait));
+}
+
 /// The hashing thread: takes in streams' pieces, up to the kernel's width at a time, and
-/// hashes them together in rounds of at most [`ROUND_BLOCKS`] blocks.
-/// Benchmarks compare kernels and hold times in one binary: `OED_BENCH_MD5_KERNEL`
-/// (`scalar`, `avx2`, `avx512`, `neon`; one the CPU does not run is ignored) and
-/// `OED_BENCH_MD5_GATHER_MS` replace the defaults.
+/// hashes them together in rounds of at most [`ROUND_BLOCKS`] blocks, with the kernel
+/// and hold time [`configure`] set (the widest kernel and [`GATHER_WAIT`] otherwise).
 fn run(rx: &mpsc::Receiver<Job>) {
-    let kernel = std::env::var("OED_BENCH_MD5_KERNEL")
-        .ok()
-        .and_then(|name| Lanes::ALL.into_iter().find(|k| k.name() == name))
-        .filter(|k| k.supported())
-        .unwrap_or_else(Lanes::best);
-    let wait = std::env::var("OED_BENCH_MD5_GATHER_MS")
-        .ok()
-        .and_then(|ms| ms.parse().ok())
-        .map_or(GATHER_WAIT, Duration::from_millis);
+    let (kernel, wait) = *SETTINGS.get_or_init(|| (Lanes::best(), GATHER_WAIT));
     run_with(kernel, wait, &HASHING, rx);
 }
 

@@ -233,12 +233,11 @@ impl StripeSource {
                 let Some(d) = drive else {
                     return Err(DriveError::unreachable("drive is not in the cluster map"));
                 };
-                tokio::time::timeout(
+                oed_model::drive::within(
                     timeout,
                     d.read_shard(bucket, key, Some(version), Some(at..end)),
                 )
                 .await
-                .unwrap_or_else(|_| Err(DriveError::unreachable("timed out")))
             }
         }))
         .await;
@@ -313,9 +312,7 @@ impl StripeSource {
                 }
                 match s {
                     Source::Open(r) => Some(async move {
-                        let got = tokio::time::timeout(timeout, r.read(cl))
-                            .await
-                            .unwrap_or_else(|_| Err(DriveError::unreachable("timed out")));
+                        let got = oed_model::drive::within(timeout, r.read(cl)).await;
                         (i, got)
                     }),
                     _ => None,

@@ -137,7 +137,7 @@ impl BodyChecksum {
 }
 
 /// The drives a write's shards go to, in shard order.
-type Placed = Vec<Arc<dyn Drive>>;
+type ShardDrives = Vec<Arc<dyn Drive>>;
 
 /// A stored object.
 #[derive(Clone, Debug)]
@@ -380,7 +380,7 @@ impl Cluster {
 
     /// The record of a new version of `obj` (its `ETag` and final id still to come), the
     /// drives placed for its shards, and its layout.
-    fn new_record(&self, obj: &NewObject) -> Result<(ObjectRecord, Placed, oed_ec::Layout)> {
+    fn new_record(&self, obj: &NewObject) -> Result<(ObjectRecord, ShardDrives, oed_ec::Layout)> {
         let map = self.map();
         let p = map.profile;
         let layout = oed_ec::Layout::new(p.k.into(), p.m.into(), p.chunk_size)?;
@@ -544,8 +544,7 @@ impl Cluster {
         let codec = self.codec(layout.k() as u16, layout.m() as u16)?;
         let codec = &*codec;
         let stripe_size = layout.stripe_size() as usize;
-        let mut buf = StripeBuf::new(self.stripe_copy);
-        buf.reserve(stripe_size.min(obj.size as usize));
+        let mut buf = StripeBuf::new();
         let mut received: u64 = 0;
         let mut stripe: u64 = 0;
         // Hashed a stripe at a time, in lanes with other uploads' (super::md5).
@@ -576,7 +575,6 @@ impl Cluster {
                     self.send_stripe(up, layout, codec, obj.size, stripe, data, &mut fast)
                         .await?;
                     stripe += 1;
-                    buf.reserve(stripe_size.min((obj.size - received) as usize + piece.len()));
                 }
             }
         }
@@ -674,23 +672,19 @@ const MIN_PIECE: usize = 16 * 1024;
 /// A stripe being received: the body's pieces as they came (reference-counted, not
 /// copied), small ones joined ([`MIN_PIECE`]). The erasure code, the frame CRCs, MD5 and
 /// the sends all work on the pieces, so the coordinator never copies a body into one
-/// buffer per stripe (`OED_BENCH_STRIPE_COPY=true` copies every byte, as before, for
-/// benchmarks).
+/// buffer per stripe.
 struct StripeBuf {
     pieces: Vec<Bytes>,
     small: BytesMut,
     len: usize,
-    /// Copy every piece (the benchmark switch).
-    copy_all: bool,
 }
 
 impl StripeBuf {
-    fn new(copy_all: bool) -> Self {
+    fn new() -> Self {
         Self {
             pieces: Vec::new(),
             small: BytesMut::new(),
             len: 0,
-            copy_all,
         }
     }
 
@@ -698,19 +692,11 @@ impl StripeBuf {
         self.len
     }
 
-    /// Makes room for the next stripe's `len` bytes when they are all copied (the
-    /// benchmark switch: one buffer per stripe, allocated once, as before).
-    fn reserve(&mut self, len: usize) {
-        if self.copy_all {
-            self.small.reserve(len);
-        }
-    }
-
     fn push(&mut self, piece: Bytes) {
         self.len += piece.len();
-        if self.copy_all || piece.len() < MIN_PIECE {
+        if piece.len() < MIN_PIECE {
             self.small.extend_from_slice(&piece);
-            if !self.copy_all && self.small.len() >= MIN_PIECE {
+            if self.small.len() >= MIN_PIECE {
                 self.pieces.push(self.small.split().freeze());
             }
             return;
@@ -780,18 +766,18 @@ mod tests {
 
     /// A body's checksum against a header, a trailer, or nothing; what is stored.
     /// A body's pieces go into stripes uncopied unless small, come out in order, and a
-    /// stripe's chunks are slices of them, none empty; the benchmark switch copies all.
+    /// stripe's chunks are slices of them, none empty.
     #[test]
     fn stripes_keep_large_pieces_and_join_small_ones() {
         use rand::{Rng as _, SeedableRng as _};
         let mut rng = rand::rngs::SmallRng::seed_from_u64(7);
-        for copy_all in [false, true] {
+        {
             for _ in 0..50 {
                 let body: Vec<u8> = (0..rng.gen_range(1..300_000))
                     .map(|_| rng.r#gen())
                     .collect();
                 let body = Bytes::from(body);
-                let mut buf = StripeBuf::new(copy_all);
+                let mut buf = StripeBuf::new();
                 let mut at = 0;
                 let mut large = false;
                 while at < body.len() {
@@ -805,10 +791,6 @@ mod tests {
                 let pieces = buf.take();
                 assert_eq!(buf.len(), 0);
                 assert_eq!(pieces.concat(), body);
-                if copy_all {
-                    assert_eq!(pieces.len(), 1);
-                    continue;
-                }
                 // Uncopied pieces point into the body itself.
                 let inside = |p: &Bytes| {
                     let (b, e) = (body.as_ptr() as usize, body.as_ptr() as usize + body.len());

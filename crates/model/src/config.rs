@@ -163,6 +163,12 @@ pub struct Config {
     /// anyway, which saves an MD5 pass over every byte (about a third of the CPU a PUT
     /// costs). A Content-MD5 sent by the client is checked either way. Default: true.
     pub md5_etags: bool,
+    /// The MD5 kernel PUTs hash in: `auto` (the widest this CPU runs), `scalar`, `avx2`,
+    /// `avx512` or `neon`. One this CPU does not run is refused at start. Default: auto.
+    pub md5_kernel: String,
+    /// How long the hashing thread waits for more streams to fill its lanes before it
+    /// hashes what it has, in milliseconds (0 to 1000; 0 never waits). Default: 4.
+    pub md5_gather_ms: u64,
     /// Memory for the object data of the GETs and PUTs this drive coordinates, in bytes.
     /// Each holds about two stripes' worth while it runs (a 4 MiB GET of a 4+2 profile
     /// with 256 KiB chunks: 2 MiB; a PUT: 4 MiB); requests beyond wait for a share, so
@@ -276,6 +282,8 @@ impl Default for Config {
             tls_ca_file: None,
             min_body_bytes_per_second: 1024,
             md5_etags: true,
+            md5_kernel: "auto".into(),
+            md5_gather_ms: 4,
             coordinator_buffer_bytes: 12 << 20,
             coordinator_wait_seconds: 30,
             max_waiting_per_client: 64,
@@ -378,6 +386,13 @@ impl Config {
     /// [`Error::Config`] naming the field and the fix.
     pub fn validate(&self) -> Result<()> {
         let bad = |msg: String| Err(Error::Config(msg));
+        self.md5_lanes()?;
+        if self.md5_gather_ms > 1000 {
+            return bad(format!(
+                "md5_gather_ms is {}: at most 1000 (a second)",
+                self.md5_gather_ms
+            ));
+        }
         if self.drive_id.is_empty()
             || !self
                 .drive_id
@@ -462,6 +477,38 @@ impl Config {
 
     /// [`Config::validate`]'s checks of the settings of connections: timeouts, limits,
     /// buffers and TLS files.
+    /// The MD5 kernel `md5_kernel` names, `None` for `auto`.
+    ///
+    /// # Errors
+    /// [`Error::Config`] for a name that is not a kernel, or one this CPU does not run.
+    pub fn md5_lanes(&self) -> Result<Option<oed_ops::md5::Lanes>> {
+        use oed_ops::md5::Lanes;
+        if self.md5_kernel == "auto" {
+            return Ok(None);
+        }
+        let names = || {
+            Lanes::ALL
+                .iter()
+                .filter(|k| k.supported())
+                .map(|k| k.name())
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        match Lanes::ALL.into_iter().find(|k| k.name() == self.md5_kernel) {
+            Some(k) if k.supported() => Ok(Some(k)),
+            Some(_) => Err(Error::Config(format!(
+                "md5_kernel = {:?}: this CPU does not run it; use auto or one of: {}",
+                self.md5_kernel,
+                names()
+            ))),
+            None => Err(Error::Config(format!(
+                "md5_kernel = {:?} is no MD5 kernel; use auto or one of: {}",
+                self.md5_kernel,
+                names()
+            ))),
+        }
+    }
+
     fn validate_connections(&self) -> Result<()> {
         let bad = |msg: String| Err(Error::Config(msg));
         if self.peer_timeout_seconds == 0 {
@@ -755,5 +802,35 @@ mod tests {
         let c: Config = toml::from_str(&Config::defaults_toml()).unwrap();
         assert_eq!(c, Config::default());
         c.validate().unwrap();
+    }
+
+    /// `md5_kernel` takes `auto` and the kernels this CPU runs; anything else stops the
+    /// start with the field, the value and the names it takes.
+    #[test]
+    fn md5_kernel_names_a_kernel_this_cpu_runs() {
+        let with = |kernel: &str, ms: u64| Config {
+            md5_kernel: kernel.into(),
+            md5_gather_ms: ms,
+            ..Config::default()
+        };
+        assert_eq!(with("auto", 4).md5_lanes().unwrap(), None);
+        assert_eq!(
+            with("scalar", 0).md5_lanes().unwrap(),
+            Some(oed_ops::md5::Lanes::Scalar)
+        );
+        let e = with("sse9", 4).validate().unwrap_err().to_string();
+        assert!(
+            e.contains("md5_kernel") && e.contains("sse9") && e.contains("scalar"),
+            "{e}"
+        );
+        let e = with("auto", 1001).validate().unwrap_err().to_string();
+        assert!(e.contains("md5_gather_ms"), "{e}");
+        for k in oed_ops::md5::Lanes::ALL
+            .into_iter()
+            .filter(|k| !k.supported())
+        {
+            let e = with(k.name(), 4).validate().unwrap_err().to_string();
+            assert!(e.contains("does not run"), "{e}");
+        }
     }
 }

@@ -238,6 +238,21 @@ pub const MAX_LIST: usize = 1000;
 /// The operations drives offer each other. Every method's errors are [`DriveError`]s;
 /// [`ErrorCode::Unreachable`] means the drive could not be asked or its answer not read
 /// (nothing is known about what it did then).
+/// `call` to a drive, given at most `limit`: past it the drive counts as unreachable
+/// ([`ErrorCode::Unreachable`], "timed out"), as when it cannot be asked at all. The one
+/// way a caller bounds a drive operation.
+///
+/// # Errors
+/// What `call` returns, or `Unreachable` past `limit`.
+pub async fn within<T>(
+    limit: std::time::Duration,
+    call: impl std::future::Future<Output = Result<T, DriveError>>,
+) -> Result<T, DriveError> {
+    tokio::time::timeout(limit, call)
+        .await
+        .unwrap_or_else(|_| Err(DriveError::unreachable("timed out")))
+}
+
 #[async_trait::async_trait]
 pub trait Drive: Send + Sync + std::fmt::Debug {
     /// Stores shard `record.shard_index` of an object durably. `body` is the shard file;

@@ -26,7 +26,7 @@ pub enum Error {
     Expired(u64),
     /// The thing asked for does not exist.
     #[error("{0} not found")]
-    NotFound(&'static str),
+    NotFound(Missing),
     /// A newer version of the object is already stored here; this write changed nothing.
     #[error("a newer version of this object is already stored")]
     Superseded,
@@ -112,6 +112,38 @@ pub enum Error {
     /// File or socket I/O failed.
     #[error("I/O")]
     Io(#[from] std::io::Error),
+}
+
+/// What a [`Error::NotFound`] did not find: callers match on it (the S3 front end picks
+/// `NoSuchBucket`, `NoSuchKey` or `NoSuchUpload` by it), never on a message.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Missing {
+    /// A bucket.
+    Bucket,
+    /// An object (no version of the key at all).
+    Object,
+    /// The version of an object asked for (another version may exist).
+    ObjectVersion,
+    /// A multipart upload.
+    Upload,
+    /// A route of the drive's HTTP API.
+    Route,
+    /// An S3 route on a drive that serves no S3 (it has no S3 secret).
+    S3Off,
+}
+
+impl std::fmt::Display for Missing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Missing::Bucket => "bucket",
+            Missing::Object => "object",
+            Missing::ObjectVersion => "object version",
+            Missing::Upload => "upload",
+            Missing::Route => "route",
+            Missing::S3Off => "route (S3 is off: no S3 secret)",
+        })
+    }
 }
 
 /// Result with [`Error`].
@@ -366,7 +398,7 @@ mod tests {
         assert!(!e.message.contains("secret"), "{}", e.message);
         let full = DriveError::from(Error::Io(std::io::ErrorKind::StorageFull.into()));
         assert_eq!(full.code, ErrorCode::InsufficientStorage);
-        let nf = DriveError::from(Error::NotFound("bucket"));
+        let nf = DriveError::from(Error::NotFound(Missing::Bucket));
         assert_eq!(
             (nf.code, nf.message.as_str()),
             (ErrorCode::NotFound, "bucket not found")

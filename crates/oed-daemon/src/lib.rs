@@ -17,14 +17,14 @@
 //! - [`metrics`]: the drive's Prometheus registry (the meter's collectors from `oed-meter`,
 //!   request and traffic counters, the store's state at scrape time) and `/metrics`.
 //! - [`notify`]: readiness and shutdown notices to systemd (`Type=notify`).
-//! - [`relocations`]: the pages of the executable's dynamic relocations, given back at start.
+//! - [`loader_pages`]: the pages of the executable's dynamic relocations, given back at start.
 
 pub mod admin_api;
 #[doc(hidden)]
 pub mod fuzzing;
+pub mod loader_pages;
 pub mod metrics;
 pub mod notify;
-pub mod relocations;
 pub mod server;
 
 /// One line naming the version, target and the erasure-coding kernel chosen on this CPU,

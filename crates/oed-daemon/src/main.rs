@@ -1080,7 +1080,7 @@ fn parse_sets(set: Vec<String>) -> anyhow::Result<Vec<(String, String)>> {
 fn serve(args: ServeArgs) -> anyhow::Result<()> {
     limit_malloc_arenas();
     init_tracing();
-    let released = oed_daemon::relocations::release_relocation_pages();
+    let released = oed_daemon::loader_pages::release_relocation_pages();
     tracing::debug!(
         kib = released / 1024,
         "gave back the pages of the executable's relocations"

@@ -200,7 +200,7 @@ impl DriveServer {
                 s3,
                 |e: s3s::HttpError| async move { oed_s3::error::s3s_failure(&e) },
             )),
-            None => app.fallback(|| async { Error::NotFound("route (S3 is off: no S3 secret)") }),
+            None => app.fallback(|| async { Error::NotFound(oed_model::error::Missing::S3Off) }),
         };
         let app = app
             .layer(axum::middleware::from_fn(oed_s3::precheck))

@@ -415,9 +415,7 @@ impl PeerClient {
     #[must_use]
     pub fn with_raw_uploads(mut self, raw: bool) -> Self {
         self.raw = raw.then(|| std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true)));
-        self.kept = std::sync::Arc::new(super::raw::KeptConnections::new(
-            std::env::var("OED_BENCH_RAW_KEEP").map_or(true, |v| v != "false"),
-        ));
+        self.kept = std::sync::Arc::default();
         self
     }
 

@@ -46,7 +46,7 @@ const COPY_BUFFER: usize = 256 * 1024 + CRC_LEN;
 
 /// What a drive sends on a framed read: the file, its bytes to send (the header, then the
 /// frames from `frames.start` to `frames.end`), and what it answers about them.
-struct Plan {
+struct FramedSend {
     record: ObjectRecord,
     file: ShardFile,
     open: std::fs::File,
@@ -65,7 +65,7 @@ fn plan(
     key: &str,
     version: Option<VersionId>,
     stripes: Option<Range<u64>>,
-) -> Option<Plan> {
+) -> Option<FramedSend> {
     let (record, bytes) = store.shard(bucket, key, version).ok()?;
     let ShardBytes::File(file) = bytes else {
         return None;
@@ -84,7 +84,7 @@ fn plan(
     }
     let frames =
         header.frame_offset(stripes.start).min(len)..header.frame_offset(stripes.end).min(len);
-    Some(Plan {
+    Some(FramedSend {
         record,
         file,
         open,
@@ -163,7 +163,7 @@ pub(super) fn accept(
 /// queued for heal, as an ordinary read's would.
 async fn send(
     tcp: tokio::net::TcpStream,
-    plan: Plan,
+    plan: FramedSend,
     store: &Store,
     zero_copy: bool,
 ) -> (std::io::Result<tokio::net::TcpStream>, u64) {
@@ -178,7 +178,7 @@ async fn send(
     };
     let store = store.clone();
     let sent = tokio::task::spawn_blocking(move || {
-        let Plan {
+        let FramedSend {
             record,
             file,
             mut open,

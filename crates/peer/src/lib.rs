@@ -264,7 +264,7 @@ pub fn router(state: Arc<PeerState>, admin: Router<Arc<PeerState>>) -> Router {
         .merge(admin)
         .route(
             "/_oed/{*rest}",
-            axum::routing::any(|| async { Error::NotFound("route") }),
+            axum::routing::any(|| async { Error::NotFound(oed_model::error::Missing::Route) }),
         )
         .route_layer(middleware::from_fn_with_state(state.clone(), authenticate))
         .layer(middleware::from_fn_with_state(state.clone(), limit))
@@ -397,9 +397,9 @@ const DRAIN_LIMIT: usize = 4 << 20;
 
 /// A stream two owners take turns at: the drive reads the upload through one handle,
 /// and when it refuses the upload early the handler drains the rest through the other.
-struct Shared<S>(Arc<Mutex<S>>);
+struct TakenInTurns<S>(Arc<Mutex<S>>);
 
-impl<S: Stream + Unpin> Stream for Shared<S> {
+impl<S: Stream + Unpin> Stream for TakenInTurns<S> {
     type Item = S::Item;
     fn poll_next(self: std::pin::Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<S::Item>> {
         // Never contended: the handler waits for the drive before it reads.
@@ -441,7 +441,7 @@ async fn put_shard_body(
     let stream = Arc::new(Mutex::new(stream));
     let result = match serde_json::from_str::<ObjectRecord>(&q.record) {
         Ok(record) => {
-            let upload = Box::pin(Shared(stream.clone()));
+            let upload = Box::pin(TakenInTurns(stream.clone()));
             state
                 .drive
                 .put_shard(&record, upload, q.tail.unwrap_or(false))
@@ -453,7 +453,7 @@ async fn put_shard_body(
         // A client still sending its body when the answer comes and the connection
         // closes sees a reset, not the answer. Reading a bounded rest lets it read the
         // error; past the bound, closing is the cheaper choice.
-        let mut rest = Shared(stream);
+        let mut rest = TakenInTurns(stream);
         let drain = async {
             let mut left = DRAIN_LIMIT;
             while let Some(Ok(piece)) = rest.next().await {
@@ -546,7 +546,9 @@ async fn stat(
     Query(q): Query<ObjectQuery>,
 ) -> Answer<Json<ObjectRecord>> {
     let rec = state.drive.stat(&q.bucket, &q.key).await?;
-    Ok(Json(rec.ok_or(Error::NotFound("object"))?))
+    Ok(Json(rec.ok_or(Error::NotFound(
+        oed_model::error::Missing::Object,
+    ))?))
 }
 
 async fn delete_object(

@@ -264,9 +264,6 @@ pub(super) enum Sent {
 /// [`KEPT_MAX`], each for at most [`KEPT_IDLE`].
 #[derive(Debug, Default)]
 pub(super) struct KeptConnections {
-    /// Whether raw uploads ask to keep their connections (`OED_BENCH_RAW_KEEP=false`
-    /// turns it off, for benchmarks comparing the two).
-    on: bool,
     idle: std::sync::Mutex<Vec<(tokio::net::TcpStream, Instant)>>,
     /// Raw uploads and framed reads the drive answered on a kept connection.
     pub(super) reused: std::sync::atomic::AtomicU64,
@@ -280,13 +277,6 @@ const KEPT_MAX: usize = 16;
 const KEPT_IDLE: Duration = Duration::from_secs(15);
 
 impl KeptConnections {
-    pub(super) fn new(on: bool) -> Self {
-        Self {
-            on,
-            ..Self::default()
-        }
-    }
-
     /// The connection kept last, if one is kept and fresh.
     pub(super) fn take(&self) -> Option<tokio::net::TcpStream> {
         let mut idle = self
@@ -335,15 +325,11 @@ pub(super) async fn put_shard(
 ) -> Result<Sent, DriveError> {
     let kept = client.kept();
     let request = || {
-        let req = client
+        client
             .request(PeerOp::PutShard, query, auth::STREAMING)
             .header(header::CONNECTION, "upgrade")
-            .header(header::UPGRADE, RAW_UPLOAD);
-        if kept.on {
-            req.header(http::HeaderName::from_static(KEEP_HEADER), "1")
-        } else {
-            req
-        }
+            .header(header::UPGRADE, RAW_UPLOAD)
+            .header(http::HeaderName::from_static(KEEP_HEADER), "1")
     };
     // A kept connection the drive has closed since fails before any of the body is
     // sent: then a new one.
@@ -372,7 +358,7 @@ pub(super) async fn put_shard(
         }
         return Ok(Sent::Answer(Box::new(Err(e))));
     }
-    let keep = kept.on && resp.header(KEEP_HEADER) == Some("1");
+    let keep = resp.header(KEEP_HEADER) == Some("1");
     let upgraded = hyper::upgrade::on(resp.into_inner())
         .await
         .map_err(PeerError::transport)?;

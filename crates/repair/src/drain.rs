@@ -37,7 +37,7 @@ use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
 use super::heal::current_of;
-use super::{Kept, Repair, save_kept};
+use super::{Persisted, Repair, save_persisted};
 use oed_cluster::newest_readable;
 use oed_model::drive::{Drive, DriveError, ErrorCode, ObjectRef, Relocation, ShardUpload};
 use oed_model::error::{Error, Result};
@@ -81,7 +81,7 @@ pub struct DrainState {
     pub eta_seconds: Option<f64>,
 }
 
-impl Kept for DrainState {
+impl Persisted for DrainState {
     const NAME: &'static str = "drain";
     fn state_mut(&mut self) -> &mut String {
         &mut self.state
@@ -112,7 +112,7 @@ pub struct DrainStats {
 }
 
 fn save(r: &Repair, f: impl FnOnce(&mut DrainState)) -> DrainState {
-    save_kept(&r.store, &r.drain, f)
+    save_persisted(&r.store, &r.drain, f)
 }
 
 /// Whether this drive is out in the map in force.
@@ -576,9 +576,7 @@ async fn tell_holders(
         let Some(d) = r.cluster.drive(id) else {
             return Err(DriveError::unreachable(format!("{id} is not in the map")));
         };
-        tokio::time::timeout(r.cluster.timeout, d.relocate(moves))
-            .await
-            .unwrap_or_else(|_| Err(DriveError::unreachable("timed out")))
+        oed_model::drive::within(r.cluster.timeout, d.relocate(moves)).await
     }))
     .await;
     let missed: Vec<String> = asked
@@ -608,12 +606,11 @@ async fn references(r: &Arc<Repair>) -> Result<u64> {
         };
         let mut after: Option<ObjectRef> = None;
         for _ in 0..10_000 {
-            let page = tokio::time::timeout(
+            let page = oed_model::drive::within(
                 r.cluster.timeout,
                 peer.records_for(&me, after.as_ref(), 200),
             )
             .await
-            .unwrap_or_else(|_| Err(DriveError::unreachable("timed out")))
             .map_err(|e| Error::Unavailable(format!("{}: {e}", d.id)))?;
             for rec in &page.records {
                 if fix_reference(r, peer.as_ref(), rec).await {

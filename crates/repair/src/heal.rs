@@ -320,9 +320,7 @@ async fn deliver(r: &Arc<Repair>, drive: &str) -> std::result::Result<(), DriveE
             return Ok(());
         }
         for batch in batches(&entries, entry_size) {
-            tokio::time::timeout(r.cluster.timeout, peer.queue_heals(batch))
-                .await
-                .map_err(|_| DriveError::unreachable("timed out"))??;
+            oed_model::drive::within(r.cluster.timeout, peer.queue_heals(batch)).await?;
             for e in batch {
                 r.store.meta().finish_heal(e)?;
             }

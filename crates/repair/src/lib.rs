@@ -84,7 +84,7 @@ impl RepairConfig {
 
 /// A piece of repair work's state that survives restarts: kept in the store's `state`
 /// column family under `name`, with a `state` field that reads "none" until it runs.
-trait Kept: Clone + Default + Serialize + serde::de::DeserializeOwned {
+trait Persisted: Clone + Default + Serialize + serde::de::DeserializeOwned {
     /// Its name in the store.
     const NAME: &'static str;
     /// Its `state` field.
@@ -106,7 +106,7 @@ trait Kept: Clone + Default + Serialize + serde::de::DeserializeOwned {
 }
 
 /// Changes the state behind `lock` with `f`, keeps it in `store`, and returns it.
-fn save_kept<T: Kept>(store: &Store, lock: &Mutex<T>, f: impl FnOnce(&mut T)) -> T {
+fn save_persisted<T: Persisted>(store: &Store, lock: &Mutex<T>, f: impl FnOnce(&mut T)) -> T {
     let s = {
         let mut s = lock.lock().unwrap_or_else(PoisonError::into_inner);
         f(&mut s);
@@ -278,8 +278,8 @@ impl Repair {
     #[must_use]
     pub fn new(cluster: Arc<Cluster>, config: RepairConfig, wake: Arc<Notify>) -> Arc<Self> {
         let store = cluster.local_store().clone();
-        let refill = <refill::RefillState as Kept>::load(&store);
-        let drain = <drain::DrainState as Kept>::load(&store);
+        let refill = <refill::RefillState as Persisted>::load(&store);
+        let drain = <drain::DrainState as Persisted>::load(&store);
         Arc::new(Self {
             heal_limit: Limiter::new(config.heal_rate),
             scrub_limit: Arc::new(Limiter::new(config.scrub_rate)),

@@ -19,8 +19,8 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
-use super::{Kept, Repair, save_kept};
-use oed_model::drive::{DriveError, ObjectRef};
+use super::{Persisted, Repair, save_persisted};
+use oed_model::drive::ObjectRef;
 use oed_model::error::Result;
 use oed_model::heal::{HealCause, HealEntry};
 use oed_model::record::now_ms;
@@ -57,7 +57,7 @@ pub struct RefillState {
     pub cursors: BTreeMap<String, Option<ObjectRef>>,
 }
 
-impl Kept for RefillState {
+impl Persisted for RefillState {
     const NAME: &'static str = "refill";
     fn state_mut(&mut self) -> &mut String {
         &mut self.state
@@ -86,7 +86,7 @@ impl RefillState {
 }
 
 fn save(r: &Repair, f: impl FnOnce(&mut RefillState)) -> RefillState {
-    save_kept(&r.store, &r.refill, f)
+    save_persisted(&r.store, &r.refill, f)
 }
 
 /// Starts a refill when this drive is a new incarnation of a known one, resumes one a
@@ -254,12 +254,11 @@ async fn list_from(r: &Arc<Repair>, drive: &str) -> Result<()> {
         .cloned()
         .flatten();
     loop {
-        let page = tokio::time::timeout(
+        let page = oed_model::drive::within(
             r.cluster.timeout,
             peer.records_for(&me, after.as_ref(), PAGE),
         )
         .await
-        .unwrap_or_else(|_| Err(DriveError::unreachable("timed out")))
         .map_err(|e| oed_model::Error::Unavailable(format!("{drive}: {e}")))?;
         let mut entries = Vec::new();
         for rec in &page.records {

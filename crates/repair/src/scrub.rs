@@ -24,7 +24,7 @@ use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
 use super::{Repair, RepairConfig, batches, entry_size};
-use oed_model::drive::{DriveError, ObjectRef, Settlement};
+use oed_model::drive::{ObjectRef, Settlement};
 use oed_model::error::{Error, Result};
 use oed_model::heal::{HealCause, HealEntry};
 use oed_model::record::{ObjectRecord, VersionId, now_ms};
@@ -491,9 +491,7 @@ async fn versions_of(
     let peer = r.cluster.drive(drive)?;
     let mut out = Vec::with_capacity(refs.len());
     for batch in batches(refs, |o| o.bucket.len() + o.key.len() + 32) {
-        let got = tokio::time::timeout(r.cluster.timeout, peer.versions(batch))
-            .await
-            .unwrap_or_else(|_| Err(DriveError::unreachable("timed out")));
+        let got = oed_model::drive::within(r.cluster.timeout, peer.versions(batch)).await;
         match got {
             Ok(v) if v.len() == batch.len() => out.extend(v),
             _ => return None,

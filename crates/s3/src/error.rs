@@ -4,7 +4,7 @@
 use axum::http::StatusCode;
 use s3s::{S3Error, S3ErrorCode};
 
-use oed_model::error::{Error, source_chain};
+use oed_model::error::{Error, Missing, source_chain};
 
 /// The one place OED's errors become S3 errors. 5xx are logged with their source chain;
 /// their bodies say only what a client can act on.
@@ -18,8 +18,8 @@ pub fn s3_error(e: Error) -> S3Error {
     let msg = e.to_string();
     let (code, status) = match &e {
         Error::BadRequest(_) | Error::Config(_) => (C::InvalidArgument, None),
-        Error::NotFound("bucket") => (C::NoSuchBucket, None),
-        Error::NotFound("upload") => (C::NoSuchUpload, None),
+        Error::NotFound(Missing::Bucket) => (C::NoSuchBucket, None),
+        Error::NotFound(Missing::Upload) => (C::NoSuchUpload, None),
         Error::NotFound(_) => (C::NoSuchKey, None),
         Error::BucketNotEmpty => (C::BucketNotEmpty, None),
         Error::TooLarge(_) => (C::EntityTooLarge, None),

@@ -65,7 +65,7 @@ impl Store {
 
     fn list_now(&self, bucket: &str, start: &str, limit: usize) -> Result<Vec<ObjectRecord>> {
         if self.meta.bucket(bucket)?.is_none() {
-            return Err(Error::NotFound("bucket"));
+            return Err(Error::NotFound(oed_model::error::Missing::Bucket));
         }
         let mut records = self.meta.list_objects(bucket, start, limit.min(MAX_LIST))?;
         records.iter_mut().for_each(without_file);

@@ -601,7 +601,7 @@ impl Store {
         // Which file holds the shard is this drive's to say, at the commit.
         record.file = None;
         if self.meta.bucket(&record.bucket)?.is_none() {
-            return Err(Error::NotFound("bucket"));
+            return Err(Error::NotFound(oed_model::error::Missing::Bucket));
         }
         // An upload with a tail gets its final version id only at its end: whether a
         // newer version is stored is known then (at the commit), not now.
@@ -857,9 +857,9 @@ impl Store {
         let rec = self
             .meta
             .object(bucket, key)?
-            .ok_or(Error::NotFound("object"))?;
+            .ok_or(Error::NotFound(oed_model::error::Missing::Object))?;
         if version.is_some_and(|v| v != rec.version_id) {
-            return Err(Error::NotFound("object version"));
+            return Err(Error::NotFound(oed_model::error::Missing::ObjectVersion));
         }
         if let Some(data) = self.meta.inline_shard(bucket, key, rec.version_id)? {
             return Ok((rec, ShardBytes::Inline(data)));
@@ -897,7 +897,7 @@ impl Store {
         let rec = self
             .meta
             .object(bucket, key)?
-            .ok_or(Error::NotFound("object"))?;
+            .ok_or(Error::NotFound(oed_model::error::Missing::Object))?;
         if version.is_some_and(|v| rec.version_id > v) {
             return Err(Error::Superseded);
         }
@@ -991,7 +991,7 @@ impl Store {
         match r {
             // Replaced or deleted while it was read.
             Err(Error::CorruptShard { .. }) if !self.still_stored(&rec) => {
-                Err(Error::NotFound("object version"))
+                Err(Error::NotFound(oed_model::error::Missing::ObjectVersion))
             }
             Err(Error::CorruptShard { stripe }) => {
                 tracing::error!(bucket = %rec.bucket, key = %rec.key, stripe, "scrub: stored shard is corrupt");
@@ -1588,7 +1588,7 @@ impl Store {
             return e;
         };
         if !self.still_stored(record) {
-            return Error::NotFound("object version");
+            return Error::NotFound(oed_model::error::Missing::ObjectVersion);
         }
         tracing::error!(bucket = %record.bucket, key = %record.key, stripe, "stored shard is corrupt");
         if let Err(q) = self

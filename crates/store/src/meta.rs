@@ -210,7 +210,7 @@ impl MetaStore {
     /// [`Error::NotFound`], [`Error::BucketNotEmpty`], [`Error::Meta`].
     pub fn delete_bucket(&self, name: &str) -> Result<()> {
         if self.bucket(name)?.is_none() {
-            return Err(Error::NotFound("bucket"));
+            return Err(Error::NotFound(oed_model::error::Missing::Bucket));
         }
         if !self.list_objects(name, "", 1)?.is_empty() {
             return Err(Error::BucketNotEmpty);

@@ -57,7 +57,7 @@ fn entry_key_of(e: &HealEntry) -> Vec<u8> {
 
 /// The stored form of an entry: the entry and whether it is deferred.
 #[derive(Serialize, Deserialize)]
-struct Stored {
+struct QueuedEntry {
     #[serde(flatten)]
     entry: HealEntry,
     #[serde(default)]
@@ -110,7 +110,7 @@ impl MetaStore {
             if !k.starts_with(b"e") {
                 break;
             }
-            if let Ok(s) = serde_json::from_slice::<Stored>(&v) {
+            if let Ok(s) = serde_json::from_slice::<QueuedEntry>(&v) {
                 counts.add(&s.entry, &self.drive_id, 1);
             }
         }
@@ -136,7 +136,7 @@ impl MetaStore {
         let mut new = Vec::with_capacity(entries.len());
         for e in entries {
             let key = entry_key_of(e);
-            let old: Option<Stored> = self
+            let old: Option<QueuedEntry> = self
                 .db
                 .get_pinned_cf(self.cf(super::meta::QUEUE), &key)?
                 .and_then(|v| serde_json::from_slice(&v).ok());
@@ -157,7 +157,7 @@ impl MetaStore {
             batch.put_cf(
                 self.cf(super::meta::QUEUE),
                 &key,
-                serde_json::to_vec(&Stored {
+                serde_json::to_vec(&QueuedEntry {
                     entry: merged.clone(),
                     deferred: false,
                 })?,
@@ -230,7 +230,7 @@ impl MetaStore {
         Ok(())
     }
 
-    fn stored_entry(&self, drive: &str, bucket: &str, key: &str) -> Result<Option<Stored>> {
+    fn stored_entry(&self, drive: &str, bucket: &str, key: &str) -> Result<Option<QueuedEntry>> {
         Ok(self
             .db
             .get_pinned_cf(self.cf(super::meta::QUEUE), entry_key(drive, bucket, key))?
@@ -299,7 +299,7 @@ impl MetaStore {
             if out.len() >= limit {
                 return ControlFlow::Break(());
             }
-            if let Ok(s) = serde_json::from_slice::<Stored>(v) {
+            if let Ok(s) = serde_json::from_slice::<QueuedEntry>(v) {
                 out.push(s.entry);
             }
             ControlFlow::Continue(())

@@ -85,12 +85,11 @@ fn client(map: &ClusterMap, access: &Access, id: &str) -> Result<PeerClient> {
 pub async fn statuses(map: &ClusterMap, access: &Access) -> Vec<DriveAnswer> {
     join_all(map.drives.iter().map(|d| async move {
         let c = access.client(map, d);
-        let got = tokio::time::timeout(
+        let got = oed_model::drive::within(
             Duration::from_secs(10),
             c.get_json::<RepairStatus>(PeerOp::AdminStatus, ""),
         )
-        .await
-        .unwrap_or_else(|_| Err(DriveError::unreachable("timed out")));
+        .await;
         let (status, error) = match got {
             Ok(s) => (Some(s), None),
             Err(e) => (None, Some(e.to_string())),
@@ -168,12 +167,11 @@ pub async fn push(map: &ClusterMap, access: &Access) -> String {
         let text = text.clone();
         async move {
             let c = access.client(map, d);
-            let got = tokio::time::timeout(
+            let got = oed_model::drive::within(
                 Duration::from_secs(10),
                 c.post_text::<serde_json::Value>(PeerOp::PutMap, text),
             )
-            .await
-            .unwrap_or_else(|_| Err(DriveError::unreachable("timed out")));
+            .await;
             match got {
                 Ok(_) => format!("{}: epoch {} in force", d.id, map.epoch),
                 Err(e) => format!(
@@ -233,12 +231,11 @@ pub fn set_state(map: &mut ClusterMap, id: &str, state: oed_model::map::DriveSta
 /// [`Error::Config`] saying what is missing.
 pub async fn check_drained(map: &ClusterMap, access: &Access, id: &str) -> Result<()> {
     let c = client(map, access, id)?;
-    let s: RepairStatus = tokio::time::timeout(
+    let s: RepairStatus = oed_model::drive::within(
         Duration::from_secs(10),
         c.get_json(PeerOp::AdminStatus, ""),
     )
     .await
-    .unwrap_or_else(|_| Err(DriveError::unreachable("timed out")))
     .map_err(|e| {
         Error::Config(format!(
             "{id} does not answer ({e}): it cannot be removed before it says its drain is done"

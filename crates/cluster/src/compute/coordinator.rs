@@ -178,7 +178,7 @@ fn totals(op: &Op) -> bool {
 }
 
 /// A partial and where it belongs in object order.
-struct Placed {
+struct PlacedPartial {
     extent: usize,
     stripe: u64,
     shard: u16,
@@ -514,16 +514,19 @@ impl Cluster {
         plan: &Plan,
         cost: &mut Cost,
     ) -> Result<Partial> {
-        let mut placed: Vec<Placed> = Vec::new();
+        let mut placed: Vec<PlacedPartial> = Vec::new();
         for (x, (ext, base, stripes)) in extent_stripes(plan, exts).enumerate() {
             if !stripes.is_empty() {
                 let part = self.gather(bucket, ext, base, plan, stripes, cost).await?;
-                placed.extend(part.into_iter().map(|(stripe, shard, partial)| Placed {
-                    extent: x,
-                    stripe,
-                    shard,
-                    partial,
-                }));
+                placed.extend(
+                    part.into_iter()
+                        .map(|(stripe, shard, partial)| PlacedPartial {
+                            extent: x,
+                            stripe,
+                            shard,
+                            partial,
+                        }),
+                );
             }
         }
         placed.sort_by_key(|p| (p.extent, p.stripe, p.shard));
@@ -630,9 +633,7 @@ impl Cluster {
         let drive = self
             .drive(id)
             .ok_or_else(|| DriveError::unreachable("drive is not in the cluster map"))?;
-        let answer = tokio::time::timeout(self.op_timeout, drive.run_op(req))
-            .await
-            .unwrap_or_else(|_| Err(DriveError::unreachable("timed out")))?;
+        let answer = oed_model::drive::within(self.op_timeout, drive.run_op(req)).await?;
         if answer.shard != i {
             return Err(DriveError::unreachable(format!(
                 "the drive holds shard {}, not {i}",
