@@ -105,23 +105,24 @@ class Crate:
             found.extend(expand(tree))
         for head, rest in PATH.findall(USE.sub("", text)):
             found.append([head] + [x for x in re.sub(r"\s+", "", rest).split("::") if x])
-        out = []
-        for p in found:
-            if not p:
-                continue
-            if p[0] == "crate":
-                out.append(tuple(p[1:]))
-            elif p[0] in ("super", "self"):
-                base = list(mod)
-                i = 0
-                while i < len(p) and p[i] in ("super", "self"):
-                    if p[i] == "super" and base:
-                        base.pop()
-                    i += 1
-                out.append(tuple(base + p[i:]))
-            elif p[0] in self.children(mod):
-                out.append(tuple(list(mod) + p))
-        return out
+        return [a for a in (self.absolute(mod, p) for p in found if p) if a is not None]
+
+    def absolute(self, mod, p):
+        """Path `p` as written in `mod`'s file, from the crate root; `None` when it names
+        another crate."""
+        if p[0] == "crate":
+            return tuple(p[1:])
+        if p[0] in ("super", "self"):
+            base = list(mod)
+            i = 0
+            while i < len(p) and p[i] in ("super", "self"):
+                if p[i] == "super" and base:
+                    base.pop()
+                i += 1
+            return tuple(base + list(p[i:]))
+        if p[0] in self.children(mod):
+            return tuple(list(mod) + list(p))
+        return None
 
     def children(self, mod):
         return {m[len(mod)] for m in self.files if len(m) == len(mod) + 1 and m[: len(mod)] == mod}
@@ -150,22 +151,10 @@ class Crate:
             seen.add((mod, path[n]))
             via = self.reexports(mod).get(path[n])
             if via:
-                first = via[0]
-                if first == "crate":
-                    target = list(via[1:])
-                elif first in ("super", "self"):
-                    base = list(mod)
-                    i = 0
-                    while i < len(via) and via[i] in ("super", "self"):
-                        if via[i] == "super" and base:
-                            base.pop()
-                        i += 1
-                    target = base + list(via[i:])
-                elif first in self.children(mod):
-                    target = list(mod) + list(via)
-                else:
+                target = self.absolute(mod, via)
+                if target is None:
                     return mod  # another crate's name
-                return self.resolve(tuple(target) + tuple(path[n + 1 :]), seen)
+                return self.resolve(target + tuple(path[n + 1 :]), seen)
         return mod
 
 
