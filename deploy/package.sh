@@ -105,6 +105,8 @@ for arch in "${arches[@]}"; do
   link_cc=${!linker_var:-cc}
   ordered=$(bash deploy/link-ordered --install)
   [ "$link_cc" != "$ordered" ] || link_cc=cc
+  # Cargo does not know the order file: a newer one must relink the daemon.
+  [ ! deploy/code-order.txt.gz -nt "$CARGO_TARGET_DIR/$t/deb/oedd" ] || touch crates/oed-daemon/src/main.rs
   env CODE_ORDER_CC="$link_cc" CODE_ORDER_FILE="$root/deploy/code-order.txt.gz" "$linker_var=$ordered" \
     ROCKSDB_LIB_DIR="$lib" ROCKSDB_STATIC=1 \
     cargo build --locked -p oed-daemon --bin oedd --profile deb --target "$t"
