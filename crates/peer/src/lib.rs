@@ -32,6 +32,14 @@ mod raw;
 pub mod stall;
 pub mod tls;
 
+/// The response header of `GET shard` that names the version read.
+pub const VERSION_HEADER: &str = "x-oed-version-id";
+/// The request header naming the epoch of the cluster map its sender runs.
+pub const EPOCH_HEADER: &str = "x-oed-map-epoch";
+
+/// The response header of `GET shard` that names the stripes sent, `from-to`.
+pub const STRIPES_HEADER: &str = "x-oed-stripes";
+
 pub use frames::FRAMED_READ;
 pub use raw::{ConnectionHold, KEEP_HEADER, RAW_UPLOAD, ServeAgain};
 
@@ -309,7 +317,7 @@ async fn authenticate(State(state): State<Arc<PeerState>>, req: Request, next: N
 fn check_epoch(state: &PeerState, req: Request) -> Result<Request, Error> {
     let theirs = req
         .headers()
-        .get(client::EPOCH_HEADER)
+        .get(EPOCH_HEADER)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
     let mine = state.epoch.load(Ordering::Relaxed);
@@ -530,9 +538,9 @@ async fn get_shard(
 /// The headers of an answer to `GET shard` (a body or a framed read's `101`) naming the
 /// version read and the stripes sent.
 fn read_headers(headers: &mut HeaderMap, version: VersionId, stripes: &std::ops::Range<u64>) {
-    headers.insert(client::VERSION_HEADER, header_value(&version.to_string()));
+    headers.insert(VERSION_HEADER, header_value(&version.to_string()));
     headers.insert(
-        client::STRIPES_HEADER,
+        STRIPES_HEADER,
         header_value(&format!("{}-{}", stripes.start, stripes.end)),
     );
 }

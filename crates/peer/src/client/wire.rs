@@ -1,12 +1,5 @@
-//! A client of another drive's peer API: the [`Drive`] interface over HTTP. It signs
-//! each request, names its route from [`PeerOp`], and reads error bodies back into the
-//! typed [`DriveError`] the drive sent. The coordinator of the cluster uses it; so do the
-//! end-to-end tests.
-//!
-//! It speaks HTTP/1.1 through hyper's pooled client directly. A connection's read buffer
-//! is capped at [`READ_BUFFER_MAX`]: hyper's default lets each connection grow one to
-//! about 400 KiB and keep it while the connection idles in the pool, and a coordinator
-//! holds dozens of connections (`docs/cluster.md`, "Memory and back-pressure").
+//! Requests to a drive's peer API and their answers: the signed request, the pooled
+//! HTTP client, the error an answer carries.
 
 use std::fmt::Write as _;
 use std::ops::Range;
@@ -20,23 +13,12 @@ use hyper::body::{Frame, Incoming};
 use hyper_util::client::legacy::{Client, connect::HttpConnector};
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 
-use super::PeerOp;
-use super::auth::{self, PeerKey};
+use crate::auth::{self, PeerKey};
+use crate::{EPOCH_HEADER, PeerOp, STRIPES_HEADER, VERSION_HEADER};
 use oed_model::config::READ_BUFFER_MAX;
-use oed_model::drive::{
-    Drive, DriveError, DriveInfo, ErrorCode, HealEntry, ObjectRef, OpAnswer, OpRequest, RecordPage,
-    Relocation, Settlement, ShardRead, ShardStream, ShardUpload, Stored,
-};
-use oed_model::record::{BucketRecord, ObjectRecord, VersionId};
+use oed_model::drive::{DriveError, ErrorCode, ShardRead, ShardStream};
+use oed_model::record::VersionId;
 use oed_model::uri::encode as q;
-
-/// The response header of `GET shard` that names the version read.
-pub const VERSION_HEADER: &str = "x-oed-version-id";
-/// The request header naming the epoch of the cluster map its sender runs.
-pub const EPOCH_HEADER: &str = "x-oed-map-epoch";
-
-/// The response header of `GET shard` that names the stripes sent, `from-to`.
-pub const STRIPES_HEADER: &str = "x-oed-stripes";
 
 /// A boxed error, as the transport reports it.
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -172,7 +154,7 @@ pub struct PeerClient {
     raw_min: u64,
     /// Connections of raw uploads (`x-oed-raw-keep`) and framed reads kept for the next
     /// request, shared by the clones made after [`PeerClient::with_raw_uploads`].
-    kept: std::sync::Arc<super::raw::KeptConnections>,
+    kept: std::sync::Arc<super::kept::KeptConnections>,
     /// Whether shard reads ask for frames ([`PeerClient::with_framed_reads`]).
     framed: bool,
 }
@@ -352,7 +334,7 @@ pub(super) fn read_headers(resp: &PeerResponse) -> Result<(VersionId, Range<u64>
 }
 
 /// The shard read of an answer to `GET shard` with the chunks as its body.
-fn chunk_body(resp: PeerResponse) -> Result<ShardRead, DriveError> {
+pub(super) fn chunk_body(resp: PeerResponse) -> Result<ShardRead, DriveError> {
     let (version, stripes) = read_headers(&resp)?;
     let chunks: ShardStream = Box::pin(resp.bytes_stream().map(|r| {
         r.map_err(|e| {
@@ -409,7 +391,7 @@ impl PeerClient {
     }
 
     /// The same client, sending shard uploads to an `http://` drive as raw uploads
-    /// (`raw`: [`super::RAW_UPLOAD`], which the drive splices into its file) or as request
+    /// (`raw`: [`crate::RAW_UPLOAD`], which the drive splices into its file) or as request
     /// bodies. A drive that answers a raw upload as one without a body (a version before
     /// raw uploads) gets bodies from then on.
     #[must_use]
@@ -420,7 +402,7 @@ impl PeerClient {
     }
 
     /// The same client, asking a drive reached in the clear for the frames of the shards
-    /// it reads (`framed`: [`super::FRAMED_READ`], which the drive sends from its file
+    /// it reads (`framed`: [`crate::FRAMED_READ`], which the drive sends from its file
     /// with `sendfile`; this side checks each chunk's CRC32C) or for their chunks as a
     /// body. A drive that cannot send a shard so (over TLS, a shard kept inline, a
     /// version before framed reads) answers with a body either way.
@@ -431,7 +413,7 @@ impl PeerClient {
     }
 
     /// The connections of raw uploads this client keeps for the next.
-    pub(super) fn kept(&self) -> &super::raw::KeptConnections {
+    pub(super) fn kept(&self) -> &super::kept::KeptConnections {
         &self.kept
     }
 
@@ -495,6 +477,28 @@ impl PeerClient {
         }
     }
 
+    /// The flag of raw uploads to this drive when a shard file of `file_len` bytes goes
+    /// as one: they are on and taken, the drive is reached in the clear, and the file is
+    /// at least the minimum.
+    pub(super) fn raw_upload(
+        &self,
+        file_len: u64,
+    ) -> Option<&std::sync::Arc<std::sync::atomic::AtomicBool>> {
+        self.raw.as_ref().filter(|r| {
+            r.load(std::sync::atomic::Ordering::Relaxed)
+                && self
+                    .base
+                    .as_ref()
+                    .is_ok_and(|b| b.scheme == http::uri::Scheme::HTTP)
+                && file_len >= self.raw_min
+        })
+    }
+
+    /// The drive's `host:port`, when its base URL parsed.
+    pub(super) fn authority(&self) -> Option<String> {
+        self.base.as_ref().ok().map(|b| b.authority.to_string())
+    }
+
     /// `GET shard` with `query`, the chunks sent as the answer's body.
     pub(super) async fn read_ordinary(&self, query: &str) -> Result<ShardRead, DriveError> {
         chunk_body(self.send(PeerOp::GetShard, query).await?)
@@ -502,7 +506,7 @@ impl PeerClient {
 
     /// Whether shard reads ask for frames ([`PeerClient::with_framed_reads`]) of this drive:
     /// one reached in the clear.
-    fn framed_reads(&self) -> bool {
+    pub(super) fn framed_reads(&self) -> bool {
         self.framed
             && self
                 .base
@@ -511,177 +515,12 @@ impl PeerClient {
     }
 
     /// Sends `op` with an empty body and reads an error answer into its [`DriveError`].
-    async fn send(&self, op: PeerOp, query: &str) -> Result<PeerResponse, DriveError> {
+    pub(super) async fn send(&self, op: PeerOp, query: &str) -> Result<PeerResponse, DriveError> {
         let resp = self
             .request(op, query, &auth::body_digest(b""))
             .send()
             .await?;
         check(resp).await
-    }
-}
-
-#[async_trait::async_trait]
-impl Drive for PeerClient {
-    async fn put_shard(
-        &self,
-        record: &ObjectRecord,
-        body: ShardUpload,
-        tail: bool,
-    ) -> Result<Stored, DriveError> {
-        let file_len = shard_file_len(record);
-        let record = serde_json::to_string(record)
-            .map_err(|e| DriveError::new(ErrorCode::BadRequest, e.to_string()))?;
-        let mut query = format!("record={}", q(&record));
-        if tail {
-            query.push_str("&tail=true");
-        }
-        let raw = self.raw.as_ref().filter(|r| {
-            r.load(std::sync::atomic::Ordering::Relaxed)
-                && self
-                    .base
-                    .as_ref()
-                    .is_ok_and(|b| b.scheme == http::uri::Scheme::HTTP)
-                && file_len >= self.raw_min
-        });
-        let body = match raw {
-            Some(flag) => match super::raw::put_shard(self, &query, body, file_len).await? {
-                super::raw::Sent::Answer(stored) => return *stored,
-                super::raw::Sent::NotTaken(body) => {
-                    tracing::info!(
-                        drive = ?self.base.as_ref().map(|b| b.authority.to_string()),
-                        "a drive takes no raw shard uploads (an earlier version): sending bodies"
-                    );
-                    flag.store(false, std::sync::atomic::Ordering::Relaxed);
-                    body
-                }
-            },
-            None => body,
-        };
-        let resp = self
-            .request(PeerOp::PutShard, &query, auth::STREAMING)
-            .stream_body(body)
-            .send()
-            .await?;
-        check(resp).await?.json().await
-    }
-
-    async fn read_shard(
-        &self,
-        bucket: &str,
-        key: &str,
-        version: Option<VersionId>,
-        stripes: Option<Range<u64>>,
-    ) -> Result<ShardRead, DriveError> {
-        let mut query = key_query(bucket, key, version);
-        if let Some(r) = &stripes {
-            let _ = write!(query, "&from={}&to={}", r.start, r.end);
-        }
-        if !self.framed_reads() {
-            return self.read_ordinary(&query).await;
-        }
-        let resp = super::frames::request(self, &query).await?;
-        if resp.status() == StatusCode::SWITCHING_PROTOCOLS {
-            super::frames::read(self, resp, bucket, key).await
-        } else {
-            chunk_body(resp)
-        }
-    }
-
-    async fn stat(&self, bucket: &str, key: &str) -> Result<Option<ObjectRecord>, DriveError> {
-        let query = key_query(bucket, key, None);
-        match self.send(PeerOp::StatObject, &query).await {
-            Ok(resp) => resp.json().await.map(Some),
-            Err(e) if e.is_not_found() => Ok(None),
-            Err(e) => Err(e),
-        }
-    }
-
-    async fn delete_object(
-        &self,
-        bucket: &str,
-        key: &str,
-        version: Option<VersionId>,
-    ) -> Result<(), DriveError> {
-        let query = key_query(bucket, key, version);
-        self.send(PeerOp::DeleteObject, &query).await?;
-        Ok(())
-    }
-
-    async fn list_objects(
-        &self,
-        bucket: &str,
-        start: &str,
-        limit: usize,
-    ) -> Result<Vec<ObjectRecord>, DriveError> {
-        let query = format!("bucket={}&start={}&limit={limit}", q(bucket), q(start));
-        self.send(PeerOp::ListObjects, &query).await?.json().await
-    }
-
-    async fn create_bucket(&self, name: &str) -> Result<BucketRecord, DriveError> {
-        let query = format!("bucket={}", q(name));
-        self.send(PeerOp::CreateBucket, &query).await?.json().await
-    }
-
-    async fn delete_bucket(&self, name: &str) -> Result<(), DriveError> {
-        let query = format!("bucket={}", q(name));
-        self.send(PeerOp::DeleteBucket, &query).await?;
-        Ok(())
-    }
-
-    async fn buckets(&self) -> Result<Vec<BucketRecord>, DriveError> {
-        self.send(PeerOp::ListBuckets, "").await?.json().await
-    }
-
-    async fn info(&self) -> Result<DriveInfo, DriveError> {
-        self.send(PeerOp::Info, "").await?.json().await
-    }
-
-    async fn run_op(&self, req: &OpRequest) -> Result<OpAnswer, DriveError> {
-        let body = serde_json::to_vec(req)
-            .map_err(|e| DriveError::new(ErrorCode::BadRequest, e.to_string()))?;
-        let digest = auth::body_digest(&body);
-        let resp = self
-            .request(PeerOp::RunOp, "", &digest)
-            .body(body)
-            .send()
-            .await?;
-        let bytes = check(resp).await?.bytes().await?;
-        let mut answer: OpAnswer = serde_json::from_slice(&bytes).map_err(|e| {
-            DriveError::unreachable(format!("the drive's answer could not be decoded: {e}"))
-        })?;
-        answer.wire_bytes = bytes.len() as u64;
-        Ok(answer)
-    }
-
-    async fn queue_heals(&self, entries: &[HealEntry]) -> Result<usize, DriveError> {
-        self.post_json(PeerOp::QueueHeals, "", entries).await
-    }
-
-    async fn versions(&self, objects: &[ObjectRef]) -> Result<Vec<Option<VersionId>>, DriveError> {
-        self.post_json(PeerOp::Versions, "", objects).await
-    }
-
-    async fn records_for(
-        &self,
-        drive: &str,
-        after: Option<&ObjectRef>,
-        limit: usize,
-    ) -> Result<RecordPage, DriveError> {
-        let mut query = format!("drive={}&limit={limit}", q(drive));
-        if let Some(a) = after {
-            let _ = write!(query, "&bucket={}&key={}", q(&a.bucket), q(&a.key));
-        }
-        self.send(PeerOp::RecordsFor, &query).await?.json().await
-    }
-
-    async fn relocate(&self, moves: &[Relocation]) -> Result<Vec<bool>, DriveError> {
-        oed_model::drive::check_batch(moves.len())?;
-        self.post_json(PeerOp::Relocate, "", moves).await
-    }
-
-    async fn settle(&self, settlements: &[Settlement]) -> Result<Vec<bool>, DriveError> {
-        oed_model::drive::check_batch(settlements.len())?;
-        self.post_json(PeerOp::Settle, "", settlements).await
     }
 }
 
@@ -756,15 +595,10 @@ pub(super) fn error_answer(status: u16, body: &[u8]) -> DriveError {
     })
 }
 
-/// The length of the shard file `record` describes (0 when it describes none: the drive
-/// refuses such an upload however it is sent).
-fn shard_file_len(record: &ObjectRecord) -> u64 {
-    record.shard_header().map_or(0, |h| h.file_len())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use oed_model::drive::Drive;
 
     fn url_of(base: &str, query: &str) -> String {
         let c = PeerClient::new(base, PeerKey::derive(b"0123456789abcdef"));
