@@ -16,7 +16,7 @@ release_bins() {
     bin=$BIN_DIR
     return
   fi
-  local build=(-p oed-daemon --bin oedd) tool
+  local build=(-p oed-daemon --bin oedd --bin oedd-tools) tool
   if (($#)); then
     build+=(-p oed-benches)
     for tool in "$@"; do build+=(--bin "$tool"); done

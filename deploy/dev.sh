@@ -34,8 +34,8 @@ host=$(rustc -vV | sed -n 's/^host: //p')
 status=0
 lib=$(bash deploy/rocksdb-unity.sh "$host" "$([ "$profile" = dev ] && echo debug || echo release)") || status=$?
 case $status in
-  0) ROCKSDB_LIB_DIR=$lib ROCKSDB_STATIC=1 cargo build --locked -p oed-daemon --bin oedd --profile "$profile" ;;
-  2) cargo build --locked -p oed-daemon --bin oedd --profile "$profile" ;;  # cargo compiles RocksDB itself
+  0) ROCKSDB_LIB_DIR=$lib ROCKSDB_STATIC=1 cargo build --locked -p oed-daemon --bin oedd --bin oedd-tools --profile "$profile" ;;
+  2) cargo build --locked -p oed-daemon --bin oedd --bin oedd-tools --profile "$profile" ;;  # cargo compiles RocksDB itself
   *) exit "$status" ;;
 esac
 dir=$([ "$profile" = dev ] && echo debug || echo "$profile")

@@ -109,7 +109,7 @@ for arch in "${arches[@]}"; do
   [ ! deploy/code-order.txt.gz -nt "$CARGO_TARGET_DIR/$t/deb/oedd" ] || touch crates/oed-daemon/src/main.rs
   env CODE_ORDER_CC="$link_cc" CODE_ORDER_FILE="$root/deploy/code-order.txt.gz" "$linker_var=$ordered" \
     ROCKSDB_LIB_DIR="$lib" ROCKSDB_STATIC=1 \
-    cargo build --locked -p oed-daemon --bin oedd --profile deb --target "$t"
+    cargo build --locked -p oed-daemon --bin oedd --bin oedd-tools --profile deb --target "$t"
   bin=$CARGO_TARGET_DIR/$t/deb/oedd
   check_depends "$bin"
   runner_var="CARGO_TARGET_$(tr 'a-z-' 'A-Z_' <<<"$t")_RUNNER"

@@ -115,7 +115,7 @@ if ((${#missing[@]})) || ! command -v s3fs >/dev/null; then
     DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq --no-install-recommends s3fs >/dev/null ||
     echo "s3fs could not be installed here: its test is skipped" >&2
 fi
-cargo_for "$host" build --locked -p oed-daemon --bin oedd
+cargo_for "$host" build --locked -p oed-daemon --bin oedd --bin oedd-tools
 OED_TEST_OEDD_BIN="$(cd "$target_root" && pwd)/debug/oedd" python3 -m pytest -q -p no:cacheprovider tests/s3
 step "the drive lab (network namespaces and shaped links when run as root; its pure parts always)"
 OED_TEST_OEDD_BIN="$(cd "$target_root" && pwd)/debug/oedd" python3 -m pytest -q -rs -p no:cacheprovider tests/lab

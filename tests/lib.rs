@@ -38,9 +38,18 @@ pub fn oedd() -> PathBuf {
             .expect("test executable is inside <target>/<profile>/deps");
         let target_dir = profile_dir.parent().expect("profile dir has a parent");
         let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
-        cmd.args(["build", "--quiet", "-p", "oed-daemon", "--bin", "oedd"])
-            .arg("--target-dir")
-            .arg(target_dir);
+        cmd.args([
+            "build",
+            "--quiet",
+            "-p",
+            "oed-daemon",
+            "--bin",
+            "oedd",
+            "--bin",
+            "oedd-tools",
+        ])
+        .arg("--target-dir")
+        .arg(target_dir);
         // Cargo sets these for the test crate, and some build scripts watch them (ring's:
         // `CARGO_PKG_NAME`, `CARGO_MANIFEST_DIR`): passed on, they would make this build
         // and the next `cargo test` rebuild those crates and everything above them in turn.

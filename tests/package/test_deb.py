@@ -109,6 +109,7 @@ def test_contents_are_the_binary_conffile_unit_user_and_monitoring_files(unpacke
     assert unit is not None, "no oedd.service in the package"
     for path in [
         "usr/bin/oedd",
+        "usr/bin/oedd-tools",
         "etc/oed/oedd.toml",
         "usr/lib/sysusers.d/oedd.conf",
         "usr/lib/tmpfiles.d/oedd.conf",
@@ -158,6 +159,21 @@ def test_the_packaged_binary_runs_and_has_a_manual(unpacked):
     expect = {"arm64": "neon64", "armhf": "neon32"}.get(arch)
     if expect:
         assert f"kernel: {expect}" in out, out
+
+
+def test_the_tools_binary_runs_the_commands_a_drive_does_not_run(unpacked):
+    """`oedd-tools` has the same command line; `oedd` hands it `dev`, `op`, `bench`,
+    `admin` and `cluster` (on the host only: under qemu-user the handed-over binary would
+    need binfmt_misc)."""
+    arch, d = unpacked
+    tools = d / "usr/bin/oedd-tools"
+    out = run(*runner(arch), str(tools), "cluster", "init", "--help")
+    assert "--drive" in out, out
+    if arch == "amd64":
+        out_dir = d / "cluster-init"
+        drives = ",".join(f"127.0.0.1:{9400 + i}" for i in range(6))
+        run(str(d / "usr/bin/oedd"), "cluster", "init", "--drive", drives, "--out", str(out_dir))
+        assert (out_dir / "cluster.toml").is_file(), sorted(out_dir.iterdir())
     page = gzip.decompress((d / "usr/share/man/man1/oedd.1.gz").read_bytes()).decode()
     assert ".TH oedd 1" in page, page[:200]
     for text in ("COMMANDS IN DETAIL", "oedd cluster", "/etc/oed/oedd.toml", "--config"):
@@ -433,6 +449,7 @@ def test_install_serve_upgrade_remove_and_purge(clean_machine, tmp_path):
 
     run("dpkg", "--remove", "oedd", env=env)
     assert not Path("/usr/bin/oedd").exists()
+    assert not Path("/usr/bin/oedd-tools").exists()
     assert Path("/etc/oed/oedd.toml").exists(), "remove keeps the conffile"
     assert any(Path("/var/lib/oed").iterdir()), "remove keeps the data"
     run("dpkg", "--purge", "oedd", env=env)

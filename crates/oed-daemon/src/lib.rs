@@ -12,6 +12,9 @@
 //! # Layout
 //! - [`server`]: opening a drive and serving its listeners, with the meter's sampler, on
 //!   one shutdown path.
+//! - [`cli`]: the command line both binaries parse (`oedd` and `oedd-tools`, which runs
+//!   the commands a drive does not run for itself), and the manual page made from it.
+//! - [`signals`]: SIGTERM and SIGINT, watched from before a process says it is ready.
 //! - [`admin_api`]: the peer API's admin routes (repair state, actions, the map in
 //!   force), served beside the peer routes.
 //! - [`metrics`]: the drive's Prometheus registry (the meter's collectors from `oed-meter`,
@@ -20,12 +23,27 @@
 //! - [`loader_pages`]: the pages of the executable's dynamic relocations, given back at start.
 
 pub mod admin_api;
+pub mod cli;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod loader_pages;
 pub mod metrics;
 pub mod notify;
 pub mod server;
+pub mod signals;
+
+/// Logs to standard error, filtered by `OED_LOG` (default: `info`, s3s's own off).
+pub fn init_tracing() {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("OED_LOG")
+                // s3s logs every refused request at error level; OED logs what matters.
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,s3s=off")),
+        )
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
+}
 
 /// One line naming the version, target and the erasure-coding kernel chosen on this CPU,
 /// so an operator can see what a drive runs (`oedd version`).
