@@ -471,7 +471,7 @@ async fn drain_pipe(
         (temp, check, result)
     })
     .await
-    .map_err(super::join_error)?;
+    .map_err(crate::join_error)?;
     *file = temp;
     *verifier = check;
     result

@@ -1,0 +1,108 @@
+//! What a coordinator asks of a shard already stored: a client write settled
+//! ([`Store::settle`]) and a shard moved to another drive ([`Store::relocate`]).
+
+use crate::Store;
+use oed_model::drive::Settlement;
+use oed_model::error::Result;
+
+impl Store {
+    /// Settles a client write of this drive's: see [`oed_model::drive::Settlement`]. Returns
+    /// whether anything changed here.
+    ///
+    /// # Errors
+    /// [`Error::Meta`], [`Error::Record`].
+    pub fn settle(&self, s: &Settlement) -> Result<bool> {
+        let _guard = self.lock_for(&s.bucket, &s.key);
+        let kept = self.meta.kept(&s.bucket, &s.key)?;
+        // A stored write with nothing kept (the common case: the scrub asks for every
+        // readable object) needs nothing more read.
+        if s.stored && kept.is_none() {
+            return Ok(false);
+        }
+        let current = self.meta.object(&s.bucket, &s.key)?;
+        if s.stored {
+            // The write reached its quorum: what it replaced is not needed any more.
+            let Some(k) = kept else { return Ok(false) };
+            if k.record.version_id >= s.version_id
+                || current.is_none_or(|c| c.version_id < s.version_id)
+            {
+                return Ok(false);
+            }
+            self.meta.drop_kept(&s.bucket, &s.key)?;
+            self.pool.release(&self.record_path(&k.record));
+            return Ok(true);
+        }
+        // The write failed: its version goes, and the one it replaced comes back.
+        match (current, kept) {
+            (Some(c), kept) if c.version_id == s.version_id => {
+                match &kept {
+                    Some(k) => self.meta.restore_kept(k)?,
+                    None => self.meta.delete_object(&s.bucket, &s.key)?,
+                }
+                self.pool.release(&self.record_path(&c));
+                Ok(true)
+            }
+            // A newer write has replaced it since, and keeps it: it is dropped.
+            (_, Some(k)) if k.record.version_id == s.version_id => {
+                self.meta.drop_kept(&s.bucket, &s.key)?;
+                self.pool.release(&self.record_path(&k.record));
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
+    }
+
+    /// Applies one [`oed_model::drive::Relocation`] to the records here, under the key's
+    /// commit lock (so it cannot undo a newer version committed meanwhile). Returns
+    /// whether they name the new drive now: `false` when no record here is of that
+    /// version.
+    ///
+    /// # Errors
+    /// [`Error::Meta`].
+    pub fn relocate(&self, m: &oed_model::drive::Relocation) -> Result<bool> {
+        let i = usize::from(m.shard_index);
+        let moved = |drives: &mut Vec<String>| -> Option<bool> {
+            match drives.get(i) {
+                Some(d) if *d == m.to => Some(false),
+                Some(d) if *d == m.from => {
+                    drives[i].clone_from(&m.to);
+                    Some(true)
+                }
+                _ => None,
+            }
+        };
+        let mut found = false;
+        {
+            let _guard = self.lock_for(&m.bucket, &m.key);
+            if let Some(mut r) = self.meta.object(&m.bucket, &m.key)?
+                && r.version_id == m.version_id
+                && let Some(changed) = moved(&mut r.drives)
+            {
+                found = true;
+                if changed {
+                    self.meta.rewrite_record(&r)?;
+                }
+            }
+        }
+        if let Some(parent) = &m.parent {
+            let _guard = self.lock_for(&m.bucket, parent);
+            if let Some(mut r) = self.meta.object(&m.bucket, parent)? {
+                let mut changed = false;
+                for p in r
+                    .parts
+                    .iter_mut()
+                    .filter(|p| p.key == m.key && p.version_id == m.version_id)
+                {
+                    if let Some(c) = moved(&mut p.drives) {
+                        found = true;
+                        changed |= c;
+                    }
+                }
+                if changed {
+                    self.meta.rewrite_record(&r)?;
+                }
+            }
+        }
+        Ok(found)
+    }
+}

@@ -1,0 +1,705 @@
+//! The durable write of a shard: [`Store::put_shard`] and [`Store::put_shard_raw`] stream
+//! an upload into its file (checking each chunk's CRC32C), fsync it and its directory, and
+//! commit the record that names it.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::Bytes;
+use futures_util::{Stream, StreamExt};
+
+use crate::meta::Kept;
+use crate::{Store, files, join_error, pool, remove_file_if_exists};
+use oed_model::drive::Stored;
+use oed_model::error::{Error, Result};
+use oed_model::record::{self, FileId, ObjectRecord, RecordTail};
+
+pub(crate) mod splice;
+
+use splice::RawUpload;
+
+impl Store {
+    /// Stores one shard durably; see the module docs for the steps.
+    ///
+    /// `body` is the shard file (oed-ec format). Its header must agree with `record`
+    /// (version, shard index, k, m, chunk size, object length) and every chunk's CRC32C
+    /// must match, or nothing is stored. With `with_tail`, the file is followed by a
+    /// JSON [`RecordTail`] (at most [`record::MAX_TAIL_BYTES`]) whose fields complete the
+    /// record before it is committed; a body without one stores nothing. When the key
+    /// already has a newer version here, nothing is stored and [`Error::Superseded`] is
+    /// returned. After success the key's
+    /// previous version's shard file, if any, is removed, and that version's parts are
+    /// returned in [`Stored::replaced_parts`].
+    ///
+    /// # Errors
+    /// [`Error::BadRequest`], [`Error::NotFound`] (bucket), [`Error::Shard`] (bad upload),
+    /// [`Error::TooLarge`], [`Error::InsufficientStorage`], [`Error::Superseded`],
+    /// [`Error::Io`], [`Error::Meta`]. On every error nothing visible has changed.
+    pub async fn put_shard<S, E>(
+        &self,
+        record: ObjectRecord,
+        body: S,
+        with_tail: bool,
+    ) -> Result<Stored>
+    where
+        S: Stream<Item = std::result::Result<Bytes, E>> + Unpin,
+        E: Into<Box<dyn std::error::Error + Send + Sync>>,
+    {
+        let (record, expected, mut upload) = self.start_upload(record, with_tail).await?;
+        let started = Instant::now();
+        // On an error the upload is dropped, and its file with it.
+        let tail = upload
+            .receive(body, &expected, with_tail, self.fsync)
+            .await?;
+        self.end_upload(record, &expected, upload, tail, with_tail, started)
+            .await
+    }
+
+    /// [`Store::put_shard`] for an upload whose bytes come on a connection of their own
+    /// (the peer API's `PUT shard` upgraded, `docs/peer-api.md`): on Linux, over plain
+    /// TCP, into a file written through the page cache, they go from the socket through
+    /// a pipe into the file with `splice`, and are checked over the file's pages
+    /// ([`splice`]); otherwise they are read as any upload's body. The connection's
+    /// body ends when its sender shuts down its side.
+    ///
+    /// # Errors
+    /// Those of [`Store::put_shard`].
+    pub async fn put_shard_raw(
+        &self,
+        record: ObjectRecord,
+        conn: &mut RawUpload,
+        with_tail: bool,
+    ) -> Result<Stored> {
+        let (record, expected, mut upload) = self.start_upload(record, with_tail).await?;
+        let started = Instant::now();
+        let tail = match &mut upload {
+            Upload::File(file) if splice::takes(file, conn) => {
+                self.spliced
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                splice::receive(file, conn, &expected, with_tail, self.fsync).await?
+            }
+            _ => {
+                let body = conn.stream();
+                upload
+                    .receive(body, &expected, with_tail, self.fsync)
+                    .await?
+            }
+        };
+        self.end_upload(record, &expected, upload, tail, with_tail, started)
+            .await
+    }
+
+    /// The checks an upload passes before its body is read, and where it will be
+    /// received: the record as it will be stored (no file number yet), the shard header
+    /// the body must start with, and the upload (in memory, or a file).
+    async fn start_upload(
+        &self,
+        mut record: ObjectRecord,
+        with_tail: bool,
+    ) -> Result<(ObjectRecord, oed_ec::ShardHeader, Upload)> {
+        record.validate()?;
+        // Which file holds the shard is this drive's to say, at the commit.
+        record.file = None;
+        if self.meta.bucket(&record.bucket)?.is_none() {
+            return Err(Error::NotFound(oed_model::error::Missing::Bucket));
+        }
+        // An upload with a tail gets its final version id only at its end: whether a
+        // newer version is stored is known then (at the commit), not now.
+        if !with_tail
+            && let Some(existing) = self.meta.object(&record.bucket, &record.key)?
+            && existing.version_id > record.version_id
+        {
+            return Err(Error::Superseded);
+        }
+        let expected = record.shard_header()?;
+        if expected.file_len() > self.max_shard_bytes {
+            return Err(Error::TooLarge(self.max_shard_bytes));
+        }
+        self.check_space(expected.file_len()).await?;
+        let upload = if expected.file_len() <= self.inline_threshold {
+            Upload::Inline(Vec::new())
+        } else {
+            Upload::File(Box::new(UploadFile::new(
+                Arc::clone(&self.files),
+                self.direct_io,
+                Arc::clone(&self.pool),
+            )))
+        };
+        Ok((record, expected, upload))
+    }
+
+    /// An upload received and checked in full: its tail applied to the record, then the
+    /// commit ([`Store::commit_upload`]).
+    async fn end_upload(
+        &self,
+        mut record: ObjectRecord,
+        expected: &oed_ec::ShardHeader,
+        mut upload: Upload,
+        tail: Option<RecordTail>,
+        with_tail: bool,
+        started: Instant,
+    ) -> Result<Stored> {
+        if let Some(tail) = tail {
+            record.etag = tail.etag;
+            record.parts = tail.parts;
+            record.checksum = tail.checksum;
+            if let Some(v) = tail.version_id
+                && v != record.version_id
+            {
+                record.version_id = v;
+                record.last_modified_ms = v.millis();
+                let header = oed_ec::ShardHeader {
+                    version_id: v.0,
+                    ..*expected
+                };
+                upload.restamp(header.encode());
+            }
+        }
+        self.timed("receive", started);
+        // The rest is one trip to a blocking thread: the last batch and fsync, the
+        // directory's fsync, the synced record. A request dropped meanwhile (its client
+        // gone) does not stop it halfway.
+        let store = self.clone();
+        tokio::task::spawn_blocking(move || store.commit_upload(record, upload, with_tail))
+            .await
+            .map_err(join_error)?
+    }
+
+    /// The end of [`Store::put_shard`], on a blocking thread, for an upload received and
+    /// checked in full: a file gets its last batch and, by policy, its fsync and its
+    /// directory's, so its data and its name are on disk before a record names it; then,
+    /// under the key's commit lock, the record is committed unless a newer version is
+    /// stored. A file not committed is removed when dropped. With `keep_replaced` (a
+    /// client write), the version it replaces is kept until the write is settled
+    /// ([`Store::settle`]); any version kept before is dropped.
+    fn commit_upload(
+        &self,
+        mut record: ObjectRecord,
+        upload: Upload,
+        keep_replaced: bool,
+    ) -> Result<Stored> {
+        let (inline, mut temp) = match upload {
+            Upload::Inline(data) => (Some(data), None),
+            Upload::File(mut temp) => {
+                let mut started = Instant::now();
+                temp.finish(self.fsync)?;
+                started = self.timed("data_sync", started);
+                if self.fsync {
+                    temp.sync_dir()?;
+                    self.timed("place", started);
+                }
+                record.file = temp.id;
+                (None, Some(temp))
+            }
+        };
+        let _guard = self.lock_for(&record.bucket, &record.key);
+        let previous = self.meta.object(&record.bucket, &record.key)?;
+        if previous
+            .as_ref()
+            .is_some_and(|p| p.version_id > record.version_id)
+        {
+            return Err(Error::Superseded);
+        }
+        let kept_before = self.meta.kept(&record.bucket, &record.key)?;
+        let keep = match &previous {
+            Some(p) if keep_replaced && p.version_id != record.version_id => Some(Kept {
+                record: p.clone(),
+                inline: self.meta.inline_shard(&p.bucket, &p.key, p.version_id)?,
+            }),
+            _ => None,
+        };
+        // Last step: the record. Until this synced write the new shard is invisible; if
+        // it fails, the file goes with `temp`.
+        let started = Instant::now();
+        self.meta
+            .commit_object(&record, previous.as_ref(), inline.as_deref(), keep.as_ref())?;
+        let new_path = temp.as_mut().and_then(|t| t.committed());
+        self.timed("record", started);
+        // Files no record names now: the replaced version's unless it is kept, and the
+        // version kept before. A new number never names an old file; checked all the
+        // same, since freeing it would lose the shard just stored.
+        let still_named = |old: &Path| new_path.as_deref() == Some(old);
+        let mut replaced_parts = Vec::new();
+        if let Some(prev) = previous {
+            let old = self.record_path(&prev);
+            if keep.is_none() && !still_named(&old) {
+                self.pool.release(&old);
+            }
+            // The same version sent again keeps its parts.
+            if prev.version_id != record.version_id {
+                replaced_parts = prev.parts;
+            }
+        }
+        if let Some(k) = kept_before {
+            let old = self.record_path(&k.record);
+            if !still_named(&old) {
+                self.pool.release(&old);
+            }
+        }
+        Ok(Stored {
+            record,
+            replaced_parts,
+            kept: keep.is_some(),
+        })
+    }
+}
+
+/// An upload whose shard header is not the one its record makes.
+fn header_mismatch() -> Error {
+    Error::BadRequest(
+        "shard header does not match the record (version, shard index, k, m, chunk size or \
+         object length)"
+            .into(),
+    )
+}
+
+/// An upload being received: in memory when it will be inlined, else a file.
+enum Upload {
+    Inline(Vec<u8>),
+    /// Boxed: its state (the `O_DIRECT` stage, placement, directory ticket) is far larger
+    /// than the other variant's.
+    File(Box<UploadFile>),
+}
+
+/// Bytes collected before they are written to the file.
+pub(crate) const WRITE_BATCH: usize = 512 * 1024;
+
+/// A shard upload's file, numbered and opened at its first batch ([`files`]), with the
+/// body's pieces received since the last batch was written (reference-counted `Bytes` as
+/// they came, no copy into a buffer of ours). The file is a freed one from the pool,
+/// renamed to its number, when there is one (overwritten from its start, cut to its new
+/// length when finished), else a new one. Dropped before [`UploadFile::committed`], it
+/// removes its file: whatever fails on the way, an upload leaves nothing behind.
+#[derive(Default)]
+struct UploadFile {
+    /// Where the file is, once it is; `None` again once its record is committed (and in
+    /// the empty value a batch's trip leaves behind).
+    path: Option<PathBuf>,
+    /// Its number, once it has one.
+    id: Option<FileId>,
+    /// Numbers, directories and placements; `None` in the empty value.
+    files: Option<Arc<files::Files>>,
+    /// The file's registration as being placed, from before it appears until it is
+    /// committed or removed.
+    placing: Option<files::Placing>,
+    /// The claim on its directory's fsync, taken when its name appeared there.
+    dir_ticket: Option<files::DirTicket>,
+    file: Option<std::fs::File>,
+    pending: Vec<Bytes>,
+    pending_len: usize,
+    /// Bytes of the file received so far (written or pending).
+    len: u64,
+    /// Where a freed file comes from; `None` in the empty value.
+    pool: Option<Arc<pool::Pool>>,
+    /// The length of the freed file being overwritten, if it is one.
+    reused_len: Option<u64>,
+    /// A header that replaces the one received, written over it when the file is
+    /// finished (the version's final id came in the tail).
+    header: Option<[u8; oed_ec::format::HEADER_LEN]>,
+    /// Written with `O_DIRECT` (asked for, and the file system took it): whole blocks
+    /// from `direct`'s aligned buffer.
+    direct: Option<Direct>,
+    /// `O_DIRECT` asked for (`direct_io`), for the file not opened yet.
+    want_direct: bool,
+}
+
+/// The block size `O_DIRECT` writes are aligned to: the page size, which every device's
+/// logical block size divides.
+const DIRECT_ALIGN: usize = 4096;
+/// Bytes staged in the aligned buffer per `O_DIRECT` write.
+pub(crate) const DIRECT_STAGE: usize = 128 * 1024;
+
+/// The state of an upload's file written with `O_DIRECT`: an aligned buffer with the bytes not yet
+/// written (less than a block between batches) and where they go in the file.
+struct Direct {
+    /// `DIRECT_STAGE + DIRECT_ALIGN` bytes; the aligned region starts at `start`.
+    buf: Vec<u8>,
+    start: usize,
+    filled: usize,
+    offset: u64,
+}
+
+impl Direct {
+    fn new() -> Self {
+        let buf = vec![0u8; DIRECT_STAGE + DIRECT_ALIGN];
+        let start = buf.as_ptr().align_offset(DIRECT_ALIGN);
+        assert!(start < DIRECT_ALIGN, "a byte buffer can be aligned");
+        Self {
+            buf,
+            start,
+            filled: 0,
+            offset: 0,
+        }
+    }
+
+    /// Copies `data` into the buffer, writing each full stage (whole blocks) to `f`. On
+    /// an error, also says how much of `data` the buffer took (still staged, unwritten).
+    fn write(&mut self, f: &std::fs::File, data: &[u8]) -> Result<(), (usize, std::io::Error)> {
+        let mut taken = 0;
+        while taken < data.len() {
+            let take = (DIRECT_STAGE - self.filled).min(data.len() - taken);
+            let at = self.start + self.filled;
+            self.buf[at..at + take].copy_from_slice(&data[taken..taken + take]);
+            self.filled += take;
+            taken += take;
+            if self.filled == DIRECT_STAGE {
+                self.flush_blocks(f).map_err(|e| (taken, e))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes the whole blocks staged and keeps the rest (less than a block).
+    fn flush_blocks(&mut self, f: &std::fs::File) -> std::io::Result<()> {
+        use std::os::unix::fs::FileExt;
+        let whole = self.filled / DIRECT_ALIGN * DIRECT_ALIGN;
+        if whole == 0 {
+            return Ok(());
+        }
+        f.write_all_at(&self.buf[self.start..self.start + whole], self.offset)?;
+        self.offset += whole as u64;
+        self.buf
+            .copy_within(self.start + whole..self.start + self.filled, self.start);
+        self.filled -= whole;
+        Ok(())
+    }
+
+    /// Writes what is left (less than a block, at the end of the file) through `f`, a
+    /// descriptor without `O_DIRECT`.
+    fn finish(&mut self, f: &std::fs::File) -> std::io::Result<()> {
+        use std::os::unix::fs::FileExt;
+        f.write_all_at(&self.buf[self.start..self.start + self.filled], self.offset)?;
+        self.offset += self.filled as u64;
+        self.filled = 0;
+        Ok(())
+    }
+}
+
+/// Temp files opened with `O_DIRECT` by this process (for the tests).
+pub(crate) static DIRECT_FILES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Logs once per process that the file system refused `O_DIRECT`.
+fn direct_refused(e: &std::io::Error) {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        tracing::warn!(error = %e, "direct_io: the data file system refuses O_DIRECT; writing through the page cache");
+    });
+}
+
+impl UploadFile {
+    fn new(files: Arc<files::Files>, direct_io: bool, pool: Arc<pool::Pool>) -> Self {
+        Self {
+            path: None,
+            id: None,
+            files: Some(files),
+            placing: None,
+            dir_ticket: None,
+            file: None,
+            pending: Vec::new(),
+            pending_len: 0,
+            len: 0,
+            pool: Some(pool),
+            reused_len: None,
+            header: None,
+            direct: None,
+            want_direct: direct_io,
+        }
+    }
+
+    fn push(&mut self, piece: Bytes) {
+        self.pending_len += piece.len();
+        self.len += piece.len() as u64;
+        self.pending.push(piece);
+    }
+
+    /// Numbers the file and opens it, with `O_DIRECT` where asked for and taken: a freed
+    /// file from the pool renamed to its number if there is one, else a new one. The
+    /// file is registered as being placed before it appears, and its directory's fsync
+    /// ticket taken once it has. Blocks.
+    fn open(&mut self) -> std::io::Result<std::fs::File> {
+        let files = Arc::clone(self.files.as_ref().expect("an upload's file"));
+        let (id, path) = files.allocate()?;
+        self.placing = Some(files.placing(&path));
+        let pool = self.pool.clone().expect("an upload's pool");
+        let reused = pool
+            .take()
+            .and_then(|(freed, len)| match files::rename_new(&freed, &path) {
+                Ok(()) => Some(len),
+                Err(e) => {
+                    tracing::warn!(error = %e, path = %freed.display(), "shard file pool: a freed file cannot be reused");
+                    remove_file_if_exists(&freed);
+                    None
+                }
+            });
+        // A renamed file is this upload's from now on (removed if it fails); a new one
+        // once it is made.
+        if reused.is_some() {
+            self.path = Some(path.clone());
+        }
+        let f = self.open_at(&path, reused.is_none())?;
+        self.path = Some(path);
+        self.id = Some(id);
+        self.dir_ticket = Some(files.ticket(id));
+        if reused.is_some() {
+            pool.reusing();
+            self.reused_len = reused;
+        }
+        Ok(f)
+    }
+
+    /// Opens `path` for writing (`create`: a new file), with `O_DIRECT` where asked for
+    /// and taken.
+    fn open_at(&mut self, path: &Path, create: bool) -> std::io::Result<std::fs::File> {
+        use std::os::unix::fs::OpenOptionsExt;
+        let mut options = std::fs::OpenOptions::new();
+        // Readable too: a spliced upload checks its bytes over the file's pages.
+        options.read(true).write(true).create_new(create);
+        if self.want_direct {
+            #[cfg(target_os = "linux")]
+            match options.clone().custom_flags(libc::O_DIRECT).open(path) {
+                Ok(f) => {
+                    self.direct = Some(Direct::new());
+                    DIRECT_FILES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    return Ok(f);
+                }
+                Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+                    direct_refused(&e);
+                    // The refusal may come after the file was made: it is ours either
+                    // way (its number is new), so the second open may find it there.
+                    if create {
+                        options.create_new(false).create(true);
+                    }
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        options.open(path)
+    }
+
+    /// Writes the pending pieces, creating the file at the first call. Blocks.
+    fn write_pending(&mut self) -> std::io::Result<&std::fs::File> {
+        use std::io::Write;
+        let mut f = match self.file.take() {
+            Some(f) => f,
+            None => self.open()?,
+        };
+        let pending = std::mem::take(&mut self.pending);
+        self.pending_len = 0;
+        let mut pieces = pending.iter();
+        if let Some(direct) = self.direct.as_mut() {
+            for p in pieces.by_ref() {
+                match direct.write(&f, p) {
+                    Ok(()) => {}
+                    // Some file systems take the flag and refuse the writes: go on
+                    // through the page cache from the bytes not yet written.
+                    Err((taken, e)) if e.raw_os_error() == Some(libc::EINVAL) => {
+                        direct_refused(&e);
+                        f = self.leave_direct()?;
+                        f.write_all(&p[taken..])?;
+                        break;
+                    }
+                    Err((_, e)) => return Err(e),
+                }
+            }
+        }
+        for p in pieces {
+            f.write_all(p)?;
+        }
+        Ok(self.file.insert(f))
+    }
+
+    /// Stops writing with `O_DIRECT`: the staged bytes are written through a new
+    /// descriptor without it, positioned after them.
+    fn leave_direct(&mut self) -> std::io::Result<std::fs::File> {
+        use std::io::{Seek, SeekFrom};
+        let mut direct = self.direct.take().expect("in direct mode");
+        let path = self.path.as_ref().expect("an upload's file, opened");
+        let mut f = std::fs::OpenOptions::new().write(true).open(path)?;
+        direct.finish(&f)?;
+        f.seek(SeekFrom::Start(direct.offset))?;
+        Ok(f)
+    }
+
+    /// Writes the pending pieces on one trip to a blocking thread. With `fsync`, the
+    /// batch's writeback to the disk starts at once ([`start_writeback`]), so the disk
+    /// works while the rest of the body arrives.
+    async fn write_batch(&mut self, fsync: bool) -> Result<()> {
+        let mut temp = std::mem::take(self);
+        *self = tokio::task::spawn_blocking(move || {
+            temp.write_pending()?;
+            let buffered = temp.direct.is_none();
+            if fsync && buffered {
+                start_writeback(temp.file.as_ref().expect("written above"));
+            }
+            Ok::<_, std::io::Error>(temp)
+        })
+        .await
+        .map_err(join_error)??;
+        Ok(())
+    }
+
+    /// Writes the last pieces and, with `fsync`, syncs the file, which then waits only for
+    /// the last batch and the journal; closes it. Blocks.
+    fn finish(&mut self, fsync: bool) -> std::io::Result<()> {
+        let header = self.header.take();
+        self.write_pending()?;
+        if self.direct.is_some() {
+            // The last partial block, and a new header, go through the page cache.
+            let f = self.leave_direct()?;
+            self.file = Some(f);
+        }
+        let f = self.file.as_ref().expect("written above");
+        if let Some(h) = header {
+            std::os::unix::fs::FileExt::write_all_at(f, &h, 0)?;
+        }
+        // A freed file longer than this shard keeps none of its old bytes.
+        if self.reused_len.is_some_and(|old| old > self.len) {
+            f.set_len(self.len)?;
+        }
+        if fsync {
+            f.sync_all()?;
+        }
+        self.file = None;
+        Ok(())
+    }
+
+    /// Returns once the file's name is on disk: the fsync of its directory, shared with
+    /// the uploads that named files there meanwhile ([`files::DirSync`]). With the
+    /// file's own fsync before it ([`UploadFile::finish`]) and the record commit after it,
+    /// this is the durable write:
+    /// 1. the file written at its number and fsynced: data on disk, no record names it;
+    /// 2. its directory fsynced: the name survives a power cut;
+    /// 3. then (caller) the record, in a synced RocksDB write: only now is it visible,
+    ///    and [`UploadFile::committed`] keeps the file.
+    ///
+    /// Blocks.
+    fn sync_dir(&self) -> std::io::Result<()> {
+        self.dir_ticket
+            .as_ref()
+            .map_or(Ok(()), files::DirTicket::sync)
+    }
+
+    /// Marks the file as named by its committed record, so that dropping this does not
+    /// remove it; returns where it is.
+    fn committed(&mut self) -> Option<PathBuf> {
+        self.path.take()
+    }
+}
+
+impl Drop for UploadFile {
+    /// Removes a file that no record came to name. On an upload's error path this may
+    /// run on a runtime worker: one unlink.
+    fn drop(&mut self) {
+        self.file = None; // closed first: not every system removes an open file
+        if let Some(path) = &self.path {
+            remove_file_if_exists(path);
+        }
+    }
+}
+
+impl Upload {
+    /// Replaces the shard file's header, received first, with `header`.
+    fn restamp(&mut self, header: [u8; oed_ec::format::HEADER_LEN]) {
+        match self {
+            Upload::Inline(mem) => mem[..oed_ec::format::HEADER_LEN].copy_from_slice(&header),
+            Upload::File(temp) => temp.header = Some(header),
+        }
+    }
+
+    /// Receives and checks the whole body: its header must be `expected` (checked as soon
+    /// as it has arrived, so a wrong upload is refused early), every frame's CRC32C must
+    /// match, and the file must end after its last frame, where the tail follows when
+    /// `with_tail` is set. A file is written in batches of about [`WRITE_BATCH`]
+    /// bytes, their writeback started when the shard will be fsynced (`fsync`).
+    async fn receive<S, E>(
+        &mut self,
+        mut body: S,
+        expected: &oed_ec::ShardHeader,
+        with_tail: bool,
+        fsync: bool,
+    ) -> Result<Option<RecordTail>>
+    where
+        S: Stream<Item = std::result::Result<Bytes, E>> + Unpin,
+        E: Into<Box<dyn std::error::Error + Send + Sync>>,
+    {
+        let mut verifier = oed_ec::StreamVerifier::new();
+        let mut header_checked = false;
+        let mut tail: Vec<u8> = Vec::new();
+        let file_len = expected.file_len();
+        while let Some(piece) = body.next().await {
+            // A body that breaks off is the sender's doing (a coordinator aborting a
+            // write, a peer gone), not a fault of this drive.
+            let mut piece = piece.map_err(|e| Error::BodyBroken(e.into().to_string()))?;
+            let room = file_len - verifier.bytes_seen();
+            if piece.len() as u64 > room {
+                // Checked before the verifier sees it, so a huge body is refused early.
+                let extra = piece.split_off(room as usize);
+                if !with_tail || tail.len() + extra.len() > record::MAX_TAIL_BYTES {
+                    return Err(Error::Shard(oed_ec::Error::TrailingData));
+                }
+                tail.extend_from_slice(&extra);
+            }
+            if piece.is_empty() {
+                continue;
+            }
+            verifier.feed(&piece)?;
+            if !header_checked && let Some(h) = verifier.header() {
+                if h != expected {
+                    return Err(header_mismatch());
+                }
+                header_checked = true;
+            }
+            match self {
+                Upload::Inline(mem) => mem.extend_from_slice(&piece),
+                Upload::File(temp) => {
+                    temp.push(piece);
+                    if temp.pending_len >= WRITE_BATCH {
+                        temp.write_batch(fsync).await?;
+                    }
+                }
+            }
+        }
+        end_of_upload(verifier, with_tail, &tail)
+    }
+}
+
+/// The end of an upload's body: the shard file must be whole (`verifier`), and the bytes
+/// after it (`tail`) the record tail when `with_tail` is set (none otherwise, checked by
+/// the caller as they came).
+fn end_of_upload(
+    verifier: oed_ec::StreamVerifier,
+    with_tail: bool,
+    tail: &[u8],
+) -> Result<Option<RecordTail>> {
+    verifier.finish()?;
+    if !with_tail {
+        return Ok(None);
+    }
+    serde_json::from_slice(tail)
+        .map(Some)
+        .map_err(|e| Error::BadRequest(format!("record tail after the shard file: {e}")))
+}
+
+/// Asks the kernel to start writing `file`'s dirty pages to the disk, without waiting (Linux
+/// `sync_file_range` over the whole file with `SYNC_FILE_RANGE_WRITE` only: pages already
+/// being written are skipped, so each call sends the batch just written). It promises no
+/// durability: the fsync after the last batch ([`UploadFile::finish`]) does that, and
+/// finds less left to do. A failure here changes nothing and is left for that fsync to
+/// report.
+#[cfg(target_os = "linux")]
+#[expect(
+    unsafe_code,
+    reason = "sync_file_range has no safe wrapper in std or rustix"
+)]
+fn start_writeback(file: &std::fs::File) {
+    use std::os::fd::AsRawFd;
+    // SAFETY: the descriptor is open for as long as `file` is borrowed; the call reads no
+    // memory of ours. Offset 0 and length 0 mean the whole file.
+    unsafe {
+        libc::sync_file_range(file.as_raw_fd(), 0, 0, libc::SYNC_FILE_RANGE_WRITE);
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn start_writeback(_file: &std::fs::File) {}
