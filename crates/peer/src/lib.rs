@@ -70,130 +70,70 @@ use oed_model::drive::{
 use oed_model::error::Error;
 use oed_model::record::{BucketRecord, ObjectRecord, VersionId};
 
-/// The operations of the peer API: the one table of its routes, used by the router, by
-/// [`client::PeerClient`] and by the request metrics (`op` label).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum PeerOp {
-    /// `PUT shard`.
-    PutShard,
-    /// `GET shard`.
-    GetShard,
-    /// `GET object`.
-    StatObject,
-    /// `DELETE object`.
-    DeleteObject,
-    /// `GET objects`.
-    ListObjects,
-    /// `PUT bucket`.
-    CreateBucket,
-    /// `DELETE bucket`.
-    DeleteBucket,
-    /// `GET buckets`.
-    ListBuckets,
-    /// `GET info`.
-    Info,
-    /// `POST op`.
-    RunOp,
-    /// `POST heal`.
-    QueueHeals,
-    /// `POST versions`.
-    Versions,
-    /// `GET records`.
-    RecordsFor,
-    /// `POST relocate`.
-    Relocate,
-    /// `POST settle`.
-    Settle,
-    /// `GET admin/status`.
-    AdminStatus,
-    /// `POST admin/action`.
-    AdminAction,
-    /// `GET admin/map`.
-    GetMap,
-    /// `POST admin/map`.
-    PutMap,
+/// Makes [`PeerOp`] from the one table of the peer API's routes: each operation's name
+/// (the `op` label of the request metrics), HTTP method and path under `/_oed/peer/v1/`.
+macro_rules! peer_ops {
+    ($($op:ident => $method:ident $path:literal,)*) => {
+        /// The operations of the peer API: the one table of its routes (`peer_ops!`), used
+        /// by the router, by [`client::PeerClient`] and by the request metrics (`op` label).
+        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+        pub enum PeerOp {
+            $(
+                #[doc = concat!("`", stringify!($method), " ", $path, "`.")]
+                $op,
+            )*
+        }
+
+        impl PeerOp {
+            /// Every operation.
+            pub const ALL: &[Self] = &[$(Self::$op),*];
+
+            /// Its name, as the `op` label of the request metrics.
+            #[must_use]
+            pub fn name(self) -> &'static str {
+                match self {
+                    $(Self::$op => stringify!($op),)*
+                }
+            }
+
+            /// Its HTTP method and path.
+            #[must_use]
+            pub fn route(self) -> (Method, &'static str) {
+                match self {
+                    $(Self::$op => (Method::$method, concat!("/_oed/peer/v1/", $path)),)*
+                }
+            }
+        }
+    };
+}
+
+peer_ops! {
+    PutShard => PUT "shard",
+    GetShard => GET "shard",
+    StatObject => GET "object",
+    DeleteObject => DELETE "object",
+    ListObjects => GET "objects",
+    CreateBucket => PUT "bucket",
+    DeleteBucket => DELETE "bucket",
+    ListBuckets => GET "buckets",
+    Info => GET "info",
+    RunOp => POST "op",
+    QueueHeals => POST "heal",
+    Versions => POST "versions",
+    RecordsFor => GET "records",
+    Relocate => POST "relocate",
+    Settle => POST "settle",
+    AdminStatus => GET "admin/status",
+    AdminAction => POST "admin/action",
+    GetMap => GET "admin/map",
+    PutMap => POST "admin/map",
 }
 
 impl PeerOp {
-    /// Every operation.
-    pub const ALL: [Self; 19] = [
-        Self::PutShard,
-        Self::GetShard,
-        Self::StatObject,
-        Self::DeleteObject,
-        Self::ListObjects,
-        Self::CreateBucket,
-        Self::DeleteBucket,
-        Self::ListBuckets,
-        Self::Info,
-        Self::RunOp,
-        Self::QueueHeals,
-        Self::Versions,
-        Self::RecordsFor,
-        Self::Relocate,
-        Self::Settle,
-        Self::AdminStatus,
-        Self::AdminAction,
-        Self::GetMap,
-        Self::PutMap,
-    ];
-
-    /// Its name, as the `op` label of the request metrics.
-    #[must_use]
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::PutShard => "PutShard",
-            Self::GetShard => "GetShard",
-            Self::StatObject => "StatObject",
-            Self::DeleteObject => "DeleteObject",
-            Self::ListObjects => "ListObjects",
-            Self::CreateBucket => "CreateBucket",
-            Self::DeleteBucket => "DeleteBucket",
-            Self::ListBuckets => "ListBuckets",
-            Self::Info => "Info",
-            Self::RunOp => "RunOp",
-            Self::QueueHeals => "QueueHeals",
-            Self::Versions => "Versions",
-            Self::RecordsFor => "RecordsFor",
-            Self::Relocate => "Relocate",
-            Self::Settle => "Settle",
-            Self::AdminStatus => "AdminStatus",
-            Self::AdminAction => "AdminAction",
-            Self::GetMap => "GetMap",
-            Self::PutMap => "PutMap",
-        }
-    }
-
-    /// Its HTTP method and path.
-    #[must_use]
-    pub fn route(self) -> (Method, &'static str) {
-        match self {
-            Self::PutShard => (Method::PUT, "/_oed/peer/v1/shard"),
-            Self::GetShard => (Method::GET, "/_oed/peer/v1/shard"),
-            Self::StatObject => (Method::GET, "/_oed/peer/v1/object"),
-            Self::DeleteObject => (Method::DELETE, "/_oed/peer/v1/object"),
-            Self::ListObjects => (Method::GET, "/_oed/peer/v1/objects"),
-            Self::CreateBucket => (Method::PUT, "/_oed/peer/v1/bucket"),
-            Self::DeleteBucket => (Method::DELETE, "/_oed/peer/v1/bucket"),
-            Self::ListBuckets => (Method::GET, "/_oed/peer/v1/buckets"),
-            Self::Info => (Method::GET, "/_oed/peer/v1/info"),
-            Self::RunOp => (Method::POST, "/_oed/peer/v1/op"),
-            Self::QueueHeals => (Method::POST, "/_oed/peer/v1/heal"),
-            Self::Versions => (Method::POST, "/_oed/peer/v1/versions"),
-            Self::RecordsFor => (Method::GET, "/_oed/peer/v1/records"),
-            Self::Relocate => (Method::POST, "/_oed/peer/v1/relocate"),
-            Self::Settle => (Method::POST, "/_oed/peer/v1/settle"),
-            Self::AdminStatus => (Method::GET, "/_oed/peer/v1/admin/status"),
-            Self::AdminAction => (Method::POST, "/_oed/peer/v1/admin/action"),
-            Self::GetMap => (Method::GET, "/_oed/peer/v1/admin/map"),
-            Self::PutMap => (Method::POST, "/_oed/peer/v1/admin/map"),
-        }
-    }
-
     /// The operation a request's method and matched route name, if any.
     #[must_use]
     pub fn of(method: &Method, path: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|op| {
+        Self::ALL.iter().copied().find(|op| {
             let (m, p) = op.route();
             m == method && p == path
         })
@@ -263,7 +203,7 @@ pub struct PeerState {
 /// others of `admin/`) among them, authentication and the concurrency limit applied.
 pub fn router(state: Arc<PeerState>, admin: Router<Arc<PeerState>>) -> Router {
     let mut router = Router::new();
-    for op in PeerOp::ALL {
+    for &op in PeerOp::ALL {
         if let Some(handler) = op.handler() {
             router = router.route(op.route().1, handler);
         }
