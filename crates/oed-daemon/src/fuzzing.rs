@@ -51,7 +51,7 @@ fn record_uses(rec: &ObjectRecord) {
 
 /// A drive's kept version (the `kept` column family): decoded, and its record used.
 pub fn kept(data: &[u8]) {
-    if let Ok(k) = oed_store::meta::Kept::decode(data) {
+    if let Ok(k) = oed_store::Kept::decode(data) {
         record_uses(&k.record);
     }
 }

@@ -164,12 +164,16 @@ impl Repair {
         for id in removed {
             let mut dropped = 0;
             for _ in 0..10_000 {
-                let entries = self.store.meta().entries_for(id, 200).unwrap_or_default();
+                let entries = self
+                    .store
+                    .heal_queue()
+                    .entries_for(id, 200)
+                    .unwrap_or_default();
                 if entries.is_empty() {
                     break;
                 }
                 for e in &entries {
-                    if self.store.meta().finish_heal(e).unwrap_or(false) {
+                    if self.store.heal_queue().finish(e).unwrap_or(false) {
                         dropped += 1;
                     }
                 }
@@ -252,8 +256,7 @@ async fn pass(r: &Arc<Repair>) -> bool {
         }
         let page = {
             let (store, from) = (r.store.clone(), after.clone());
-            tokio::task::spawn_blocking(move || store.meta().objects_after(&from, PAGE, |_| true))
-                .await
+            tokio::task::spawn_blocking(move || store.objects_after(&from, PAGE, |_| true)).await
         };
         let (records, last) = match page.map_err(|e| Error::Io(std::io::Error::other(e))) {
             Ok(Ok(p)) => p,
@@ -349,7 +352,7 @@ async fn move_one(r: &Arc<Repair>, rec: &ObjectRecord) -> Result<Moved> {
         if let Some(shard) = current.drives.iter().position(|d| *d == me) {
             // This drive missed the current version: heal it here, move it next pass.
             let entry = HealEntry::of(&current, shard as u16, HealCause::Missing, 0, &me);
-            r.store.meta().queue_entries(std::slice::from_ref(&entry))?;
+            r.store.heal_queue().queue(std::slice::from_ref(&entry))?;
             r.wake();
             return Ok(Moved::Later("the current version is being healed here"));
         }
@@ -481,7 +484,9 @@ async fn copy(
             }
             Err(e) if matches!(e.code, ErrorCode::BadDigest | ErrorCode::InvalidShard) => {
                 // This drive's copy is bad: heal it here first.
-                r.store.meta().queue_corrupt(rec, HealCause::ScrubCorrupt)?;
+                r.store
+                    .heal_queue()
+                    .queue_corrupt(rec, HealCause::ScrubCorrupt)?;
                 r.wake();
                 return Err(Error::Unavailable(format!(
                     "the shard here failed its check at {target_id}; it is healed here first"
@@ -643,16 +648,15 @@ async fn fix_reference(r: &Arc<Repair>, peer: &dyn Drive, rec: &ObjectRecord) ->
     if let Some(shard) = rec.drives.iter().position(|d| *d == me) {
         let held = r
             .store
-            .meta()
-            .object(&rec.bucket, &rec.key)
+            .record(&rec.bucket, &rec.key)
             .ok()
             .flatten()
             .is_some_and(|l| l.version_id >= rec.version_id);
         if !held {
             let entry = HealEntry::of(rec, shard as u16, HealCause::Missing, 0, &me);
             if r.store
-                .meta()
-                .queue_entries(std::slice::from_ref(&entry))
+                .heal_queue()
+                .queue(std::slice::from_ref(&entry))
                 .is_ok()
             {
                 r.wake();

@@ -61,7 +61,7 @@ pub async fn run(r: Arc<Repair>, stop: CancellationToken) {
         }
         let batch = {
             let (store, me) = (r.store.clone(), me.clone());
-            tokio::task::spawn_blocking(move || store.meta().next_heals(&me, BATCH, retry)).await
+            tokio::task::spawn_blocking(move || store.heal_queue().next(&me, BATCH, retry)).await
         };
         let batch = match batch {
             Ok(Ok(b)) => b,
@@ -97,7 +97,7 @@ pub async fn run(r: Arc<Repair>, stop: CancellationToken) {
 async fn settle(r: &Arc<Repair>, e: HealEntry) {
     let started = Instant::now();
     let outcome = heal_one(r, &e).await;
-    let meta = r.store.meta();
+    let queue = r.store.heal_queue();
     let settled = match outcome {
         Ok(Outcome::Healed(bytes)) => {
             r.heal_stats.healed(bytes);
@@ -108,17 +108,17 @@ async fn settle(r: &Arc<Repair>, e: HealEntry) {
                 started.elapsed().as_secs_f64(),
             );
             tracing::info!(bucket = %e.bucket, key = %e.key, shard = e.shard_index, cause = e.cause.label(), bytes, "shard healed");
-            meta.finish_heal(&e).map(|_| ())
+            queue.finish(&e).map(|_| ())
         }
         Ok(Outcome::Obsolete(why)) => {
             r.heal_stats.obsolete.fetch_add(1, Ordering::Relaxed);
             tracing::debug!(bucket = %e.bucket, key = %e.key, why, "heal entry dropped");
-            meta.finish_heal(&e).map(|_| ())
+            queue.finish(&e).map(|_| ())
         }
         Err(err) => {
             r.heal_stats.failures.fetch_add(1, Ordering::Relaxed);
             tracing::warn!(bucket = %e.bucket, key = %e.key, shard = e.shard_index, attempts = e.attempts + 1, error = %err, "heal failed; trying again later");
-            meta.defer_heal(&e)
+            queue.defer(&e)
         }
     };
     if let Err(err) = settled {
@@ -144,7 +144,7 @@ pub(super) fn current_of(records: &[ObjectRecord], failed: usize) -> Result<Opti
 async fn heal_one(r: &Arc<Repair>, e: &HealEntry) -> Result<Outcome> {
     let store = &r.store;
     let cluster = &r.cluster;
-    let local = store.meta().object(&e.bucket, &e.key)?;
+    let local = store.record(&e.bucket, &e.key)?;
     let also = local.as_ref().map(|l| l.drives.clone()).unwrap_or_default();
     let (records, failed) = cluster.holders(&e.bucket, &e.key, &also).await;
     let Some(current) = current_of(&records, failed)? else {
@@ -312,7 +312,7 @@ async fn deliver(r: &Arc<Repair>, drive: &str) -> std::result::Result<(), DriveE
     for _ in 0..100 {
         let entries = {
             let (store, d) = (r.store.clone(), drive.to_owned());
-            tokio::task::spawn_blocking(move || store.meta().entries_for(&d, 200))
+            tokio::task::spawn_blocking(move || store.heal_queue().entries_for(&d, 200))
                 .await
                 .map_err(|e| DriveError::unreachable(e.to_string()))??
         };
@@ -322,7 +322,7 @@ async fn deliver(r: &Arc<Repair>, drive: &str) -> std::result::Result<(), DriveE
         for batch in batches(&entries, entry_size) {
             oed_model::drive::within(r.cluster.timeout, peer.queue_heals(batch)).await?;
             for e in batch {
-                r.store.meta().finish_heal(e)?;
+                r.store.heal_queue().finish(e)?;
             }
             r.heal_stats
                 .hints_delivered

@@ -92,12 +92,7 @@ trait Persisted: Clone + Default + Serialize + serde::de::DeserializeOwned {
 
     /// The state kept in `store`, or none.
     fn load(store: &Store) -> Self {
-        let mut s: Self = store
-            .meta()
-            .state(Self::NAME)
-            .ok()
-            .flatten()
-            .unwrap_or_default();
+        let mut s: Self = store.state(Self::NAME).ok().flatten().unwrap_or_default();
         if s.state_mut().is_empty() {
             *s.state_mut() = "none".into();
         }
@@ -112,7 +107,7 @@ fn save_persisted<T: Persisted>(store: &Store, lock: &Mutex<T>, f: impl FnOnce(&
         f(&mut s);
         s.clone()
     };
-    if let Err(e) = store.meta().set_state(T::NAME, &s) {
+    if let Err(e) = store.set_state(T::NAME, &s) {
         tracing::warn!(error = %e, what = T::NAME, "saving the repair state");
     }
     s
@@ -366,7 +361,7 @@ impl Repair {
     /// The drive's state, from counters (no I/O).
     #[must_use]
     pub fn status_now(&self) -> RepairStatus {
-        let queue = self.store.meta().queue_status();
+        let queue = self.store.heal_queue().status();
         let h = &self.heal_stats;
         let rate = h.rate();
         let left: u64 = queue.local_bytes.values().sum();

@@ -209,7 +209,7 @@ impl ScrapeTime for RepairCollector {
                 .with_label_values(&[l])
                 .set(s.queue.local_bytes.get(l).copied().unwrap_or(0) as f64);
         }
-        for (cause, n) in self.repair.store.meta().heals_queued() {
+        for (cause, n) in self.repair.store.heal_queue().queued() {
             advance(&self.queued.with_label_values(&[cause.label()]), n as f64);
         }
         self.hints.set(s.queue.hints as f64);

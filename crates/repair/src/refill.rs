@@ -218,8 +218,8 @@ async fn refill(r: &Arc<Repair>, stop: &CancellationToken) {
     loop {
         let left = r
             .store
-            .meta()
-            .queue_status()
+            .heal_queue()
+            .status()
             .local
             .get(HealCause::Refill.label())
             .copied()
@@ -267,8 +267,7 @@ async fn list_from(r: &Arc<Repair>, drive: &str) -> Result<()> {
             };
             let held = r
                 .store
-                .meta()
-                .object(&rec.bucket, &rec.key)?
+                .record(&rec.bucket, &rec.key)?
                 .is_some_and(|l| l.version_id >= rec.version_id);
             if !held {
                 let spare = rec.m.saturating_sub(1);
@@ -281,7 +280,7 @@ async fn list_from(r: &Arc<Repair>, drive: &str) -> Result<()> {
                 ));
             }
         }
-        let new = r.store.meta().queue_entries(&entries)?;
+        let new = r.store.heal_queue().queue(&entries)?;
         let (mut new_shards, mut new_bytes) = (0, 0);
         for (e, _) in entries.iter().zip(new).filter(|(_, n)| *n) {
             new_shards += 1;

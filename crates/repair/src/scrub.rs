@@ -146,7 +146,6 @@ impl ScrubStats {
 pub async fn run(r: Arc<Repair>, stop: CancellationToken) {
     let saved: Saved = r
         .store
-        .meta()
         .state("scrub")
         .ok()
         .flatten()
@@ -215,7 +214,7 @@ fn save(r: &Repair, f: impl FnOnce(&mut Saved)) {
         f(&mut s);
         s.clone()
     };
-    if let Err(e) = r.store.meta().set_state("scrub", &saved) {
+    if let Err(e) = r.store.set_state("scrub", &saved) {
         tracing::warn!(error = %e, "saving the scrub cursor");
     }
 }
@@ -242,7 +241,7 @@ async fn pass(r: &Arc<Repair>) -> Result<()> {
     loop {
         let page = {
             let (store, from) = (r.store.clone(), at.clone());
-            tokio::task::spawn_blocking(move || store.meta().objects_after(&from, PAGE, |_| true))
+            tokio::task::spawn_blocking(move || store.objects_after(&from, PAGE, |_| true))
                 .await
                 .map_err(|e| Error::Io(std::io::Error::other(e.to_string())))??
         };

@@ -13,7 +13,7 @@
 mod drive;
 mod files;
 pub mod limiter;
-pub mod meta;
+mod meta;
 pub mod near_data;
 pub mod op_threads;
 mod pool;
@@ -24,6 +24,7 @@ mod sweep;
 mod upload;
 
 pub use drive::without_file;
+pub use meta::Kept;
 pub use read::read_uninit;
 pub use upload::splice::{RawConn, RawUpload};
 
@@ -286,10 +287,55 @@ impl Store {
         self.meta().set_state(RAN_MAP, ran)
     }
 
-    /// The metadata store.
-    #[must_use]
-    pub fn meta(&self) -> &MetaStore {
+    /// The metadata store (RocksDB): this crate's own; other layers use the typed calls
+    /// below.
+    pub(crate) fn meta(&self) -> &MetaStore {
         &self.meta
+    }
+
+    /// The heal queue.
+    #[must_use]
+    pub fn heal_queue(&self) -> queue::HealQueue<'_> {
+        queue::HealQueue(&self.meta)
+    }
+
+    /// The record of the version of `bucket`/`key` stored here, if any.
+    ///
+    /// # Errors
+    /// [`Error::Meta`], [`Error::Record`].
+    pub fn record(&self, bucket: &str, key: &str) -> Result<Option<ObjectRecord>> {
+        self.meta.object(bucket, key)
+    }
+
+    /// Up to `limit` records in key order after the raw key `after` (empty: from the
+    /// first) that `keep` keeps, and the key to go on from, `None` at the end. A page
+    /// stops early once it has scanned many records, so a sweep yields between pages.
+    ///
+    /// # Errors
+    /// [`Error::Meta`], [`Error::Record`].
+    pub fn objects_after(
+        &self,
+        after: &[u8],
+        limit: usize,
+        keep: impl FnMut(&ObjectRecord) -> bool,
+    ) -> Result<(Vec<ObjectRecord>, Option<Vec<u8>>)> {
+        self.meta.objects_after(after, limit, keep)
+    }
+
+    /// The state a background task kept under `name` (a scrub's progress, say), if any.
+    ///
+    /// # Errors
+    /// [`Error::Meta`], [`Error::Record`] when it does not decode as a `T`.
+    pub fn state<T: serde::de::DeserializeOwned>(&self, name: &str) -> Result<Option<T>> {
+        self.meta.state(name)
+    }
+
+    /// Keeps `value` as the state under `name`, durably.
+    ///
+    /// # Errors
+    /// [`Error::Meta`], [`Error::Record`].
+    pub fn set_state<T: serde::Serialize>(&self, name: &str, value: &T) -> Result<()> {
+        self.meta.set_state(name, value)
     }
 
     /// How much near-data work the drive takes on.

@@ -6,8 +6,8 @@
 //! own new number ([`super::files`]), overwrites it from its start and cuts it to its new
 //! length. The
 //! file system then allocates and frees no inode and, for shards of similar sizes, no
-//! blocks per write, and the page cache often still holds the file's pages (an overwrite
-//! of a 1 MiB shard measured 39% less CPU; docs/benchmarks.md).
+//! blocks per write, and the page cache often still holds the file's pages, so an
+//! overwrite costs markedly less CPU (`docs/results.md`, "Reused shard files").
 //!
 //! A file is pooled only while no reader of this process has it open: every read of a
 //! shard file registers its path before opening it ([`Pool::reading`]), and a file

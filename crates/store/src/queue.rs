@@ -24,6 +24,78 @@ use serde::{Deserialize, Serialize};
 use super::meta::{Counts, MetaStore};
 use oed_model::error::Result;
 use oed_model::heal::{HealCause, HealEntry};
+use oed_model::record::ObjectRecord;
+
+/// The heal queue of a drive's store, as the layers above it use it
+/// ([`crate::Store::heal_queue`]): entries in, the healer's next ones out, and counts.
+#[derive(Clone, Copy)]
+pub struct HealQueue<'a>(pub(crate) &'a MetaStore);
+
+impl HealQueue<'_> {
+    /// Queues `entries`, each merged into the one already queued for its shard (the newer
+    /// version wins, and the lower redundancy); for each, whether it was new.
+    ///
+    /// # Errors
+    /// [`oed_model::Error::Meta`] or [`oed_model::Error::Record`].
+    pub fn queue(&self, entries: &[HealEntry]) -> Result<Vec<bool>> {
+        self.0.queue_entries(entries)
+    }
+
+    /// Queues this drive's shard of `record` (a chunk failed its CRC32C, or the file is
+    /// gone), and counts it as a checksum failure.
+    ///
+    /// # Errors
+    /// As [`HealQueue::queue`]; it is counted either way.
+    pub fn queue_corrupt(&self, record: &ObjectRecord, cause: HealCause) -> Result<()> {
+        self.0.queue_corrupt(record, cause)
+    }
+
+    /// Up to `limit` entries for `drive` in the healer's order: not deferred before
+    /// deferred (taken only when `deferred`), fewest to spare first.
+    ///
+    /// # Errors
+    /// [`oed_model::Error::Meta`].
+    pub fn next(&self, drive: &str, limit: usize, deferred: bool) -> Result<Vec<HealEntry>> {
+        self.0.next_heals(drive, limit, deferred)
+    }
+
+    /// Removes `entry` once healed, unless a newer one was merged into it meanwhile;
+    /// whether it was removed.
+    ///
+    /// # Errors
+    /// [`oed_model::Error::Meta`].
+    pub fn finish(&self, entry: &HealEntry) -> Result<bool> {
+        self.0.finish_heal(entry)
+    }
+
+    /// Puts `entry` behind the others until the deferred ones are retried (its heal failed).
+    ///
+    /// # Errors
+    /// [`oed_model::Error::Meta`].
+    pub fn defer(&self, entry: &HealEntry) -> Result<()> {
+        self.0.defer_heal(entry)
+    }
+
+    /// Entries held for `drive` (hints when it is not this drive), up to `limit`.
+    ///
+    /// # Errors
+    /// [`oed_model::Error::Meta`].
+    pub fn entries_for(&self, drive: &str, limit: usize) -> Result<Vec<HealEntry>> {
+        self.0.entries_for(drive, limit)
+    }
+
+    /// What the queue holds.
+    #[must_use]
+    pub fn status(&self) -> QueueCounts {
+        self.0.queue_status()
+    }
+
+    /// Entries ever queued for this drive's own shards, by cause (since start).
+    #[must_use]
+    pub fn queued(&self) -> Vec<(HealCause, u64)> {
+        self.0.heals_queued()
+    }
+}
 
 fn entry_key(drive: &str, bucket: &str, key: &str) -> Vec<u8> {
     let mut k = Vec::with_capacity(3 + drive.len() + bucket.len() + key.len());
@@ -235,14 +307,6 @@ impl MetaStore {
             .db
             .get_pinned_cf(self.cf(super::meta::QUEUE), entry_key(drive, bucket, key))?
             .and_then(|v| serde_json::from_slice(&v).ok()))
-    }
-
-    /// The entry queued for `drive`'s shard of `bucket`/`key`, if any.
-    ///
-    /// # Errors
-    /// [`oed_model::Error::Meta`].
-    pub fn heal_entry(&self, drive: &str, bucket: &str, key: &str) -> Result<Option<HealEntry>> {
-        Ok(self.stored_entry(drive, bucket, key)?.map(|s| s.entry))
     }
 
     /// Removes `entry` from the queue, unless it was queued again for a newer version

@@ -211,9 +211,9 @@ fn stored_crcs(
 /// Sends the checked chunks of stripes `from..to` to `tx` until the end, a failure (returned), or
 /// the receiver going away. Runs on a blocking thread of the runtime. A chunk is read
 /// only once the receiver has taken the one before it, so that one chunk waits for it
-/// while it works on another: without that wait the next chunk was read while the last
-/// still sat in the channel, and the coordinator of 4 MiB GETs held about one more
-/// 256 KiB chunk per GET (`docs/benchmarks.md`, "Memory under load").
+/// while it works on another: without that wait the next chunk would be read while the
+/// last still sits in the channel, and the coordinator of 4 MiB GETs would hold about one
+/// more 256 KiB chunk per GET (`docs/results.md`, "Memory", "Under load").
 fn read_stripes_into(
     bytes: ShardBytes,
     from: u64,
@@ -313,8 +313,9 @@ pub(crate) fn for_each_chunk(
 }
 
 /// Fills the empty `buf` with the next `n` bytes of `file`, read straight into the
-/// vector's spare capacity: zeroing a 256 KiB buffer before each read cost a drive
-/// serving shards about as much CPU as the read's copy out of the page cache.
+/// vector's spare capacity: zeroing a 256 KiB buffer before each read would cost a drive
+/// serving shards about as much CPU as the read's copy out of the page cache
+/// (`docs/results.md`, "The cluster through S3").
 ///
 /// # Errors
 /// What the read returns; an end of file before `n` bytes is `UnexpectedEof`.
@@ -350,10 +351,6 @@ pub fn read_uninit(file: &mut std::fs::File, buf: &mut Vec<u8>, n: usize) -> std
 }
 
 #[cfg(not(unix))]
-pub fn read_uninit(
-    file: &mut std::fs::File,
-    buf: &mut Vec<u8>,
-    n: usize,
-) -> std::io::Result<()> {
+pub fn read_uninit(file: &mut std::fs::File, buf: &mut Vec<u8>, n: usize) -> std::io::Result<()> {
     oed_ec::format::read_zeroed(file, buf, n)
 }

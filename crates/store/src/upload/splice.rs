@@ -545,9 +545,9 @@ fn splice(from: std::os::fd::RawFd, to: std::os::fd::RawFd, len: usize) -> io::R
 }
 
 /// Bytes a spliced upload waits for before its socket wakes it. Woken at every segment
-/// that arrived, a drive behind a 1 Gbit/s link switched 98 times and spent 2.7 ms of CPU
-/// per 1 MiB shard of a single stream; waiting for up to this much, 40 times and 1.6 ms
-/// (`docs/benchmarks.md`, "Raw uploads over a drive's own link").
+/// that arrives, a drive behind a link slower than its disk spends more than half again
+/// the CPU per shard of a single stream, and switches more than twice as often
+/// (`docs/results.md`, "Raw uploads").
 #[cfg(target_os = "linux")]
 const LOW_WATER: usize = 256 * 1024;
 
