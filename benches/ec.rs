@@ -127,7 +127,7 @@ fn checksums(c: &mut Criterion) {
 
 /// A PUT's stripe on the coordinator (4+2, 1 MiB chunks), from a body received in pieces
 /// (drawn from the pool, as from memory): copied into one buffer per stripe, coded, and
-/// each chunk's CRC32C taken, as before 2026-11-26; against coded and checksummed in its
+/// each chunk's CRC32C taken, as the coordinator once did; against coded and checksummed in its
 /// pieces where they are (`Codec::encode_pieces`, `frame_crc_pieces`). Throughput counts the
 /// stripe's data bytes.
 fn stripe_from_pieces(c: &mut Criterion) {

@@ -76,8 +76,8 @@ def test_statistics_and_checksums_are_computed_on_the_drives(cluster, s3, bucket
     assert cost["drive_bytes_read"] >= len(data)
     assert cost["network_bytes"] < len(data) / 100, cost
     assert not cost["parity_used"] and len(cost["drives"]) == cluster.k
-    # Energy from the drives' meters, labelled with how it was had (this VM has no power
-    # sensor the drives can read, so a model may stand in, and must say so).
+    # Energy from the drives' meters, labelled with how it was had (where the machine has
+    # no power sensor the drives can read, a model stands in, and must say so).
     assert cost["energy_method"] in ("measured", "modelled", "mixed"), cost
     assert cost["energy_joules"] >= 0 and cost["coordinator_energy_joules"] >= 0
 

@@ -7,8 +7,8 @@
 //!
 //! Without it a drive's memory grows with the number of clients, about 4 MiB for each
 //! concurrent 4 MiB GET of a 4+2 profile, which a 1-2 GB drive cannot grant for long.
-//! Bandwidth does not need it: on the machines measured, four requests moving data keep
-//! a drive as busy as sixteen.
+//! Bandwidth does not need it: a few requests moving data keep a drive as busy as
+//! sixteen (`docs/results.md`, "Memory", "Under load").
 
 use std::collections::HashMap;
 use std::net::IpAddr;

@@ -2,8 +2,8 @@
 //! on one thread. The hashing itself is `oed_ops::md5`'s; this module feeds it.
 //!
 //! MD5 is one long chain of dependent additions and rotations: a single stream keeps a
-//! CPU's execution units mostly idle, and on the coordinator of a PUT it was the largest
-//! single cost (40% of its CPU time under 16 concurrent 4 MiB PUTs). The objects being
+//! CPU's execution units mostly idle, and hashed one stream per upload it is the largest
+//! single cost of a PUT's coordinator (`docs/results.md`, "MD5"). The objects being
 //! written at the same time are independent streams, though, and this module hashes as
 //! many of them together as the CPU's widest MD5 kernel takes ([`Lanes::best`]: 16 in
 //! AVX-512 registers, 8 in AVX2's, 4 in NEON's, 3 interleaved in scalar code elsewhere):
@@ -25,16 +25,16 @@ use oed_ops::md5::{Lanes, MAX_LANES, Md5};
 use tokio::sync::oneshot;
 
 /// Blocks (of 64 bytes) each lane hashes before the thread looks for new streams to
-/// take in: 16 KiB, about 60 µs in three scalar lanes on the development machine, less in
-/// SIMD lanes.
+/// take in: 16 KiB, tens of microseconds in scalar lanes and less in SIMD lanes, so a
+/// stream that arrives meanwhile soon joins.
 const ROUND_BLOCKS: usize = 256;
 
 /// How long the thread holds a piece for others to join it while more streams are
 /// hashing than it has pieces of. A stream waits for a piece's digest only when it hands
-/// over its next piece (a whole stripe later: 64 ms under 16 concurrent 4 MiB PUTs on the
-/// development machine), or at its end, so the hold costs throughput nothing and each
-/// object at most this much latency; hashed together, the pieces cost a fraction of the
-/// CPU time they cost alone (`docs/s3.md`, "MD5 in lanes").
+/// over its next piece (a whole stripe later: tens of milliseconds under load), or at its
+/// end, so the hold costs throughput nothing and each object at most this much latency;
+/// hashed together, the pieces cost a fraction of the CPU time they cost alone
+/// (`docs/s3.md`, "MD5 in lanes").
 const GATHER_WAIT: Duration = Duration::from_millis(4);
 
 /// Streams that have handed a piece to the thread and have not ended: the company the

@@ -15,18 +15,16 @@ use crate::error::{Error, Result};
 /// The default of `raw_shard_upload_min_bytes`, the smallest shard file a drive sends as a
 /// raw upload ([`oed_peer::RAW_UPLOAD`]); smaller ones go as request bodies on the pool's
 /// kept-alive connections. A raw upload saves a copy of its bytes and costs an upgrade
-/// (and, when no kept connection is free, a connection of its own): on the development
-/// machine, one drive taking 16 uploads at once on kept connections spent 10-12% less
-/// CPU per shard on raw uploads than on bodies for 256 KiB shards, 20-28% less for 1 MiB,
-/// and about as much for 64 and 128 KiB (`docs/benchmarks.md`, "Raw uploads on kept
-/// connections").
+/// (and, when no kept connection is free, a connection of its own): the receiving drive
+/// spends less CPU on raw uploads than on bodies from shards of one 256 KiB chunk up,
+/// and about as much below (`docs/results.md`, "Raw uploads").
 pub const RAW_UPLOAD_MIN_BYTES: u64 = 256 * 1024;
 
 /// The most a peer connection's read buffer grows to. A chunk of a shard arrives in
 /// pieces of at most this size, each sent on as it is. A connection idling in the pool
 /// keeps 64 KiB instead of hyper's default of about 400 KiB; the price is more, smaller
-/// pieces per chunk, about 8-10% more CPU per GiB read through a coordinator
-/// (`docs/benchmarks.md`, "Connection read buffers").
+/// pieces per chunk, a few percent more CPU per GiB read through a coordinator
+/// (`docs/results.md`, "Memory").
 pub const READ_BUFFER_MAX: usize = 64 * 1024;
 
 /// When the store forces data to the disk.

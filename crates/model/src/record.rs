@@ -174,7 +174,7 @@ pub struct ObjectRecord {
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub headers: BTreeMap<String, String>,
     /// This drive's shard file of the version, when it is a numbered one; `None` for a
-    /// shard stored inline, and for a file written before numbered files (2026-11-25),
+    /// shard stored inline, and for a file written by a version before numbered files,
     /// which is found at a path hashed from the bucket, key, version and shard index.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub file: Option<FileId>,

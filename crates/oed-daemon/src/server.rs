@@ -395,7 +395,7 @@ async fn serve_http(
             continue;
         };
         // Without TCP_NODELAY a response's last small segment waits for the client's
-        // delayed ACK: a single-stream shard read stalled about 40 ms at p90 on loopback.
+        // delayed ACK, which stalls a single stream of reads for tens of milliseconds.
         if let Err(e) = tcp.set_nodelay(true) {
             tracing::debug!(error = %e, "cannot set TCP_NODELAY on a connection");
         }

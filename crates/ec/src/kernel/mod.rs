@@ -62,7 +62,9 @@ mod neon64;
 use std::fmt;
 use std::sync::OnceLock;
 
-/// Bytes of each shard processed together (the measured sweet spot was 32-64 KiB).
+/// Bytes of each shard processed together: a group of output rows passes over the same
+/// piece of every input, so a wide code re-reads its inputs from cache, not memory (32 and
+/// 64 KiB were the fastest in `benches/ec.rs`: `docs/results.md`, "Erasure code").
 pub(crate) const PIECE: usize = 32 * 1024;
 
 /// Output rows a SIMD kernel keeps in registers at once.
@@ -70,10 +72,9 @@ pub(crate) const ROW_GROUP: usize = 4;
 
 /// How far ahead of its step an x86_64 kernel asks for each input's next cache line.
 /// Inputs stream from memory (shards far larger than the caches), one stream per input,
-/// more than the hardware prefetchers follow well: asking a kilobyte ahead raised the
-/// `gfni` kernel's RS(4,2) encode of 1 MiB shards by a quarter and the `avx2` kernel's
-/// RS(10,4) encode of 4 MiB shards 2.1x on the development machine, to what its memory
-/// gives (`docs/erasure-coding.md`, "Prefetching the inputs").
+/// more than the hardware prefetchers follow well: without asking ahead the kernels wait
+/// on memory on large shards; a kilobyte ahead brings them to what the memory gives
+/// (`docs/erasure-coding.md`, "Speed"; `docs/results.md`, "Erasure code").
 #[cfg(target_arch = "x86_64")]
 const PREFETCH: usize = 1024;
 

@@ -287,12 +287,11 @@ impl Lanes {
 
     /// The fewest streams the kernel hashes itself; fewer go to the scalar lanes. A
     /// vector step costs the same however many of its lanes carry a stream, and three
-    /// scalar lanes are cheap: on the development machine (`cargo bench -p oed-benches
-    /// --bench md5`, 1 MiB per stream) one call of 16 AVX-512 lanes takes 2.4 ms per MiB
-    /// of each stream, of 8 AVX2 lanes 3.1 ms, of 3 scalar lanes 1.6 ms, of 2 2.0 ms,
-    /// and one stream alone 1.4 ms; so AVX-512 pays from 4 streams and AVX2 from 5.
-    /// NEON's 3 is not measured on hardware (qemu says nothing about speed): one scalar
-    /// chain leaves most of a small core idle.
+    /// scalar lanes are cheap, so a SIMD kernel pays only from the stream count at which
+    /// one call of it costs less than the scalar lanes would for the same streams:
+    /// AVX-512 from 4, AVX2 from 5 (`cargo bench -p oed-benches --bench md5`;
+    /// `docs/results.md`, "MD5"). NEON's 3 is set without hardware to measure on (qemu
+    /// says nothing about speed): one scalar chain leaves most of a small core idle.
     #[must_use]
     pub const fn min_streams(self) -> usize {
         match self {

@@ -18,8 +18,8 @@ use core::arch::x86_64::{
 /// `v`, unchanged, out of the compiler's sight. A step's `a + m + k` does not depend on
 /// the step before (its `a` is four steps old); left visible, LLVM reassociates the sum
 /// and adds the constant `k` last, after the round function of the newest word, which
-/// puts one more addition on the chain from step to step: hidden, the 16-lane kernel
-/// ran 15-29% faster. (The same in the AVX2 kernel made no measurable difference.)
+/// puts one more addition on the chain from step to step, which the 16-lane kernel feels
+/// and the AVX2 one does not (`docs/results.md`, "MD5").
 #[inline]
 #[target_feature(enable = "avx512f")]
 fn opaque512(mut v: __m512i) -> __m512i {
