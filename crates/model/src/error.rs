@@ -1,8 +1,9 @@
 //! The daemon's one error type, the typed [`ErrorCode`] that crosses the peer boundary,
 //! and a drive's answer to an error: [`DriveError`], the JSON error body of the peer API
-//! (`IntoResponse for DriveError`). S3 errors are made from [`Error`] in one place too,
-//! the S3 front end's `s3_error`. Both log 5xx errors with their source chain and keep
-//! their internals out of every body.
+//! (`IntoResponse for DriveError`). Every public form of an error, the peer API's code
+//! and S3's code and status, is one row of the one table, [`Error::public`]; the S3 front
+//! end's `s3_error` reads it. Both log 5xx errors with their source chain and keep their
+//! internals out of every body.
 
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
@@ -231,45 +232,96 @@ impl std::fmt::Display for ErrorCode {
     }
 }
 
-impl Error {
-    /// The typed code of this error.
+/// How S3 names an error: its code (`NoSuchKey`, ...) and HTTP status.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct S3Code {
+    /// The `Code` of S3's error body.
+    pub code: &'static str,
+    /// The HTTP status S3 answers it with.
+    pub status: u16,
+}
+
+impl S3Code {
+    const fn new(code: &'static str, status: u16) -> Self {
+        Self { code, status }
+    }
+
+    /// Whether it is a failure of the server (5xx): its cause is logged and its body says
+    /// only "internal error".
     #[must_use]
-    pub fn code(&self) -> ErrorCode {
+    pub fn is_internal(self) -> bool {
+        self.status == 500
+    }
+}
+
+impl Error {
+    /// The public forms of this error, in one table: the peer API's code (which sets the
+    /// status of a peer answer, [`ErrorCode::status`]) and S3's code and status. Every
+    /// error a client or a drive sees is named here and nowhere else.
+    #[must_use]
+    pub fn public(&self) -> (ErrorCode, S3Code) {
         use ErrorCode as C;
         use oed_ec::Error as Ec;
+        const INTERNAL: S3Code = S3Code::new("InternalError", 500);
+        let s3 = S3Code::new;
         match self {
-            Error::BadRequest(_) => C::BadRequest,
-            Error::Unauthenticated(_) => C::Unauthenticated,
-            Error::Expired(_) => C::RequestTimeTooSkewed,
-            Error::NotFound(_) => C::NotFound,
-            Error::ShuttingDown | Error::Unavailable(_) => C::ServiceUnavailable,
-            Error::SlowDown(_) => C::SlowDown,
-            Error::Superseded => C::Superseded,
-            Error::BucketNotEmpty => C::BucketNotEmpty,
-            Error::StaleMap { .. } => C::StaleMap,
-            Error::TooLarge(_) => C::EntityTooLarge,
-            Error::InsufficientStorage { .. } => C::InsufficientStorage,
-            Error::CorruptShard { .. } => C::CorruptShard,
+            Error::Config(_) => (C::InternalError, s3("InvalidArgument", 400)),
+            Error::BadRequest(_) => (C::BadRequest, s3("InvalidArgument", 400)),
+            Error::Unauthenticated(_) => (C::Unauthenticated, INTERNAL),
+            Error::Expired(_) => (C::RequestTimeTooSkewed, INTERNAL),
+            Error::NotFound(Missing::Bucket) => (C::NotFound, s3("NoSuchBucket", 404)),
+            Error::NotFound(Missing::Upload) => (C::NotFound, s3("NoSuchUpload", 404)),
+            Error::NotFound(_) => (C::NotFound, s3("NoSuchKey", 404)),
+            Error::Superseded => (C::Superseded, INTERNAL),
+            Error::BucketNotEmpty => (C::BucketNotEmpty, s3("BucketNotEmpty", 409)),
+            Error::StaleMap { .. } => (C::StaleMap, INTERNAL),
+            Error::TooLarge(_) => (C::EntityTooLarge, s3("EntityTooLarge", 400)),
+            Error::InsufficientStorage { .. } => {
+                (C::InsufficientStorage, s3("InsufficientStorage", 507))
+            }
             Error::Shard(Ec::Io(e)) | Error::Io(e)
                 if e.kind() == std::io::ErrorKind::StorageFull =>
             {
-                C::InsufficientStorage
+                (C::InsufficientStorage, s3("InsufficientStorage", 507))
             }
-            Error::Config(_)
-            | Error::Meta(_)
-            | Error::Record(_)
-            | Error::Io(_)
-            | Error::Shard(Ec::Io(_)) => C::InternalError,
-            Error::BodySignature { .. } => C::SignatureDoesNotMatch,
-            Error::Shard(Ec::Truncated { .. })
-            | Error::IncompleteBody { .. }
-            | Error::BodyBroken(_)
-            | Error::TooSlow(_) => C::IncompleteBody,
-            Error::Shard(Ec::CorruptChunk { .. })
-            | Error::BadDigest
-            | Error::ChecksumMismatch(_) => C::BadDigest,
-            Error::Shard(_) => C::InvalidShard,
+            Error::IncompleteBody { .. } | Error::BodyBroken(_) => {
+                (C::IncompleteBody, s3("IncompleteBody", 400))
+            }
+            // S3 answers a payload-hash mismatch with 400; the body is not the one signed,
+            // so OED refuses it as it refuses any other signature failure.
+            Error::BodySignature { chunk: true } => {
+                (C::SignatureDoesNotMatch, s3("SignatureDoesNotMatch", 403))
+            }
+            Error::BodySignature { chunk: false } => (
+                C::SignatureDoesNotMatch,
+                s3("XAmzContentSHA256Mismatch", 403),
+            ),
+            Error::TooSlow(_) => (C::IncompleteBody, s3("RequestTimeout", 400)),
+            Error::BadDigest | Error::ChecksumMismatch(_) => (C::BadDigest, s3("BadDigest", 400)),
+            Error::Unavailable(_) | Error::ShuttingDown => {
+                (C::ServiceUnavailable, s3("ServiceUnavailable", 503))
+            }
+            Error::SlowDown(_) => (C::SlowDown, s3("SlowDown", 503)),
+            Error::CorruptShard { .. } => (C::CorruptShard, INTERNAL),
+            Error::Meta(_) | Error::Record(_) | Error::Io(_) | Error::Shard(Ec::Io(_)) => {
+                (C::InternalError, INTERNAL)
+            }
+            Error::Shard(Ec::Truncated { .. }) => (C::IncompleteBody, INTERNAL),
+            Error::Shard(Ec::CorruptChunk { .. }) => (C::BadDigest, INTERNAL),
+            Error::Shard(_) => (C::InvalidShard, INTERNAL),
         }
+    }
+
+    /// The typed code of this error, as the peer API sends it.
+    #[must_use]
+    pub fn code(&self) -> ErrorCode {
+        self.public().0
+    }
+
+    /// How S3 names this error.
+    #[must_use]
+    pub fn s3_code(&self) -> S3Code {
+        self.public().1
     }
 }
 

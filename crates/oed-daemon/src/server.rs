@@ -317,11 +317,7 @@ async fn peer_api_only(
     if req.uri().path().starts_with("/_oed/") {
         return next.run(req).await;
     }
-    let e = s3s::S3Error::with_message(
-        s3s::S3ErrorCode::AccessDenied,
-        "This drive takes S3 requests over TLS only: use https://",
-    );
-    match e.to_http_response() {
+    match oed_s3::error::tls_required().to_http_response() {
         Ok(r) => r.map(axum::body::Body::new),
         Err(_) => http::StatusCode::FORBIDDEN.into_response(),
     }

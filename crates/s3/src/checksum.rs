@@ -195,9 +195,10 @@ pub(crate) fn of_parts(upload: &StoredChecksum, parts: &[PartRef]) -> S3Result<S
                     format!("part {} has no {} checksum", p.number, a.name()),
                 )
             })?;
-        let d = a
-            .decode(&c.value)
-            .map_err(|e| err(S3ErrorCode::InternalError, e.to_string()))?;
+        let d = a.decode(&c.value).map_err(|e| {
+            tracing::error!(error = %e, "a part's stored checksum does not decode");
+            crate::error::internal()
+        })?;
         digests.push((d, p.size));
     }
     let value = if upload.full_object {

@@ -1,10 +1,15 @@
-//! The one place OED's errors become S3 errors: the S3 code, status and message for each
-//! [`Error`], with the internals of a 5xx kept in the drive's log.
+//! Where OED's errors become S3 errors: [`s3_error`] gives each [`Error`] the S3 code and
+//! status of its row in the one table of public errors (`Error::public` in `oed-model`),
+//! with the internals of a 5xx kept in the drive's log. `Result<T, Error>` becomes an
+//! `S3Result` with `.or_s3()` (the orphan rule keeps a `From` out: neither type is this
+//! crate's). Errors S3 defines for its own protocol (a malformed header, a failed
+//! precondition) are made where the request is read, with `err`; an `InternalError`
+//! never carries internal text ([`internal`]).
 
 use axum::http::StatusCode;
 use s3s::{S3Error, S3ErrorCode};
 
-use oed_model::error::{Error, Missing, source_chain};
+use oed_model::error::{Error, source_chain};
 
 /// The one place OED's errors become S3 errors. 5xx are logged with their source chain;
 /// their bodies say only what a client can act on.
@@ -14,40 +19,20 @@ use oed_model::error::{Error, Missing, source_chain};
     reason = "errors are handed over, as map_err does"
 )]
 pub fn s3_error(e: Error) -> S3Error {
-    use S3ErrorCode as C;
-    let msg = e.to_string();
-    let (code, status) = match &e {
-        Error::BadRequest(_) | Error::Config(_) => (C::InvalidArgument, None),
-        Error::NotFound(Missing::Bucket) => (C::NoSuchBucket, None),
-        Error::NotFound(Missing::Upload) => (C::NoSuchUpload, None),
-        Error::NotFound(_) => (C::NoSuchKey, None),
-        Error::BucketNotEmpty => (C::BucketNotEmpty, None),
-        Error::TooLarge(_) => (C::EntityTooLarge, None),
-        Error::IncompleteBody { .. } | Error::BodyBroken(_) => (C::IncompleteBody, None),
-        Error::TooSlow(_) => (C::RequestTimeout, None),
-        // S3 answers a payload-hash mismatch with 400; the body is not the one signed,
-        // so OED refuses it as it refuses any other signature failure.
-        Error::BodySignature { chunk: true } => (C::SignatureDoesNotMatch, None),
-        Error::BodySignature { chunk: false } => (
-            C::Custom("XAmzContentSHA256Mismatch".into()),
-            Some(http::StatusCode::FORBIDDEN),
-        ),
-        Error::BadDigest | Error::ChecksumMismatch(_) => (C::BadDigest, None),
-        Error::Unavailable(_) | Error::ShuttingDown => (C::ServiceUnavailable, None),
-        Error::SlowDown(_) => (C::SlowDown, None),
-        Error::InsufficientStorage { .. } => (
-            C::Custom("InsufficientStorage".into()),
-            Some(http::StatusCode::INSUFFICIENT_STORAGE),
-        ),
-        _ => {
-            tracing::error!(error = %source_chain(&e), "S3 request failed");
-            return S3Error::with_message(C::InternalError, "internal error; see the drive's log");
-        }
-    };
-    let retry = matches!(code, C::SlowDown | C::ServiceUnavailable);
-    let mut err = S3Error::with_message(code, msg);
-    if let Some(s) = status {
-        err.set_status_code(s);
+    let named = e.s3_code();
+    if named.is_internal() {
+        tracing::error!(error = %source_chain(&e), "S3 request failed");
+        return internal();
+    }
+    let code = S3ErrorCode::from_bytes(named.code.as_bytes())
+        .unwrap_or_else(|| S3ErrorCode::Custom(named.code.into()));
+    let retry = matches!(
+        code,
+        S3ErrorCode::SlowDown | S3ErrorCode::ServiceUnavailable
+    );
+    let mut err = S3Error::with_message(code, e.to_string());
+    if let Ok(status) = http::StatusCode::from_u16(named.status) {
+        err.set_status_code(status);
     }
     if retry {
         // When to try again: a second is about how long a drive's shares take to turn
@@ -62,10 +47,95 @@ pub fn s3_error(e: Error) -> S3Error {
     err
 }
 
+/// The answer to a failure inside this drive, whose cause the caller has logged: S3's
+/// `InternalError`, with no internal text in its body.
+#[must_use]
+pub fn internal() -> S3Error {
+    S3Error::with_message(
+        S3ErrorCode::InternalError,
+        "internal error; see the drive's log",
+    )
+}
+
+/// S3 asked in the clear of a drive that takes S3 over TLS only: `403 AccessDenied`, as S3
+/// refuses a request a bucket policy keeps to TLS.
+#[must_use]
+pub fn tls_required() -> S3Error {
+    S3Error::with_message(
+        S3ErrorCode::AccessDenied,
+        "This drive takes S3 requests over TLS only: use https://",
+    )
+}
+
 /// An S3 request `s3s` could not turn into a call of ours (it already answers protocol
 /// errors itself; this is what is left: a failure inside it). Logged; a bare 500.
 #[must_use]
 pub fn s3s_failure(e: &s3s::HttpError) -> StatusCode {
     tracing::error!(error = ?e, "S3 request failed before a handler ran");
     StatusCode::INTERNAL_SERVER_ERROR
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use oed_model::error::Missing;
+
+    fn named(e: Error) -> (String, u16, String) {
+        let s = s3_error(e);
+        let status = s.status_code().map_or(0, |c| c.as_u16());
+        (
+            s.code().as_str().to_owned(),
+            status,
+            s.message().unwrap_or_default().to_owned(),
+        )
+    }
+
+    #[test]
+    fn each_error_has_its_s3_code_and_status_from_the_one_table() {
+        let cases = [
+            (Error::NotFound(Missing::Bucket), "NoSuchBucket", 404),
+            (Error::NotFound(Missing::Upload), "NoSuchUpload", 404),
+            (Error::NotFound(Missing::Object), "NoSuchKey", 404),
+            (
+                Error::BodySignature { chunk: false },
+                "XAmzContentSHA256Mismatch",
+                403,
+            ),
+            (
+                Error::BodySignature { chunk: true },
+                "SignatureDoesNotMatch",
+                403,
+            ),
+            (Error::TooSlow("slow".into()), "RequestTimeout", 400),
+            (Error::SlowDown("busy".into()), "SlowDown", 503),
+            (
+                Error::InsufficientStorage {
+                    free: 1,
+                    reserve: 2,
+                },
+                "InsufficientStorage",
+                507,
+            ),
+            (
+                Error::Io(std::io::ErrorKind::StorageFull.into()),
+                "InsufficientStorage",
+                507,
+            ),
+        ];
+        for (e, code, status) in cases {
+            let (got, got_status, _) = named(e);
+            assert_eq!((got.as_str(), got_status), (code, status));
+        }
+    }
+
+    #[test]
+    fn an_internal_error_says_nothing_of_its_cause() {
+        let e = Error::Io(std::io::Error::other("/var/lib/oed/shards/n/3 is gone"));
+        let (code, status, message) = named(e);
+        assert_eq!((code.as_str(), status), ("InternalError", 500));
+        assert!(!message.contains("/var/lib"), "{message}");
+        let (code, _, message) = named(Error::Superseded);
+        assert_eq!(code, "InternalError");
+        assert!(!message.contains("newer version"), "{message}");
+    }
 }

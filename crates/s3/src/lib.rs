@@ -316,8 +316,14 @@ impl<T> OrS3<T> for Result<T, Error> {
     }
 }
 
-/// An S3 error with a message.
+/// An S3 error of S3's own protocol (a malformed header, a failed precondition) with a
+/// message for the client; never `InternalError`, whose body says nothing
+/// ([`error::internal`]).
 pub(crate) fn err(code: S3ErrorCode, msg: impl Into<String>) -> S3Error {
+    debug_assert!(
+        code != S3ErrorCode::InternalError,
+        "an internal error goes through error::internal"
+    );
     S3Error::with_message(code, msg.into())
 }
 

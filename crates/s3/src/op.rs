@@ -206,9 +206,10 @@ impl S3Route for OpRoute {
             }
             self.cluster.run_op_many(&page.contents, op).await.or_s3()?
         };
-        let json = outcome
-            .to_json()
-            .map_err(|e| err(S3ErrorCode::InternalError, e.to_string()))?;
+        let json = outcome.to_json().map_err(|e| {
+            tracing::error!(error = %e, "a near-data answer does not encode as JSON");
+            crate::error::internal()
+        })?;
         let mut resp = S3Response::new(Body::from(bytes::Bytes::from(json)));
         resp.headers.insert(
             http::header::CONTENT_TYPE,

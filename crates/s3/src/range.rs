@@ -101,10 +101,8 @@ impl IgnoreRange {
         *inner.headers_mut() = headers;
         *inner.extensions_mut() = req.extensions;
         let res = self.plain.call(inner).await.map_err(|e| {
-            err(
-                S3ErrorCode::InternalError,
-                format!("the read without its Range failed: {e:?}"),
-            )
+            tracing::error!(error = ?e, "the read without its Range failed");
+            crate::error::internal()
         })?;
         let (parts, body) = res.into_parts();
         let mut out = S3Response::new(body);
