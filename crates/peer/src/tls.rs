@@ -27,8 +27,8 @@ use oed_model::error::{Error, Result};
 /// The crypto provider every TLS endpoint of the drive uses, its suites in the drive's
 /// order of preference: `ring`'s own (AES-256-GCM, AES-128-GCM, ChaCha20-Poly1305) where
 /// the CPU has AES instructions, ChaCha20-Poly1305 first where it has none (see
-/// [`has_aes`]). On this project's x86 test machine AES-256-GCM seals and opens a GiB in
-/// 0.37 CPU-s, AES-128-GCM in 0.42 and `ChaCha20` in 1.03 (`oed-tls-bench`).
+/// [`has_aes`]). With AES instructions AES-GCM costs about a third of ChaCha20-Poly1305's
+/// CPU per byte (`oed-tls-bench`; `docs/results.md`, "TLS").
 #[must_use]
 pub fn provider() -> Arc<CryptoProvider> {
     use rustls::CipherSuite as C;
