@@ -1,5 +1,5 @@
 # Sourced by the benchmark scripts. `release_bins [LOAD_TOOL...]` sets `bin` to a directory
-# holding the release `oedd` (with `oedd bench`, the S3 load) and the named load tools of
+# holding the release `oedd` and `oedd-tools` (which runs `oedd bench`, the S3 load) and the named load tools of
 # oed-benches. They are built in the same cache as CI and the other scripts (RocksDB's C++
 # is built once), unless BIN_DIR names a directory of prebuilt ones, e.g. to compare two
 # builds in turn. They are linked as packages are, with the code a drive runs placed

@@ -9,7 +9,7 @@
 # How: the release `oedd` (benches/release-bins.sh) is dropped from the page cache and
 # its disk's readahead turned off (restored on exit), so the processes started from it
 # map only the pages of code they execute. `oedd dev` starts a cluster of 6 drives (4+2)
-# and idles for 5 s; the text pages present in its processes (/proc/PID/pagemap) name
+# and idles for 5 s; the text pages of `oedd` present in its drives' processes (/proc/PID/pagemap) name
 # the functions on them (nm): the list starts with these, in the order of their
 # addresses. Then `oedd bench` writes, reads and deletes 4 MiB and 64 KiB objects
 # through it and each drive's metrics are scraped once; the functions this adds follow.
@@ -23,7 +23,7 @@ unset BIN_DIR
 source benches/release-bins.sh
 release_bins
 rm -rf "$dir"; mkdir -p "$dir"
-cp "$bin/oedd" "$dir/oedd"
+cp "$bin/oedd" "$bin/oedd-tools" "$dir/"
 exe=$dir/oedd
 dev=$(df --output=source "$dir" | tail -1); ra=/sys/block/$(basename "$dev")/queue/read_ahead_kb
 [ -w "$ra" ] || { echo "code-order: no readahead setting for $dev ($ra)" >&2; exit 2; }
@@ -57,6 +57,8 @@ present = set()
 for pid in pids:
     maps = [l.split() for l in open(f"/proc/{pid}/maps")]
     maps = [m for m in maps if len(m) >= 6 and m[5] == exe]
+    if not maps:  # `oedd dev` itself runs as oedd-tools: not a drive's code
+        continue
     base = min(int(m[0].split("-")[0], 16) - int(m[2], 16) for m in maps)
     with open(f"/proc/{pid}/pagemap", "rb") as pm:
         for m in maps:
