@@ -51,12 +51,46 @@ const PAGE: usize = 64;
 /// Time between passes while something is left.
 const PASS_PAUSE: Duration = Duration::from_secs(5);
 
+/// Where a drain is.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DrainPhase {
+    /// No drain has run (a state kept by an earlier version as "" reads so too).
+    #[default]
+    #[serde(alias = "")]
+    None,
+    /// Moving this drive's shards to others.
+    Draining,
+    /// Nothing here, and no drive names this one.
+    Done,
+    /// An operator stopped it, or the drive was marked in again.
+    Stopped,
+}
+
+impl DrainPhase {
+    /// Its name, as `oedd admin` and the status JSON show it.
+    #[must_use]
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::None => "none",
+            Self::Draining => "draining",
+            Self::Done => "done",
+            Self::Stopped => "stopped",
+        }
+    }
+}
+
+impl std::fmt::Display for DrainPhase {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.label())
+    }
+}
+
 /// Where a drain is; kept in the store as `drain`, shown by `oedd admin`.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct DrainState {
-    /// "none", "draining", "done" (nothing here, no drive names this one), or "stopped"
-    /// (an operator stopped it, or the drive was marked in again).
-    pub state: String,
+    /// Its phase.
+    pub state: DrainPhase,
     /// When it started, ms since the epoch.
     pub started_ms: Option<u64>,
     /// When it was done.
@@ -83,19 +117,16 @@ pub struct DrainState {
 
 impl Persisted for DrainState {
     const NAME: &'static str = "drain";
-    fn state_mut(&mut self) -> &mut String {
-        &mut self.state
-    }
 }
 
 impl DrainState {
     /// Fills in the figures that follow from the store and the rate.
     pub fn update(&mut self, left: u64, bytes_per_shard: f64, rate: f64) {
-        if self.state == "none" {
+        if self.state == DrainPhase::None {
             return;
         }
         self.left_shards = left;
-        self.eta_seconds = (self.state == "draining" && rate > 0.0 && left > 0)
+        self.eta_seconds = (self.state == DrainPhase::Draining && rate > 0.0 && left > 0)
             .then(|| left as f64 * bytes_per_shard / rate);
     }
 }
@@ -134,9 +165,9 @@ impl Repair {
             )));
         }
         save(self, |s| {
-            if s.state != "draining" {
+            if s.state != DrainPhase::Draining {
                 *s = DrainState {
-                    state: "draining".into(),
+                    state: DrainPhase::Draining,
                     started_ms: Some(now_ms()),
                     ..DrainState::default()
                 };
@@ -149,12 +180,12 @@ impl Repair {
     /// Stops a drain where it is (what moved stays moved).
     pub fn stop_drain(&self) -> bool {
         let was = save(self, |s| {
-            if s.state == "draining" {
-                s.state = "stopped".into();
+            if s.state == DrainPhase::Draining {
+                s.state = DrainPhase::Stopped;
             }
         });
         self.drain_now.notify_one();
-        was.state == "stopped"
+        was.state == DrainPhase::Stopped
     }
 
     /// A newer map is in force: a drain of a drive marked in again stops, and the heal
@@ -184,11 +215,11 @@ impl Repair {
         }
         if !is_out(self) {
             let s = save(self, |s| {
-                if s.state == "draining" {
-                    s.state = "stopped".into();
+                if s.state == DrainPhase::Draining {
+                    s.state = DrainPhase::Stopped;
                 }
             });
-            if s.state == "stopped" {
+            if s.state == DrainPhase::Stopped {
                 tracing::warn!("this drive is in again: its drain stops");
             }
         }
@@ -214,7 +245,8 @@ impl Repair {
 /// `stop`.
 pub async fn run(r: Arc<Repair>, stop: CancellationToken) {
     loop {
-        let draining = r.drain.lock().unwrap_or_else(PoisonError::into_inner).state == "draining";
+        let draining =
+            r.drain.lock().unwrap_or_else(PoisonError::into_inner).state == DrainPhase::Draining;
         if draining && is_out(&r) {
             let done = tokio::select! {
                 () = stop.cancelled() => return,
@@ -222,7 +254,7 @@ pub async fn run(r: Arc<Repair>, stop: CancellationToken) {
             };
             if done {
                 let s = save(&r, |s| {
-                    s.state = "done".into();
+                    s.state = DrainPhase::Done;
                     s.finished_ms = Some(now_ms());
                 });
                 tracing::warn!(
@@ -311,7 +343,8 @@ async fn pass(r: &Arc<Repair>) -> bool {
 }
 
 fn still_draining(r: &Repair) -> bool {
-    is_out(r) && r.drain.lock().unwrap_or_else(PoisonError::into_inner).state == "draining"
+    is_out(r)
+        && r.drain.lock().unwrap_or_else(PoisonError::into_inner).state == DrainPhase::Draining
 }
 
 fn fail(r: &Repair, why: &str) {

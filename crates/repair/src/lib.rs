@@ -83,20 +83,13 @@ impl RepairConfig {
 }
 
 /// A piece of repair work's state that survives restarts: kept in the store's `state`
-/// column family under `name`, with a `state` field that reads "none" until it runs.
+/// column family under `name`, with a `state` field that reads `None` until it runs.
 trait Persisted: Clone + Default + Serialize + serde::de::DeserializeOwned {
     /// Its name in the store.
     const NAME: &'static str;
-    /// Its `state` field.
-    fn state_mut(&mut self) -> &mut String;
-
     /// The state kept in `store`, or none.
     fn load(store: &Store) -> Self {
-        let mut s: Self = store.state(Self::NAME).ok().flatten().unwrap_or_default();
-        if s.state_mut().is_empty() {
-            *s.state_mut() = "none".into();
-        }
-        s
+        store.state(Self::NAME).ok().flatten().unwrap_or_default()
     }
 }
 
@@ -241,9 +234,10 @@ pub struct RepairStatus {
     /// Drain.
     #[serde(default)]
     pub drain: drain::DrainState,
-    /// `in` or `out`: whether the map in force gives the drive new shards.
+    /// `in` or `out`: whether the map in force gives the drive new shards (absent from
+    /// the answers of versions before it).
     #[serde(default)]
-    pub map_state: String,
+    pub map_state: Option<oed_model::map::DriveState>,
 }
 
 /// Heal's part of [`RepairStatus`].
@@ -376,7 +370,7 @@ impl Repair {
             drive_id: self.store.drive_id().to_owned(),
             incarnation: self.store.identity().incarnation.clone(),
             epoch: map.epoch,
-            map_state: map.drives[map.local].state.label().to_owned(),
+            map_state: Some(map.drives[map.local].state),
             drain: self.drain_status(),
             shards: self.store.object_count(),
             heal: HealStatus {

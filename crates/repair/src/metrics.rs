@@ -255,7 +255,10 @@ impl ScrapeTime for RepairCollector {
             ("eta_seconds", r.eta_seconds.unwrap_or(0.0)),
             (
                 "active",
-                f64::from(u8::from(matches!(r.state.as_str(), "listing" | "healing"))),
+                f64::from(u8::from(matches!(
+                    r.state,
+                    crate::refill::RefillPhase::Listing | crate::refill::RefillPhase::Healing
+                ))),
             ),
         ] {
             self.refill.with_label_values(&[what]).set(v);
@@ -264,8 +267,14 @@ impl ScrapeTime for RepairCollector {
         for (what, v) in [
             ("left_shards", d.left_shards as f64),
             ("eta_seconds", d.eta_seconds.unwrap_or(0.0)),
-            ("active", f64::from(u8::from(d.state == "draining"))),
-            ("done", f64::from(u8::from(d.state == "done"))),
+            (
+                "active",
+                f64::from(u8::from(d.state == crate::drain::DrainPhase::Draining)),
+            ),
+            (
+                "done",
+                f64::from(u8::from(d.state == crate::drain::DrainPhase::Done)),
+            ),
         ] {
             self.drain.drain.with_label_values(&[what]).set(v);
         }
@@ -278,8 +287,8 @@ impl ScrapeTime for RepairCollector {
             &self.drain.drained_bytes,
             ds.moved_bytes.load(Ordering::Relaxed) as f64,
         );
-        self.drain
-            .out
-            .set(f64::from(u8::from(s.map_state == "out")));
+        self.drain.out.set(f64::from(u8::from(
+            s.map_state == Some(oed_model::map::DriveState::Out),
+        )));
     }
 }

@@ -29,12 +29,46 @@ use oed_store::queue::QueueCounts;
 /// Records asked for per page.
 const PAGE: usize = 200;
 
+/// Where a refill is.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RefillPhase {
+    /// No refill has run (a state kept by an earlier version as "" reads so too).
+    #[default]
+    #[serde(alias = "")]
+    None,
+    /// Asking the other drives what this one held.
+    Listing,
+    /// All listed; the healer rebuilds.
+    Healing,
+    /// Every listed shard rebuilt.
+    Done,
+}
+
+impl RefillPhase {
+    /// Its name, as `oedd admin` and the status JSON show it.
+    #[must_use]
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::None => "none",
+            Self::Listing => "listing",
+            Self::Healing => "healing",
+            Self::Done => "done",
+        }
+    }
+}
+
+impl std::fmt::Display for RefillPhase {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.label())
+    }
+}
+
 /// Where a refill is; kept in the store as `refill`, shown by `oedd admin`.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct RefillState {
-    /// "none", "listing" (asking the other drives what this one held), "healing" (all
-    /// listed; the healer rebuilds), or "done".
-    pub state: String,
+    /// Its phase.
+    pub state: RefillPhase,
     /// When it started, ms since the epoch.
     pub started_ms: Option<u64>,
     /// When the last shard was rebuilt.
@@ -59,15 +93,12 @@ pub struct RefillState {
 
 impl Persisted for RefillState {
     const NAME: &'static str = "refill";
-    fn state_mut(&mut self) -> &mut String {
-        &mut self.state
-    }
 }
 
 impl RefillState {
     /// Fills in the figures that follow from the queue and the heal rate.
     pub fn update(&mut self, queue: &QueueCounts, rate: f64) {
-        if self.state == "none" {
+        if self.state == RefillPhase::None {
             return;
         }
         self.remaining_bytes = queue
@@ -76,7 +107,11 @@ impl RefillState {
             .copied()
             .unwrap_or(0);
         self.progress = if self.listed_bytes == 0 {
-            if self.state == "done" { 1.0 } else { 0.0 }
+            if self.state == RefillPhase::Done {
+                1.0
+            } else {
+                0.0
+            }
         } else {
             1.0 - self.remaining_bytes.min(self.listed_bytes) as f64 / self.listed_bytes as f64
         };
@@ -96,9 +131,8 @@ pub async fn run(r: Arc<Repair>, stop: CancellationToken) {
         .refill
         .lock()
         .unwrap_or_else(PoisonError::into_inner)
-        .state
-        .clone();
-    let mut go = matches!(state.as_str(), "listing" | "healing");
+        .state;
+    let mut go = matches!(state, RefillPhase::Listing | RefillPhase::Healing);
     if !go && r.store.is_new_incarnation() {
         go = tokio::select! {
             () = stop.cancelled() => return,
@@ -124,7 +158,7 @@ pub async fn run(r: Arc<Repair>, stop: CancellationToken) {
         }
         save(&r, |s| {
             *s = RefillState {
-                state: "listing".into(),
+                state: RefillPhase::Listing,
                 started_ms: Some(now_ms()),
                 ..RefillState::default()
             };
@@ -192,14 +226,14 @@ async fn has_records_after(
 async fn refill(r: &Arc<Repair>, stop: &CancellationToken) {
     let me = r.store.drive_id().to_owned();
     let mut s = save(r, |s| {
-        if s.state != "healing" {
-            s.state = "listing".into();
+        if s.state != RefillPhase::Healing {
+            s.state = RefillPhase::Listing;
         }
         if s.started_ms.is_none() {
             s.started_ms = Some(now_ms());
         }
     });
-    if s.state == "listing" {
+    if s.state == RefillPhase::Listing {
         for d in r.cluster.map().drives.iter().filter(|d| d.id != me) {
             if s.cursors.get(&d.id).is_some_and(Option::is_none) {
                 continue;
@@ -208,7 +242,7 @@ async fn refill(r: &Arc<Repair>, stop: &CancellationToken) {
                 tracing::warn!(drive = %d.id, error = %e, "refill: cannot list this drive; the others hold the same objects");
             }
         }
-        s = save(r, |s| s.state = "healing".into());
+        s = save(r, |s| s.state = RefillPhase::Healing);
         tracing::info!(
             shards = s.listed_shards,
             bytes = s.listed_bytes,
@@ -226,7 +260,7 @@ async fn refill(r: &Arc<Repair>, stop: &CancellationToken) {
             .unwrap_or(0);
         if left == 0 {
             save(r, |s| {
-                s.state = "done".into();
+                s.state = RefillPhase::Done;
                 s.finished_ms = Some(now_ms());
             });
             tracing::info!("refill complete");
@@ -297,5 +331,49 @@ async fn list_from(r: &Arc<Repair>, drive: &str) -> Result<()> {
             Some(n) => after = Some(n),
             None => return Ok(()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::drain::{DrainPhase, DrainState};
+
+    #[test]
+    fn phases_read_and_write_the_names_kept_by_earlier_versions() {
+        for (text, phase) in [
+            ("", RefillPhase::None),
+            ("none", RefillPhase::None),
+            ("listing", RefillPhase::Listing),
+            ("healing", RefillPhase::Healing),
+            ("done", RefillPhase::Done),
+        ] {
+            let json = format!(
+                r#"{{"state": "{text}", "started_ms": null, "finished_ms": null, "listed_shards": 0, "listed_bytes": 0}}"#
+            );
+            let s: RefillState = serde_json::from_str(&json).unwrap();
+            assert_eq!(s.state, phase, "{text:?}");
+        }
+        for (text, phase) in [
+            ("", DrainPhase::None),
+            ("draining", DrainPhase::Draining),
+            ("done", DrainPhase::Done),
+            ("stopped", DrainPhase::Stopped),
+        ] {
+            let s: DrainState = serde_json::from_value(serde_json::json!({
+                "state": text, "started_ms": null, "finished_ms": null, "passes": 0,
+                "moved_shards": 0, "moved_bytes": 0, "dropped_shards": 0, "failures": 0,
+                "last_error": null
+            }))
+            .unwrap();
+            assert_eq!(s.state, phase, "{text:?}");
+        }
+        let shown = serde_json::to_value(DrainState {
+            state: DrainPhase::Draining,
+            ..DrainState::default()
+        })
+        .unwrap();
+        assert_eq!(shown["state"], "draining");
+        assert!(serde_json::from_str::<DrainPhase>(r#""draned""#).is_err());
     }
 }

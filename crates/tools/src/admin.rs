@@ -25,11 +25,13 @@ use serde::Serialize;
 
 use oed_model::drive::DriveError;
 use oed_model::error::{Error, Result};
-use oed_model::map::ClusterMap;
+use oed_model::map::{ClusterMap, DriveState};
 use oed_peer::PeerOp;
 use oed_peer::auth::PeerKey;
 use oed_peer::client::{PeerClient, PeerHttp};
 use oed_repair::RepairStatus;
+use oed_repair::drain::DrainPhase;
+use oed_repair::refill::RefillPhase;
 
 /// One drive's answer.
 #[derive(Debug, Serialize)]
@@ -241,14 +243,10 @@ pub async fn check_drained(map: &ClusterMap, access: &Access, id: &str) -> Resul
             "{id} does not answer ({e}): it cannot be removed before it says its drain is done"
         ))
     })?;
-    if s.map_state != "out" || s.drain.state != "done" || s.shards > 0 {
+    if s.map_state != Some(DriveState::Out) || s.drain.state != DrainPhase::Done || s.shards > 0 {
         return Err(Error::Config(format!(
             "{id} is {}, its drain is {} and it holds {} shards: drain it first (oedd admin drain {id}) and wait for \"done\"",
-            if s.map_state.is_empty() {
-                "in"
-            } else {
-                &s.map_state
-            },
+            s.map_state.unwrap_or_default().label(),
             s.drain.state,
             s.shards
         )));
@@ -350,8 +348,8 @@ pub fn report(map: &ClusterMap, answers: &[DriveAnswer]) -> String {
         } else {
             format!("last {}", ago(s.scrub.last_complete_ms))
         };
-        let refill = match s.refill.state.as_str() {
-            "listing" | "healing" => format!(
+        let refill = match s.refill.state {
+            RefillPhase::Listing | RefillPhase::Healing => format!(
                 "{} {:.0}% of {}{}",
                 s.refill.state,
                 100.0 * s.refill.progress,
@@ -361,13 +359,17 @@ pub fn report(map: &ClusterMap, answers: &[DriveAnswer]) -> String {
                     .map(|e| format!(", ETA {}", duration(e)))
                     .unwrap_or_default()
             ),
-            other => other.to_owned(),
+            other => other.label().to_owned(),
         };
         let _ = writeln!(
             out,
             "{:<12} {:<5} {:>5} {:<17} {:>8} {:>8} {:>6} {:>9}/s {:>9}  {:<28} {}",
             a.drive,
-            if s.map_state == "out" { "out" } else { "up" },
+            if s.map_state == Some(DriveState::Out) {
+                "out"
+            } else {
+                "up"
+            },
             s.epoch,
             s.incarnation,
             s.shards,
@@ -396,7 +398,7 @@ pub fn report(map: &ClusterMap, answers: &[DriveAnswer]) -> String {
 /// A drive's drain, under its line, when it has one.
 fn drain_line(out: &mut String, s: &RepairStatus) {
     let d = &s.drain;
-    if d.state == "none" || d.state.is_empty() {
+    if d.state == DrainPhase::None {
         return;
     }
     let _ = writeln!(
@@ -411,7 +413,7 @@ fn drain_line(out: &mut String, s: &RepairStatus) {
             .unwrap_or_default(),
         d.last_error
             .as_ref()
-            .filter(|_| d.state == "draining")
+            .filter(|_| d.state == DrainPhase::Draining)
             .map(|e| format!("; last failure: {e}"))
             .unwrap_or_default()
     );
