@@ -104,9 +104,9 @@ pub enum Error {
     /// A shard upload failed its checks.
     #[error("shard: {0}")]
     Shard(#[from] oed_ec::Error),
-    /// The metadata store failed.
+    /// The metadata store (the store's RocksDB) failed; the source is its error.
     #[error("metadata store")]
-    Meta(#[from] rocksdb::Error),
+    Meta(#[source] Box<dyn std::error::Error + Send + Sync>),
     /// A stored record could not be decoded.
     #[error("metadata record is corrupt")]
     Record(#[from] serde_json::Error),

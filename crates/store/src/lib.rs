@@ -576,6 +576,11 @@ pub(crate) fn join_error(e: tokio::task::JoinError) -> Error {
     Error::Io(std::io::Error::other(e))
 }
 
+/// A failure of the metadata store, as the layers above see it.
+pub(crate) fn meta_error(e: rocksdb::Error) -> Error {
+    Error::Meta(Box::new(e))
+}
+
 /// Removes `path`, logging a failure other than its absence.
 pub(crate) fn remove_file_if_exists(path: &Path) {
     if let Err(e) = std::fs::remove_file(path)

@@ -131,7 +131,7 @@ impl MetaStore {
         let cfs = FAMILIES
             .iter()
             .map(|name| ColumnFamilyDescriptor::new(*name, cf_opts.clone()));
-        let db = DB::open_cf_descriptors(&db_opts, path, cfs)?;
+        let db = DB::open_cf_descriptors(&db_opts, path, cfs).map_err(crate::meta_error)?;
         let store = Self {
             db,
             sync: config.fsync == FsyncPolicy::Always,
@@ -169,7 +169,8 @@ impl MetaStore {
                 tokio::task::block_in_place(write)
             }
             _ => write(),
-        }?;
+        }
+        .map_err(crate::meta_error)?;
         Ok(())
     }
 
@@ -185,7 +186,8 @@ impl MetaStore {
     /// [`Error::Meta`] or [`Error::Record`].
     pub fn bucket(&self, name: &str) -> Result<Option<BucketRecord>> {
         self.db
-            .get_pinned_cf(self.cf(BUCKETS), name)?
+            .get_pinned_cf(self.cf(BUCKETS), name)
+            .map_err(crate::meta_error)?
             .map(|v| serde_json::from_slice(&v).map_err(Error::from))
             .transpose()
     }
@@ -227,7 +229,7 @@ impl MetaStore {
     pub fn buckets(&self) -> Result<Vec<BucketRecord>> {
         self.db
             .iterator_cf(self.cf(BUCKETS), IteratorMode::Start)
-            .map(|kv| Ok(serde_json::from_slice(&kv?.1)?))
+            .map(|kv| Ok(serde_json::from_slice(&kv.map_err(crate::meta_error)?.1)?))
             .collect()
     }
 
@@ -237,7 +239,8 @@ impl MetaStore {
     /// [`Error::Meta`] or [`Error::Record`].
     pub fn object(&self, bucket: &str, key: &str) -> Result<Option<ObjectRecord>> {
         self.db
-            .get_pinned_cf(self.cf(OBJECTS), object_key(bucket, key))?
+            .get_pinned_cf(self.cf(OBJECTS), object_key(bucket, key))
+            .map_err(crate::meta_error)?
             .map(|v| serde_json::from_slice(&v).map_err(Error::from))
             .transpose()
     }
@@ -252,7 +255,10 @@ impl MetaStore {
         key: &str,
         version: VersionId,
     ) -> Result<Option<Vec<u8>>> {
-        let v = self.db.get_cf(self.cf(INLINE), object_key(bucket, key))?;
+        let v = self
+            .db
+            .get_cf(self.cf(INLINE), object_key(bucket, key))
+            .map_err(crate::meta_error)?;
         Ok(v.and_then(|v| {
             let (id, data) = v.split_at_checked(16)?;
             (u128::from_le_bytes(id.try_into().ok()?) == version.0).then(|| data.to_vec())
@@ -308,7 +314,8 @@ impl MetaStore {
     /// [`Error::Meta`] or [`Error::Record`].
     pub fn kept(&self, bucket: &str, key: &str) -> Result<Option<Kept>> {
         self.db
-            .get_pinned_cf(self.cf(KEPT), object_key(bucket, key))?
+            .get_pinned_cf(self.cf(KEPT), object_key(bucket, key))
+            .map_err(crate::meta_error)?
             .map(|v| Kept::decode(&v))
             .transpose()
     }
@@ -358,7 +365,9 @@ impl MetaStore {
     pub fn drop_kept(&self, bucket: &str, key: &str) -> Result<()> {
         let mut batch = WriteBatch::default();
         batch.delete_cf(self.cf(KEPT), object_key(bucket, key));
-        self.db.write_opt(batch, &WriteOptions::default())?;
+        self.db
+            .write_opt(batch, &WriteOptions::default())
+            .map_err(crate::meta_error)?;
         Ok(())
     }
 
@@ -395,7 +404,7 @@ impl MetaStore {
             self.cf(OBJECTS),
             IteratorMode::From(&from, Direction::Forward),
         ) {
-            let (k, v) = kv?;
+            let (k, v) = kv.map_err(crate::meta_error)?;
             if !k.starts_with(&prefix) || out.len() >= limit {
                 break;
             }
@@ -411,10 +420,10 @@ impl MetaStore {
     /// [`Error::Meta`] or [`Error::Record`].
     pub fn for_each_object(&self, mut f: impl FnMut(ObjectRecord)) -> Result<()> {
         for kv in self.db.iterator_cf(self.cf(OBJECTS), IteratorMode::Start) {
-            f(serde_json::from_slice(&kv?.1)?);
+            f(serde_json::from_slice(&kv.map_err(crate::meta_error)?.1)?);
         }
         for kv in self.db.iterator_cf(self.cf(KEPT), IteratorMode::Start) {
-            f(Kept::decode(&kv?.1)?.record);
+            f(Kept::decode(&kv.map_err(crate::meta_error)?.1)?.record);
         }
         Ok(())
     }
@@ -450,7 +459,8 @@ impl MetaStore {
     pub fn state<T: serde::de::DeserializeOwned>(&self, name: &str) -> Result<Option<T>> {
         Ok(self
             .db
-            .get_pinned_cf(self.cf(STATE), name)?
+            .get_pinned_cf(self.cf(STATE), name)
+            .map_err(crate::meta_error)?
             .and_then(|v| serde_json::from_slice(&v).ok()))
     }
 
@@ -482,7 +492,7 @@ impl MetaStore {
             self.cf(OBJECTS),
             IteratorMode::From(after, Direction::Forward),
         ) {
-            let (k, v) = kv?;
+            let (k, v) = kv.map_err(crate::meta_error)?;
             if *k == *after {
                 continue;
             }
@@ -505,7 +515,7 @@ impl MetaStore {
     /// [`Error::Meta`].
     pub fn flush(&self) -> Result<()> {
         for name in FAMILIES {
-            self.db.flush_cf(self.cf(name))?;
+            self.db.flush_cf(self.cf(name)).map_err(crate::meta_error)?;
         }
         Ok(())
     }

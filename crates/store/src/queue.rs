@@ -155,7 +155,8 @@ impl MetaStore {
             .db
             .iterator_cf(self.cf(super::meta::HEAL_LEGACY), IteratorMode::Start)
             .map(|kv| kv.map(|(k, _)| k))
-            .collect::<std::result::Result<_, _>>()?;
+            .collect::<std::result::Result<_, _>>()
+            .map_err(crate::meta_error)?;
         for k in &legacy {
             let Some((bucket, key)) = std::str::from_utf8(k).ok().and_then(|s| s.split_once('\0'))
             else {
@@ -171,14 +172,16 @@ impl MetaStore {
                 );
                 self.queue_entries(std::slice::from_ref(&e))?;
             }
-            self.db.delete_cf(self.cf(super::meta::HEAL_LEGACY), k)?;
+            self.db
+                .delete_cf(self.cf(super::meta::HEAL_LEGACY), k)
+                .map_err(crate::meta_error)?;
         }
         let mut counts = Counts::default();
         for kv in self.db.iterator_cf(
             self.cf(super::meta::QUEUE),
             IteratorMode::From(b"e", Direction::Forward),
         ) {
-            let (k, v) = kv?;
+            let (k, v) = kv.map_err(crate::meta_error)?;
             if !k.starts_with(b"e") {
                 break;
             }
@@ -210,7 +213,8 @@ impl MetaStore {
             let key = entry_key_of(e);
             let old: Option<QueuedEntry> = self
                 .db
-                .get_pinned_cf(self.cf(super::meta::QUEUE), &key)?
+                .get_pinned_cf(self.cf(super::meta::QUEUE), &key)
+                .map_err(crate::meta_error)?
                 .and_then(|v| serde_json::from_slice(&v).ok());
             let mut merged = e.clone();
             if let Some(old) = &old {
@@ -294,7 +298,7 @@ impl MetaStore {
             self.cf(super::meta::QUEUE),
             IteratorMode::From(&prefix, Direction::Forward),
         ) {
-            let (k, v) = kv?;
+            let (k, v) = kv.map_err(crate::meta_error)?;
             if !k.starts_with(&prefix) || f(&k[prefix.len()..], &v).is_break() {
                 break;
             }
@@ -305,7 +309,8 @@ impl MetaStore {
     fn stored_entry(&self, drive: &str, bucket: &str, key: &str) -> Result<Option<QueuedEntry>> {
         Ok(self
             .db
-            .get_pinned_cf(self.cf(super::meta::QUEUE), entry_key(drive, bucket, key))?
+            .get_pinned_cf(self.cf(super::meta::QUEUE), entry_key(drive, bucket, key))
+            .map_err(crate::meta_error)?
             .and_then(|v| serde_json::from_slice(&v).ok()))
     }
 
