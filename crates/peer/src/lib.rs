@@ -195,7 +195,12 @@ pub struct PeerState {
     pub framed_reads: AtomicU64,
     /// Whether framed reads are sent with `sendfile` (`shard_sendfile`).
     pub sendfile: bool,
-    /// The drive's store, when `drive` is one: raw uploads ([`raw`]) go to it.
+    /// The store-only extension of `drive`, when it is a store: the two transfers that
+    /// move a shard file's bytes between the socket and the file without passing them
+    /// through the daemon (raw uploads, [`raw`]: `Store::put_shard_raw`; framed reads,
+    /// [`frames`]: `Store::shard` and `sendfile`) need the file itself, which the
+    /// [`Drive`] interface does not give. Every other operation goes through `drive`;
+    /// without a store, both transfers are answered the ordinary way.
     pub store: Option<oed_store::Store>,
 }
 
