@@ -1,6 +1,7 @@
 # shellcheck shell=bash
 # Sourced by s3-ab, peer-ab and read-ab, first thing after `set -euo pipefail`: the
-# harness that compares two builds (directories holding oedd), or two settings of one
+# harness that compares two builds (directories holding oedd, and oedd-tools for builds
+# that hand their tools to it), or two settings of one
 # build, in rounds whose order alternates (A B, B A, A B, ...), so that a drift of the
 # machine over a run favours neither side. It moves to the top of the repository. The
 # script that sources it says which benchmark a run is and which figures it reads:
@@ -46,6 +47,11 @@ ab_args() {
     for f in $tools; do
       [ -x "$d/$f" ] || { echo "$ab_me: $d/$f is missing or not executable" >&2; exit 2; }
     done
+    # Builds that run `oedd dev` and `oedd bench` as oedd-tools need it beside oedd.
+    if [ -x "$d/oedd" ] && grep -qa 'oedd-tools' "$d/oedd" && [ ! -x "$d/oedd-tools" ]; then
+      echo "$ab_me: $d/oedd-tools is missing: this build's oedd runs dev and bench through it" >&2
+      exit 2
+    fi
   done
   ab_positive "$ab_word=$ab_rounds" "${checks[@]}"
   ab_results=$(mktemp)

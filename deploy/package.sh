@@ -112,6 +112,7 @@ for arch in "${arches[@]}"; do
     cargo build --locked -p oed-daemon --bin oedd --bin oedd-tools --profile deb --target "$t"
   bin=$CARGO_TARGET_DIR/$t/deb/oedd
   check_depends "$bin"
+  check_depends "$CARGO_TARGET_DIR/$t/deb/oedd-tools"
   runner_var="CARGO_TARGET_$(tr 'a-z-' 'A-Z_' <<<"$t")_RUNNER"
   # shellcheck disable=SC2086 # the runner is a command with its flags
   ${!runner_var:-} "$bin" man | gzip -9n > deploy/debian/generated/oedd.1.gz

@@ -159,6 +159,10 @@ def test_the_packaged_binary_runs_and_has_a_manual(unpacked):
     expect = {"arm64": "neon64", "armhf": "neon32"}.get(arch)
     if expect:
         assert f"kernel: {expect}" in out, out
+    page = gzip.decompress((d / "usr/share/man/man1/oedd.1.gz").read_bytes()).decode()
+    assert ".TH oedd 1" in page, page[:200]
+    for text in ("COMMANDS IN DETAIL", "oedd cluster", "/etc/oed/oedd.toml", "--config"):
+        assert text in page, text
 
 
 def test_the_tools_binary_runs_the_commands_a_drive_does_not_run(unpacked):
@@ -174,10 +178,6 @@ def test_the_tools_binary_runs_the_commands_a_drive_does_not_run(unpacked):
         drives = ",".join(f"127.0.0.1:{9400 + i}" for i in range(6))
         run(str(d / "usr/bin/oedd"), "cluster", "init", "--drive", drives, "--out", str(out_dir))
         assert (out_dir / "cluster.toml").is_file(), sorted(out_dir.iterdir())
-    page = gzip.decompress((d / "usr/share/man/man1/oedd.1.gz").read_bytes()).decode()
-    assert ".TH oedd 1" in page, page[:200]
-    for text in ("COMMANDS IN DETAIL", "oedd cluster", "/etc/oed/oedd.toml", "--config"):
-        assert text in page, text
 
 
 def conffile_keys(text):

@@ -65,6 +65,10 @@ pub enum DrainPhase {
     Done,
     /// An operator stopped it, or the drive was marked in again.
     Stopped,
+    /// A phase this version does not know (a newer drive's, or a state a newer version
+    /// kept): shown, never acted on.
+    #[serde(other)]
+    Unknown,
 }
 
 impl DrainPhase {
@@ -76,6 +80,7 @@ impl DrainPhase {
             Self::Draining => "draining",
             Self::Done => "done",
             Self::Stopped => "stopped",
+            Self::Unknown => "unknown",
         }
     }
 }

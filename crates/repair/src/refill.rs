@@ -43,6 +43,10 @@ pub enum RefillPhase {
     Healing,
     /// Every listed shard rebuilt.
     Done,
+    /// A phase this version does not know (a newer drive's, or a state a newer version
+    /// kept): shown, never acted on.
+    #[serde(other)]
+    Unknown,
 }
 
 impl RefillPhase {
@@ -54,6 +58,7 @@ impl RefillPhase {
             Self::Listing => "listing",
             Self::Healing => "healing",
             Self::Done => "done",
+            Self::Unknown => "unknown",
         }
     }
 }
@@ -374,6 +379,11 @@ mod tests {
         })
         .unwrap();
         assert_eq!(shown["state"], "draining");
-        assert!(serde_json::from_str::<DrainPhase>(r#""draned""#).is_err());
+        let newer: DrainPhase = serde_json::from_str(r#""paused""#).unwrap();
+        assert_eq!(
+            newer,
+            DrainPhase::Unknown,
+            "a newer drive's phase still reads"
+        );
     }
 }
