@@ -64,7 +64,8 @@ check_depends() {
   local bin=$1 depends need have
   depends=$(sed -n 's/^depends = "\(.*\)"/\1/p' crates/oed-daemon/Cargo.toml)
   for pair in GLIBC_:libc6 GLIBCXX_:libstdc++6; do
-    need=$(objdump -T "$bin" | grep -o "${pair%%:*}[0-9.]*" | sed "s/^${pair%%:*}//" | sort -V | tail -1)
+    # A binary may need none of a library's versions (oedd-tools links no libstdc++).
+    need=$(objdump -T "$bin" | { grep -o "${pair%%:*}[0-9.]*" || true; } | sed "s/^${pair%%:*}//" | sort -V | tail -1)
     [ -n "$need" ] || continue
     have=$(grep -o "${pair##*:} (>= [0-9.]*)" <<<"$depends" | grep -o '[0-9.]*)' | tr -d ')')
     if [ "$pair" = GLIBCXX_:libstdc++6 ]; then
