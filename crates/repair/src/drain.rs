@@ -51,43 +51,15 @@ const PAGE: usize = 64;
 /// Time between passes while something is left.
 const PASS_PAUSE: Duration = Duration::from_secs(5);
 
-/// Where a drain is.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum DrainPhase {
-    /// No drain has run (a state kept by an earlier version as "" reads so too).
-    #[default]
-    #[serde(alias = "")]
-    None,
-    /// Moving this drive's shards to others.
-    Draining,
-    /// Nothing here, and no drive names this one.
-    Done,
-    /// An operator stopped it, or the drive was marked in again.
-    Stopped,
-    /// A phase this version does not know (a newer drive's, or a state a newer version
-    /// kept): shown, never acted on.
-    #[serde(other)]
-    Unknown,
-}
-
-impl DrainPhase {
-    /// Its name, as `oedd admin` and the status JSON show it.
-    #[must_use]
-    pub fn label(self) -> &'static str {
-        match self {
-            Self::None => "none",
-            Self::Draining => "draining",
-            Self::Done => "done",
-            Self::Stopped => "stopped",
-            Self::Unknown => "unknown",
-        }
-    }
-}
-
-impl std::fmt::Display for DrainPhase {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.label())
+phases! {
+    /// Where a drain is.
+    DrainPhase {
+        /// Moving this drive's shards to others.
+        Draining = "draining",
+        /// Nothing here, and no drive names this one.
+        Done = "done",
+        /// An operator stopped it, or the drive was marked in again.
+        Stopped = "stopped",
     }
 }
 

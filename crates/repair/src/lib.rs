@@ -20,6 +20,45 @@
 // Rates and ETAs are f64; byte counts convert with more than enough precision.
 #![allow(clippy::cast_precision_loss)]
 
+/// A phase of repair work, as it is kept in the store and shown in the status JSON: its
+/// lowercase name, with `none` before it runs (an empty state kept by an earlier version
+/// reads so too) and `unknown` for a name this version does not know (a newer drive's, or
+/// a state a newer version kept), shown and never acted on.
+macro_rules! phases {
+    ($(#[$doc:meta])* $name:ident { $($(#[$vdoc:meta])* $v:ident = $label:literal,)* }) => {
+        $(#[$doc])*
+        #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+        pub enum $name {
+            /// Not run.
+            #[default]
+            #[serde(rename = "none", alias = "")]
+            None,
+            $($(#[$vdoc])* #[serde(rename = $label)] $v,)*
+            /// A phase this version does not know.
+            #[serde(rename = "unknown", other)]
+            Unknown,
+        }
+
+        impl $name {
+            /// Its name, as `oedd admin` and the status JSON show it.
+            #[must_use]
+            pub fn label(self) -> &'static str {
+                match self {
+                    Self::None => "none",
+                    $(Self::$v => $label,)*
+                    Self::Unknown => "unknown",
+                }
+            }
+        }
+
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.label())
+            }
+        }
+    };
+}
+
 pub mod drain;
 pub mod heal;
 pub mod metrics;

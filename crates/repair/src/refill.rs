@@ -29,43 +29,15 @@ use oed_store::queue::QueueCounts;
 /// Records asked for per page.
 const PAGE: usize = 200;
 
-/// Where a refill is.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum RefillPhase {
-    /// No refill has run (a state kept by an earlier version as "" reads so too).
-    #[default]
-    #[serde(alias = "")]
-    None,
-    /// Asking the other drives what this one held.
-    Listing,
-    /// All listed; the healer rebuilds.
-    Healing,
-    /// Every listed shard rebuilt.
-    Done,
-    /// A phase this version does not know (a newer drive's, or a state a newer version
-    /// kept): shown, never acted on.
-    #[serde(other)]
-    Unknown,
-}
-
-impl RefillPhase {
-    /// Its name, as `oedd admin` and the status JSON show it.
-    #[must_use]
-    pub fn label(self) -> &'static str {
-        match self {
-            Self::None => "none",
-            Self::Listing => "listing",
-            Self::Healing => "healing",
-            Self::Done => "done",
-            Self::Unknown => "unknown",
-        }
-    }
-}
-
-impl std::fmt::Display for RefillPhase {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.label())
+phases! {
+    /// Where a refill is.
+    RefillPhase {
+        /// Asking the other drives what this one held.
+        Listing = "listing",
+        /// All listed; the healer rebuilds.
+        Healing = "healing",
+        /// Every listed shard rebuilt.
+        Done = "done",
     }
 }
 
