@@ -96,21 +96,50 @@ oedd ($version) stable; urgency=medium
  -- OED developers <oed@example.invalid>  $date_rfc
 CHANGES
 
+# One cargo run builds every target asked for, so that one target's build overlaps
+# another's longest crates (most of a release build is one crate at a time), and each
+# target's build stays as it was for the next run: build scripts and proc macros, which
+# all targets share, always link with the amd64 target's linker (cargo gives them the
+# host triple's), which would otherwise differ between runs for one target and another
+# and make cargo rebuild them and everything above them.
+# Each target links with its own C compiler driver (the cross gcc), through
+# deploy/link-ordered (the code a drive runs placed first) and rustc's lld, and with the
+# RocksDB deploy/rocksdb-unity.sh built for it: librocksdb-sys takes one library
+# directory for all targets (ROCKSDB_LIB_DIR, here an empty one), so each target's is
+# given to rustc in that target's flags.
+host_triple=$(rustc -vV | sed -n 's/^host: //p')
+build_env=(CODE_ORDER_FILE="$root/deploy/code-order.txt.gz" ROCKSDB_STATIC=1)
+targets=("$host_triple")
 for arch in "${arches[@]}"; do
   t=$(triple_of "$arch")
-  lib=$(bash deploy/rocksdb-unity.sh "$t" release)
-  echo "package: building oedd for $arch ($t)" >&2
-  # Linked with the code a drive runs placed first (deploy/link-ordered), by the target's
-  # own C compiler driver (the cross gcc) and rustc's lld.
-  linker_var="CARGO_TARGET_$(tr 'a-z-' 'A-Z_' <<<"$t")_LINKER"
+  [[ " ${targets[*]} " == *" $t "* ]] || targets+=("$t")
+done
+build_for=()
+for t in "${targets[@]}"; do
+  var=$(tr 'a-z-' 'A-Z_' <<<"$t")
+  linker_var="CARGO_TARGET_${var}_LINKER"
   link_cc=${!linker_var:-cc}
-  ordered=$(bash deploy/link-ordered --install)
-  [ "$link_cc" != "$ordered" ] || link_cc=cc
-  # Cargo does not know the order file: a newer one must relink the daemon.
-  [ ! deploy/code-order.txt.gz -nt "$CARGO_TARGET_DIR/$t/deb/oedd" ] || touch crates/oed-daemon/src/main.rs
-  env CODE_ORDER_CC="$link_cc" CODE_ORDER_FILE="$root/deploy/code-order.txt.gz" "$linker_var=$ordered" \
-    ROCKSDB_LIB_DIR="$lib" ROCKSDB_STATIC=1 \
-    cargo build --locked -p oed-daemon --bin oedd --bin oedd-tools --profile deb --target "$t"
+  [[ $link_cc != */link-ordered* ]] || link_cc=cc
+  build_env+=("$linker_var=$(bash deploy/link-ordered --install "$link_cc")")
+  # The host's linker is set even when only ARM packages are asked for (see above).
+  for arch in "${arches[@]}"; do
+    [ "$(triple_of "$arch")" = "$t" ] || continue
+    lib=$(bash deploy/rocksdb-unity.sh "$t" release)
+    build_env+=("CARGO_TARGET_${var}_RUSTFLAGS=-L native=$lib")
+    build_for+=(--target "$t")
+    # Cargo does not know the order file: a newer one must relink a daemon built before.
+    bin=$CARGO_TARGET_DIR/$t/deb/oedd
+    [ ! -e "$bin" ] || [ ! deploy/code-order.txt.gz -nt "$bin" ] || touch crates/oed-daemon/src/main.rs
+  done
+done
+no_lib=$CARGO_TARGET_DIR/rocksdb-unity/none
+mkdir -p "$no_lib"
+echo "package: building oedd for ${arches[*]}" >&2
+env "${build_env[@]}" ROCKSDB_LIB_DIR="$no_lib" \
+  cargo build --locked -p oed-daemon --bin oedd --bin oedd-tools --profile deb "${build_for[@]}"
+
+for arch in "${arches[@]}"; do
+  t=$(triple_of "$arch")
   bin=$CARGO_TARGET_DIR/$t/deb/oedd
   check_depends "$bin"
   check_depends "$CARGO_TARGET_DIR/$t/deb/oedd-tools"

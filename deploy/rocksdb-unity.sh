@@ -75,7 +75,9 @@ if [ ! -f "$out/librocksdb.a" ]; then
     (cd "$src" && "$cxx" "${flags[@]}" -o "$out/unity$part.o" -c "$out/unity$part.cc") & pids+=($!)
   done
   for p in "${pids[@]}"; do wait "$p"; done
-  "$ar" crs "$out/librocksdb.a" "$out/unity0.o" "$out/unity1.o"
+  # Under another name first: a run stopped here leaves no library that looks whole.
+  "$ar" crs "$out/librocksdb.a.part" "$out/unity0.o" "$out/unity1.o"
+  mv "$out/librocksdb.a.part" "$out/librocksdb.a"
   rm -f "$out"/unity*.o
   echo "rocksdb-unity: $target ($mode) done in $(( $(date +%s) - start )) s" >&2
 fi

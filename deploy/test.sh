@@ -59,6 +59,21 @@ OED_EXPECT_KERNEL=$host_kernel cargo_for "$host" test --workspace --locked
 
 target_root=${CARGO_TARGET_DIR:-target}
 
+# RocksDB for the packages (-Os, for each target), compiled at the lowest priority while
+# the steps up to the packages leave a core idle (the fuzz targets run on one, the
+# client suites mostly wait on the network): about six minutes of a cold run otherwise
+# spent before the packages' Rust build can start. deploy/package.sh finds them made;
+# should this fail, it makes them itself.
+prebuilt_log=$(mktemp)
+(
+  for t in "$host" aarch64-unknown-linux-gnu armv7-unknown-linux-gnueabihf; do
+    nice -n 19 bash deploy/rocksdb-unity.sh "$t" release >/dev/null
+  done
+) >"$prebuilt_log" 2>&1 &
+prebuilt=$!
+kill_tree() { local c; for c in $(pgrep -P "$1"); do kill_tree "$c"; done; kill "$1" 2>/dev/null || true; }
+trap 'kill_tree "$prebuilt"; rm -f "$prebuilt_log"' EXIT
+
 step "fuzz targets, ${FUZZ_SECONDS:-30} s each (nightly Rust and cargo-fuzz, installed when missing)"
 rocksdb_status=0
 rocksdb_dir=$(bash deploy/rocksdb-unity.sh "$host") || rocksdb_status=$?
@@ -123,17 +138,18 @@ step "S3 end-to-end tests (aws-sdk-s3 for Rust)"
 OED_TEST_OEDD_BIN="$(cd "$target_root" && pwd)/debug/oedd" \
   cargo_for "$host" test --locked --manifest-path tests/sdk/Cargo.toml
 step "Debian packages: amd64, arm64, armhf (deploy/package.sh), and their tests"
+wait "$prebuilt" || { echo "RocksDB for the packages was not built ahead:" >&2; cat "$prebuilt_log" >&2; }
+grep -h "done in" "$prebuilt_log" || true
 packages=$target_root/packages
 rm -rf "$packages" && mkdir -p "$packages/upgrade"
-# The same package at a higher version, for the in-place upgrade test; made first, so
-# that the amd64 build below is the same one (a cross build in between changes the
-# linker of the build's host parts, and cargo would build everything for amd64 again).
+bash deploy/package.sh --out "$packages" >/dev/null
+# The same amd64 package at a higher version, for the in-place upgrade test (its build
+# is the one above: package.sh keeps the build of every target as it was).
 crate_version=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
 bash deploy/package.sh --arch amd64 --version "$crate_version-2" --out "$packages/upgrade" >/dev/null
-bash deploy/package.sh --out "$packages" >/dev/null
 OED_TEST_DEBS=$packages python3 -m pytest -q -rs -p no:cacheprovider tests/package
 unpacked=$(mktemp -d)
-trap 'rm -rf "$unpacked"' EXIT
+trap 'rm -rf "$unpacked" "$prebuilt_log"' EXIT
 for pair in aarch64-unknown-linux-gnu:neon64:arm64 armv7-unknown-linux-gnueabihf:neon32:armhf; do
   IFS=: read -r t kernel arch <<<"$pair"
   step "$t: oed-ec tests under qemu (expecting the $kernel kernel)"
@@ -147,7 +163,8 @@ for pair in aarch64-unknown-linux-gnu:neon64:arm64 armv7-unknown-linux-gnueabihf
   out=$(${!runner_var} "$bin" version)
   echo "$out"
   grep -q "kernel: $kernel" <<<"$out" || { echo "oedd on $t did not pick $kernel" >&2; exit 1; }
+  # --workspace, as the host tests: the same features, so the test built there is run.
   OED_TEST_OEDD_BIN="$bin" OED_TEST_OEDD_RUNNER="${!runner_var}" \
-    cargo_for "$host" test --locked -p oed-tests --test peer_api -- smoke_put_get_and_clean_stop
+    cargo_for "$host" test --locked --workspace --test peer_api -- smoke_put_get_and_clean_stop
 done
 step "all tests passed"
