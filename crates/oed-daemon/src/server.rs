@@ -313,14 +313,10 @@ async fn peer_api_only(
     req: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> axum::response::Response {
-    use axum::response::IntoResponse as _;
     if req.uri().path().starts_with("/_oed/") {
         return next.run(req).await;
     }
-    match oed_s3::error::tls_required().to_http_response() {
-        Ok(r) => r.map(axum::body::Body::new),
-        Err(_) => http::StatusCode::FORBIDDEN.into_response(),
-    }
+    oed_s3::error::into_response(oed_s3::error::tls_required())
 }
 
 /// Reads the listener's certificate files again on each SIGHUP, until `shutdown`.

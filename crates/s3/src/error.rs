@@ -3,8 +3,10 @@
 //! with the internals of a 5xx kept in the drive's log. `Result<T, Error>` becomes an
 //! `S3Result` with `.or_s3()` (the orphan rule keeps a `From` out: neither type is this
 //! crate's). Errors S3 defines for its own protocol (a malformed header, a failed
-//! precondition) are made where the request is read, with `err`; an `InternalError`
-//! never carries internal text ([`internal`]).
+//! precondition) have no `Error`: they are made where the request is read, with [`err`],
+//! from S3's list of codes, each with S3's status for it (`s3s`' table, and
+//! [`S3_CODES_S3S_LACKS`] for the few it does not name); no status is set by hand. An
+//! `InternalError` never carries internal text ([`internal`]).
 
 use axum::http::StatusCode;
 use s3s::{S3Error, S3ErrorCode};
@@ -45,6 +47,47 @@ pub fn s3_error(e: Error) -> S3Error {
         err.set_headers(h);
     }
     err
+}
+
+/// Codes of S3's list that `s3s` does not name, with the status S3 answers them with.
+pub const S3_CODES_S3S_LACKS: &[(&str, u16)] = &[("InvalidPartNumber", 416)];
+
+/// An S3 error of S3's own protocol (a malformed header, a failed precondition) with a
+/// message for the client, at the status S3 gives `code`; never `InternalError`, whose
+/// body says nothing ([`internal`]).
+pub(crate) fn err(code: S3ErrorCode, msg: impl Into<String>) -> S3Error {
+    debug_assert!(
+        code != S3ErrorCode::InternalError,
+        "an internal error goes through error::internal"
+    );
+    let status = match &code {
+        S3ErrorCode::Custom(name) => {
+            let row = S3_CODES_S3S_LACKS.iter().find(|(n, _)| *n == &**name);
+            debug_assert!(row.is_some(), "{name} is not in S3_CODES_S3S_LACKS");
+            row.and_then(|&(_, s)| StatusCode::from_u16(s).ok())
+        }
+        _ => None,
+    };
+    let mut e = S3Error::with_message(code, msg.into());
+    if let Some(s) = status {
+        e.set_status_code(s);
+    }
+    e
+}
+
+/// An S3 error as an HTTP answer, for the middleware that answers before `s3s` runs (a
+/// request refused on its headers or its transport). A body that cannot be written is
+/// logged, and the answer is a bare 500.
+#[must_use]
+pub fn into_response(e: S3Error) -> axum::response::Response {
+    use axum::response::IntoResponse as _;
+    match e.to_http_response() {
+        Ok(r) => r.map(axum::body::Body::new),
+        Err(failure) => {
+            tracing::error!(error = ?failure, "an S3 error's answer could not be written");
+            StatusCode::INTERNAL_SERVER_ERROR.into_response()
+        }
+    }
 }
 
 /// The answer to a failure inside this drive, whose cause the caller has logged: S3's
@@ -126,6 +169,18 @@ mod tests {
             let (got, got_status, _) = named(e);
             assert_eq!((got.as_str(), got_status), (code, status));
         }
+    }
+
+    #[test]
+    fn a_code_s3s_does_not_name_has_s3s_status_from_its_row() {
+        let rec = oed_model::record::test_record("k", 1, 10);
+        let e = crate::object::part_range(&rec, 2).expect_err("one part");
+        assert_eq!(e.code().as_str(), "InvalidPartNumber");
+        assert_eq!(e.status_code().map(|s| s.as_u16()), Some(416));
+        let e = err(S3ErrorCode::InvalidRange, "past the end");
+        assert_eq!(e.status_code().map(|s| s.as_u16()), Some(416), "s3s' row");
+        let r = into_response(e);
+        assert_eq!(r.status().as_u16(), 416);
     }
 
     #[test]

@@ -37,12 +37,13 @@ use s3s::dto::{
 };
 use s3s::{S3, S3Error, S3ErrorCode, S3Request, S3Response, S3Result};
 
-use axum::response::IntoResponse as _;
 use s3s::route::S3Route;
 
 use oed_cluster::Cluster;
 use oed_model::error::Error;
 use oed_model::record::ObjectRecord;
+
+pub(crate) use error::err;
 
 pub use oed_model::record::{INTERNAL_PREFIX, USER_KEYS_START};
 
@@ -232,10 +233,7 @@ pub async fn precheck(
         && let Some(e) =
             presigned_expires(req.uri()).or_else(|| header_section_too_large(req.headers()))
     {
-        return match e.to_http_response() {
-            Ok(r) => r.map(axum::body::Body::new),
-            Err(_) => http::StatusCode::BAD_REQUEST.into_response(),
-        };
+        return error::into_response(e);
     }
     next.run(req).await
 }
@@ -316,17 +314,6 @@ impl<T> OrS3<T> for Result<T, Error> {
     }
 }
 
-/// An S3 error of S3's own protocol (a malformed header, a failed precondition) with a
-/// message for the client; never `InternalError`, whose body says nothing
-/// ([`error::internal`]).
-pub(crate) fn err(code: S3ErrorCode, msg: impl Into<String>) -> S3Error {
-    debug_assert!(
-        code != S3ErrorCode::InternalError,
-        "an internal error goes through error::internal"
-    );
-    S3Error::with_message(code, msg.into())
-}
-
 /// Checks a client's key: S3's rules, and not one of the cluster's own.
 ///
 /// # Errors
@@ -366,8 +353,17 @@ pub(crate) fn from_s3_i32(n: i32) -> usize {
 
 /// The response's timestamp for a time in milliseconds since the epoch.
 pub(crate) fn timestamp(ms: u64) -> s3s::dto::Timestamp {
-    s3s::dto::Timestamp::from(std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms))
+    // A time from a record is whatever a disk or a peer gave: one past the last that
+    // S3's formats can write (the end of year 9999) is answered as that one, where it
+    // would otherwise panic in the conversion and close the client's connection.
+    s3s::dto::Timestamp::from(
+        std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms.min(LAST_TIMESTAMP_MS)),
+    )
 }
+
+/// 9999-12-31T23:59:59.999Z in milliseconds since the epoch: the last time S3's date
+/// formats write.
+const LAST_TIMESTAMP_MS: u64 = 253_402_300_799_999;
 
 /// An `ETag` value as S3 sends it.
 pub(crate) fn etag(value: &str) -> s3s::dto::ETag {
@@ -568,5 +564,39 @@ impl S3 for OedS3 {
         req: S3Request<ListMultipartUploadsInput>,
     ) -> S3Result<S3Response<ListMultipartUploadsOutput>> {
         multipart::list_uploads(&self.cluster, req.input).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use s3s::dto::TimestampFormat;
+
+    /// A time from a disk or a peer, however far it lies, is written in every format S3
+    /// uses, not a panic.
+    #[test]
+    fn any_stored_time_is_written_in_every_format() {
+        for ms in [
+            0,
+            1_700_000_000_000,
+            super::LAST_TIMESTAMP_MS,
+            u64::MAX / 2,
+            u64::MAX,
+        ] {
+            let t = super::timestamp(ms);
+            for f in [
+                TimestampFormat::DateTime,
+                TimestampFormat::HttpDate,
+                TimestampFormat::EpochSeconds,
+            ] {
+                let mut out = Vec::new();
+                t.format(f, &mut out).expect("formatted");
+                assert!(!out.is_empty());
+            }
+        }
+        let mut out = Vec::new();
+        super::timestamp(u64::MAX)
+            .format(TimestampFormat::DateTime, &mut out)
+            .expect("formatted");
+        assert_eq!(String::from_utf8_lossy(&out), "9999-12-31T23:59:59.999Z");
     }
 }

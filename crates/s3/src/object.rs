@@ -370,15 +370,13 @@ pub(crate) fn check_conditions(
 /// `InvalidPartNumber` (416) for a part the object does not have.
 pub fn part_range(rec: &ObjectRecord, n: i32) -> S3Result<std::ops::Range<u64>> {
     let unsatisfiable = || {
-        let mut e = err(
+        err(
             S3ErrorCode::Custom("InvalidPartNumber".into()),
             format!(
                 "the object has no part {n}: it has {} part(s)",
                 rec.parts.len().max(1)
             ),
-        );
-        e.set_status_code(http::StatusCode::RANGE_NOT_SATISFIABLE);
-        e
+        )
     };
     if rec.parts.is_empty() {
         return if n == 1 {
