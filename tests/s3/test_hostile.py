@@ -6,6 +6,7 @@ a body sent a byte a second is cut with RequestTimeout after one window."""
 import hashlib
 import socket
 import time
+import urllib.request
 
 import pytest
 
@@ -196,3 +197,68 @@ def test_a_client_that_stops_reading_its_answer_is_dropped(guarded):
     finally:
         sock.close()
     assert s3.get_object(Bucket="stall", Key="o")["Body"].read() == hashlib.shake_256(b"stall").digest(size)
+
+
+def test_unsigned_peer_requests_are_counted_and_logged_with_their_address_at_most_once_a_window(tmp_path):
+    """A stranger's 2,000 unsigned peer requests: each refused with 401 and counted in
+    `oed_peer_auth_failures_total`, while the drive's log gets one line (the address, the
+    operation and the count left out) per ten seconds, not one per request."""
+    import http.client
+    import os
+    import subprocess
+    import threading
+
+    binary = os.environ.get("OED_TEST_OEDD_BIN", "target/debug/oedd")
+    metrics_port = free_port()
+    log = open(tmp_path / "drive.log", "w")
+    p = subprocess.Popen(
+        [binary, "serve", "--data-dir", str(tmp_path / "data"), "--listen", "127.0.0.1:0",
+         "--drive-id", "lone", "--set", f'metrics_listen="127.0.0.1:{metrics_port}"'],
+        env=dict(os.environ, OED_CLUSTER_SECRET="0" * 32, OED_LOG="warn"),
+        stdout=subprocess.PIPE, stderr=log, text=True,
+    )
+    try:
+        addr = []
+        ready = threading.Event()
+
+        def watch():
+            for line in p.stdout:
+                if line.startswith("oedd: listening on"):
+                    addr.append(line.split()[-1])
+                    ready.set()
+
+        threading.Thread(target=watch, daemon=True).start()
+        assert ready.wait(60), "the drive did not start"
+        host, port = addr[0].rsplit(":", 1)
+        conn = http.client.HTTPConnection(host, int(port), timeout=10)
+        statuses = set()
+        deadline = time.time() + 60
+        for _ in range(2000):
+            assert time.time() < deadline, "2,000 refusals took over a minute"
+            conn.request("GET", "/_oed/peer/v1/info")
+            r = conn.getresponse()
+            r.read()
+            statuses.add(r.status)
+        conn.close()
+        assert statuses == {401}, statuses
+        with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10) as r:
+            text = r.read().decode()
+        counted = sum(float(line.split()[-1]) for line in text.splitlines()
+                      if line.startswith("oed_peer_auth_failures_total"))
+        assert counted == 2000, counted
+    finally:
+        p.terminate()
+        p.wait(20)
+        log.close()
+    lines = [line for line in (tmp_path / "drive.log").read_text().splitlines()
+             if "peer request refused" in line]
+    assert 1 <= len(lines) <= 7, lines
+    assert "client=127.0.0.1" in lines[0] and "op=Info" in lines[0], lines[0]
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port

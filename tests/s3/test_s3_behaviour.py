@@ -276,6 +276,102 @@ def test_presigned_urls_with_expiry_out_of_range_or_past(cluster, s3, bucket):
     assert e.value.code == 403 and "<Code>AccessDenied</Code>" in e.value.read().decode()
 
 
+def test_a_sigv2_presigned_url_is_held_to_a_week_as_sigv4s(cluster, s3, bucket):
+    """SigV2 states no longest expiry: a URL valid for ten years is refused as SigV4's
+    X-Amz-Expires over a week is, and one within a week is served."""
+    import urllib.error
+    import urllib.request
+    s3.put_object(Bucket=bucket, Key="v2", Body=b"presigned v2")
+    v2 = cluster.client(signature_version="s3")
+    url = v2.generate_presigned_url("get_object", Params={"Bucket": bucket, "Key": "v2"},
+                                    ExpiresIn=3600)
+    assert "AWSAccessKeyId=" in url and "Expires=" in url, url
+    assert urllib.request.urlopen(url, timeout=10).read() == b"presigned v2"
+    decade = v2.generate_presigned_url("get_object", Params={"Bucket": bucket, "Key": "v2"},
+                                       ExpiresIn=10 * 365 * 86400)
+    with pytest.raises(urllib.error.HTTPError) as e:
+        urllib.request.urlopen(decade, timeout=10)
+    body = e.value.read().decode()
+    assert e.value.code == 400 and "<Code>AuthorizationQueryParametersError</Code>" in body, body
+    assert "at most a week" in body, body
+
+
+def test_xml_bodies_too_large_or_without_a_length_are_refused_before_they_are_read(cluster, s3, bucket):
+    """A DeleteObjects of 38 MB and a CompleteMultipartUpload of 89 MB (as Content-Length
+    says) are answered MaxMessageLengthExceeded (400) at once, from the headers alone,
+    and a DeleteObjects without a length MissingContentLength (411); nothing is deleted."""
+    import socket
+    s3.put_object(Bucket=bucket, Key="stays", Body=b"x")
+    host, port = cluster.addrs[0].split(":")
+
+    def answer(head):
+        with socket.create_connection((host, int(port)), timeout=30) as s:
+            s.sendall(head.encode() + b"<Delete><Object><Key>stays</Key></Object>")
+            data = b""
+            while b"</Error>" not in data:
+                got = s.recv(65536)
+                if not got:
+                    break
+                data += got
+        return data.decode(errors="replace")
+
+    for path, size in ((f"/{bucket}?delete", 38_000_000),
+                       (f"/{bucket}/k?uploadId=abc", 89_000_000)):
+        got = answer(f"POST {path} HTTP/1.1\r\nHost: {cluster.addrs[0]}\r\n"
+                     f"Content-Length: {size}\r\n\r\n")
+        assert got.startswith("HTTP/1.1 400"), got
+        assert "<Code>MaxMessageLengthExceeded</Code>" in got, got
+    got = answer(f"POST /{bucket}?delete HTTP/1.1\r\nHost: {cluster.addrs[0]}\r\n"
+                 "Transfer-Encoding: chunked\r\n\r\n")
+    assert got.startswith("HTTP/1.1 411") and "<Code>MissingContentLength</Code>" in got, got
+    assert s3.get_object(Bucket=bucket, Key="stays")["Body"].read() == b"x"
+
+
+def test_delete_objects_answers_in_xml_a_client_can_read_for_every_key(cluster, s3, bucket):
+    """DeleteObjects with keys that hold control characters: those XML can carry (tab) are
+    deleted and named; one it cannot (U+0001, U+0007, U+000C) is not deleted and gets a
+    per-key InvalidArgument naming it with U+FFFD in their place, so that the whole answer
+    stays XML that boto3 reads (it took the unreadable answer for a 500); DeleteObject
+    deletes it."""
+    import xml.etree.ElementTree as ET
+    keys = ["plain", "tab\tkey", "ctl\x01key", "bell\x07", "ff\x0ckey"]
+    for k in keys:
+        s3.put_object(Bucket=bucket, Key=k, Body=b"x")
+    r = s3.delete_objects(Bucket=bucket, Delete={"Objects": [{"Key": k} for k in keys]})
+    assert sorted(d["Key"] for d in r["Deleted"]) == ["plain", "tab\tkey"], r
+    assert sorted(e["Key"] for e in r["Errors"]) == ["bell\ufffd", "ctl\ufffdkey", "ff\ufffdkey"], r
+    assert {e["Code"] for e in r["Errors"]} == {"InvalidArgument"}, r
+    # The raw answer is XML a strict parser reads.
+    body = "<Delete><Object><Key>ctl\x01key</Key></Object></Delete>".encode()
+    import base64
+    import hashlib
+    md5 = base64.b64encode(hashlib.md5(body).digest()).decode()
+    status, _, answer = _raw(cluster, "POST", f"/{bucket}?delete", body, {"Content-MD5": md5})
+    assert status == 200, answer
+    ET.fromstring(answer)
+    left = [o["Key"] for o in s3.list_objects_v2(Bucket=bucket).get("Contents", [])]
+    assert sorted(left) == ["bell\x07", "ctl\x01key", "ff\x0ckey"], left
+    for k in left:
+        s3.delete_object(Bucket=bucket, Key=k)
+    assert s3.list_objects_v2(Bucket=bucket).get("KeyCount", 0) == 0
+
+
+def test_multipart_uploads_take_keys_of_every_length_s3_allows(cluster, s3, bucket):
+    """A key of 1,024 bytes (S3's longest) is uploaded in parts, listed among the uploads
+    and read back; one byte more is KeyTooLongError, as for a PUT."""
+    key = "k" * 1000 + "/" + "é" * 11 + "x"
+    assert len(key.encode()) == 1024
+    up = s3.create_multipart_upload(Bucket=bucket, Key=key)["UploadId"]
+    assert [u["Key"] for u in s3.list_multipart_uploads(Bucket=bucket)["Uploads"]] == [key]
+    part = s3.upload_part(Bucket=bucket, Key=key, UploadId=up, PartNumber=1, Body=b"long key")
+    s3.complete_multipart_upload(Bucket=bucket, Key=key, UploadId=up,
+                                 MultipartUpload={"Parts": [{"PartNumber": 1, "ETag": part["ETag"]}]})
+    assert s3.get_object(Bucket=bucket, Key=key)["Body"].read() == b"long key"
+    with pytest.raises(ClientError) as e:
+        s3.create_multipart_upload(Bucket=bucket, Key=key + "y")
+    assert e.value.response["Error"]["Code"] == "KeyTooLongError"
+
+
 def test_listing_with_an_empty_delimiter_and_keys_with_control_characters(cluster, s3, bucket):
     for k in ("a/b", "a/c", "d", "ctl\x01key"):
         s3.put_object(Bucket=bucket, Key=k, Body=b"x")

@@ -360,15 +360,29 @@ pub fn check_bucket_name(name: &str) -> Result<()> {
     }
 }
 
-/// Object keys: 1 to 1024 bytes of UTF-8 without NUL (NUL separates bucket and key in the
-/// metadata store's keys).
+/// The longest key a client may name, as S3's.
+pub const MAX_KEY: usize = 1024;
+
+/// How much longer than [`MAX_KEY`] the cluster's own keys ([`INTERNAL_PREFIX`]) may be:
+/// an upload's record is kept under its object's key with a prefix and the upload id
+/// around it, and must fit for a key of the longest length.
+pub const INTERNAL_KEY_EXTRA: usize = 128;
+
+/// Object keys: 1 to [`MAX_KEY`] bytes of UTF-8 without NUL (NUL separates bucket and key
+/// in the metadata store's keys); the cluster's own keys up to [`INTERNAL_KEY_EXTRA`]
+/// more.
 ///
 /// # Errors
 /// [`Error::BadRequest`] naming the rule broken.
 pub fn check_key(key: &str) -> Result<()> {
-    if key.is_empty() || key.len() > 1024 {
+    let max = if key.starts_with(INTERNAL_PREFIX) {
+        MAX_KEY + INTERNAL_KEY_EXTRA
+    } else {
+        MAX_KEY
+    };
+    if key.is_empty() || key.len() > max {
         return Err(Error::BadRequest(format!(
-            "object key is {} bytes long; keys are 1 to 1024 bytes",
+            "object key is {} bytes long; keys are 1 to {max} bytes",
             key.len()
         )));
     }
@@ -420,6 +434,23 @@ pub fn test_record(key: &str, version: u128, size: u64) -> ObjectRecord {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn keys_are_s3s_length_and_the_clusters_own_a_little_longer() {
+        check_key(&"k".repeat(MAX_KEY)).unwrap();
+        assert!(check_key(&"k".repeat(MAX_KEY + 1)).is_err());
+        assert!(check_key("").is_err());
+        // An upload's record: prefix, the longest key, separator, upload id.
+        let upload = format!("\u{1}u/{}\u{1}{}", "k".repeat(MAX_KEY), "f".repeat(32));
+        check_key(&upload).unwrap();
+        assert!(
+            check_key(&format!(
+                "\u{1}{}",
+                "k".repeat(MAX_KEY + INTERNAL_KEY_EXTRA)
+            ))
+            .is_err()
+        );
+    }
 
     #[test]
     fn names_follow_s3_rules() {

@@ -93,6 +93,7 @@ impl DriveServer {
             max_body: config.max_request_body_bytes,
             slots: Arc::new(Semaphore::new(config.max_concurrent_requests)),
             auth_failures: AtomicU64::new(0),
+            refusals: oed_peer::RefusalLog::default(),
             traffic: metrics.traffic.clone(),
             heal_wake: heal_wake.clone(),
             epoch: cluster.epoch.clone(),
@@ -560,6 +561,8 @@ impl hyper::service::Service<http::Request<hyper::body::Incoming>> for ForClient
         if let Some(again) = &self.again {
             req.extensions_mut().insert(again.clone());
         }
+        req.extensions_mut()
+            .insert(oed_peer::ClientAddr(self.client));
         let mut app = self.app.clone();
         oed_cluster::budget::CLIENT.scope(
             Some(self.client),

@@ -29,6 +29,7 @@ pub mod auth;
 pub mod client;
 mod frames;
 mod raw;
+pub mod refusals;
 pub mod stall;
 pub mod tls;
 
@@ -42,6 +43,7 @@ pub const STRIPES_HEADER: &str = "x-oed-stripes";
 
 pub use frames::FRAMED_READ;
 pub use raw::{ConnectionHold, KEEP_HEADER, RAW_UPLOAD, ServeAgain};
+pub use refusals::{ClientAddr, RefusalLog};
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -178,6 +180,8 @@ pub struct PeerState {
     pub slots: Arc<Semaphore>,
     /// Requests refused for authentication since start.
     pub auth_failures: AtomicU64,
+    /// When a refused request last got a line in the log ([`refusals`]).
+    pub refusals: RefusalLog,
     /// Traffic counters (class `peer`).
     pub traffic: oed_meter::traffic::Traffic,
     /// Told when heal entries arrive for this drive: its healer waits on it.
@@ -234,7 +238,9 @@ async fn limit(State(state): State<Arc<PeerState>>, req: Request, next: Next) ->
 /// Checks the signature, the timestamp and (for small bodies) the body digest; counts
 /// and refuses failures before any handler runs.
 async fn authenticate(State(state): State<Arc<PeerState>>, req: Request, next: Next) -> Response {
-    let upload = PeerOp::of(req.method(), req.uri().path()) == Some(PeerOp::PutShard);
+    let op = PeerOp::of(req.method(), req.uri().path());
+    let upload = op == Some(PeerOp::PutShard);
+    let from = req.extensions().get::<ClientAddr>().copied();
     match check_auth(&state, req)
         .await
         .and_then(|req| check_epoch(&state, req))
@@ -243,7 +249,18 @@ async fn authenticate(State(state): State<Arc<PeerState>>, req: Request, next: N
         Err(e) => {
             if matches!(e, Error::Unauthenticated(_) | Error::Expired(_)) {
                 state.auth_failures.fetch_add(1, Ordering::Relaxed);
-                tracing::warn!(error = %e, "peer request refused");
+                if let Some(unwritten) = state.refusals.line(std::time::Instant::now()) {
+                    let client = from.map_or_else(|| "unknown".to_owned(), |c| c.0.to_string());
+                    tracing::warn!(
+                        %client,
+                        op = %op.map_or("unknown", PeerOp::name),
+                        error = %e,
+                        refused_since_last_line = unwritten,
+                        "peer request refused (one line per {} s at most; \
+                         oed_peer_auth_failures_total counts them all)",
+                        refusals::EVERY.as_secs()
+                    );
+                }
             }
             let mut resp = e.into_response();
             if upload {

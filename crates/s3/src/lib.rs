@@ -17,6 +17,8 @@ pub mod object;
 pub mod op;
 pub mod range;
 mod rate;
+#[cfg(test)]
+mod stored_values;
 
 pub use rate::RateFloor;
 
@@ -94,6 +96,12 @@ pub fn service(
     region: &str,
 ) -> s3s::service::S3Service {
     let mut b = s3s::service::S3ServiceBuilder::new(OedS3::new(cluster.clone(), region));
+    // No body read whole is read past XML_BODY_MAX (precheck refuses a longer one first).
+    let mut config = s3s::config::S3Config::default();
+    config.xml_max_body_size = XML_BODY_MAX;
+    b.set_config(Arc::new(s3s::config::StaticConfigProvider::new(Arc::new(
+        config,
+    ))));
     b.set_auth(s3s::auth::SimpleAuth::from_single(access_key, secret_key));
     b.set_access(NameOperation {
         region: region.to_owned(),
@@ -221,21 +229,105 @@ pub fn check_region(headers: &http::HeaderMap, uri: &http::Uri, expected: &str) 
 }
 
 /// What S3 refuses before it looks at a request's signature, answered as S3 answers it:
-/// a presigned URL whose `X-Amz-Expires` is not a number of seconds from 1 to 604800 (a
-/// week) is `AuthorizationQueryParametersError` (400), and a request whose headers take
-/// more than [`MAX_HEADER_SECTION`] bytes is `RequestHeaderSectionTooLarge` (400). The
-/// peer API's routes pass.
+/// a presigned URL whose expiry is out of range ([`presigned_expires`]) is
+/// `AuthorizationQueryParametersError` (400), a request whose headers take more than
+/// [`MAX_HEADER_SECTION`] bytes is `RequestHeaderSectionTooLarge` (400), and an XML body
+/// that would be read whole is refused before a byte of it is read when it is over
+/// [`XML_BODY_MAX`] or has no length ([`xml_body_refused`]). The peer API's routes pass.
 pub async fn precheck(
     req: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> axum::response::Response {
     if !req.uri().path().starts_with("/_oed/")
-        && let Some(e) =
-            presigned_expires(req.uri()).or_else(|| header_section_too_large(req.headers()))
+        && let Some(e) = presigned_expires(req.uri())
+            .or_else(|| header_section_too_large(req.headers()))
+            .or_else(|| xml_body_refused(req.method(), req.uri(), req.headers()))
     {
         return error::into_response(e);
     }
     next.run(req).await
+}
+
+/// The largest request body read whole (an XML document: `DeleteObjects`,
+/// `CompleteMultipartUpload`, a bucket's or an object's settings). The largest S3 allows
+/// are far smaller (1,000 keys of at most 1,024 bytes, each character escaped; 10,000
+/// parts of a few hundred bytes); object data is streamed and not bound by it.
+pub const XML_BODY_MAX: usize = 8 << 20;
+
+/// Sub-resources of a `PUT` whose body is an XML (or JSON) document read whole.
+const SETTINGS: &[&str] = &[
+    "accelerate",
+    "acl",
+    "analytics",
+    "cors",
+    "encryption",
+    "intelligent-tiering",
+    "inventory",
+    "legal-hold",
+    "lifecycle",
+    "logging",
+    "metrics",
+    "notification",
+    "object-lock",
+    "ownershipControls",
+    "policy",
+    "publicAccessBlock",
+    "replication",
+    "requestPayment",
+    "retention",
+    "tagging",
+    "versioning",
+    "website",
+];
+
+/// The error for a request whose body is read whole (an XML document) when that body is
+/// over [`XML_BODY_MAX`] (`MaxMessageLengthExceeded`, 400) or sent without a length
+/// (`MissingContentLength`, 411, as S3 answers it), if it is. Object data (`PutObject`,
+/// `UploadPart`, a browser's `POST` upload) and near-data requests are not such bodies.
+/// Requests are path-style here (the service names no virtual host), so a path without
+/// a key is a bucket's.
+#[must_use]
+pub fn xml_body_refused(
+    method: &http::Method,
+    uri: &http::Uri,
+    headers: &http::HeaderMap,
+) -> Option<S3Error> {
+    let names = || {
+        uri.query()
+            .into_iter()
+            .flat_map(|q| q.split('&'))
+            .map(|kv| kv.split('=').next().unwrap_or(kv))
+    };
+    let bucket_only = !uri.path().trim_matches('/').contains('/');
+    let whole = if method == http::Method::POST {
+        names().any(|n| matches!(n, "delete" | "uploadId" | "restore" | "select"))
+    } else if method == http::Method::PUT {
+        (bucket_only && uri.query().is_none_or(str::is_empty))
+            || names().any(|n| SETTINGS.contains(&n))
+    } else {
+        false
+    };
+    if !whole {
+        return None;
+    }
+    let length = headers
+        .get(http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    match length {
+        Some(n) if n > XML_BODY_MAX as u64 => Some(err(
+            S3ErrorCode::MaxMessageLengthExceeded,
+            format!(
+                "Your request was too big: a body of {n} bytes, where this request's XML may \
+                 take {XML_BODY_MAX}"
+            ),
+        )),
+        None if headers.contains_key(http::header::TRANSFER_ENCODING) => Some(err(
+            S3ErrorCode::MissingContentLength,
+            "You must provide the Content-Length HTTP header.",
+        )),
+        Some(_) | None => None,
+    }
 }
 
 /// The most bytes a request's headers may take (names, values, and `: ` and CRLF
@@ -260,11 +352,17 @@ pub fn header_section_too_large(headers: &http::HeaderMap) -> Option<S3Error> {
     })
 }
 
-/// The error for a presigned URL's `X-Amz-Expires` out of range, if it is.
+/// The longest a presigned URL may stay valid: a week, as S3 allows for SigV4.
+pub const PRESIGNED_MAX_SECONDS: u64 = 604_800;
+
+/// The error for a presigned URL's expiry out of range, if it is: SigV4's
+/// `X-Amz-Expires` over a week (or not a positive number), or a `SigV2` URL whose
+/// `Expires` lies more than a week from now (`SigV2` states no limit; OED holds it to
+/// `SigV4`'s, so that no URL handed out stays valid for years).
 pub fn presigned_expires(uri: &http::Uri) -> Option<S3Error> {
     let query = uri.query()?;
     if !query.contains("X-Amz-Credential=") {
-        return None;
+        return presigned_v2_expires(query, unix_now());
     }
     let v = query
         .split('&')
@@ -279,6 +377,35 @@ pub fn presigned_expires(uri: &http::Uri) -> Option<S3Error> {
         Err(_) => "X-Amz-Expires should be a number",
     };
     Some(err(S3ErrorCode::AuthorizationQueryParametersError, why))
+}
+
+/// The error for a `SigV2` presigned URL (`AWSAccessKeyId`, `Signature` and `Expires` in
+/// its query) that expires more than [`PRESIGNED_MAX_SECONDS`] after `now` (seconds
+/// since the epoch), or whose `Expires` is not a number. One already expired is left to
+/// the signature check, which refuses it as expired.
+fn presigned_v2_expires(query: &str, now: u64) -> Option<S3Error> {
+    let param = |name: &str| query.split('&').find_map(|kv| kv.strip_prefix(name));
+    if param("AWSAccessKeyId=").is_none() || param("Signature=").is_none() {
+        return None;
+    }
+    let expires = param("Expires=")?;
+    let why = match expires.parse::<u64>() {
+        Ok(t) if t <= now.saturating_add(PRESIGNED_MAX_SECONDS) => return None,
+        Ok(t) => format!(
+            "Expires must be at most a week (604800 seconds) from now for a presigned URL; \
+             it is {} seconds from now",
+            t - now
+        ),
+        Err(_) => "Expires should be a number of seconds since the epoch".to_owned(),
+    };
+    Some(err(S3ErrorCode::AuthorizationQueryParametersError, why))
+}
+
+/// Seconds since the epoch.
+fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
 }
 
 /// The region a SigV4 request was signed for (its credential scope,
@@ -598,5 +725,62 @@ mod tests {
             .format(TimestampFormat::DateTime, &mut out)
             .expect("formatted");
         assert_eq!(String::from_utf8_lossy(&out), "9999-12-31T23:59:59.999Z");
+    }
+
+    #[test]
+    fn a_sigv2_presigned_url_is_held_to_a_week() {
+        let now = 1_800_000_000;
+        let q = |expires: &str| format!("AWSAccessKeyId=oed&Signature=abc%3D&Expires={expires}");
+        let week = super::PRESIGNED_MAX_SECONDS;
+        assert!(super::presigned_v2_expires(&q(&(now + week).to_string()), now).is_none());
+        assert!(super::presigned_v2_expires(&q(&(now - 10).to_string()), now).is_none());
+        let e = super::presigned_v2_expires(&q(&(now + 10 * 365 * 86_400).to_string()), now)
+            .expect("ten years refused");
+        assert_eq!(e.code().as_str(), "AuthorizationQueryParametersError");
+        assert_eq!(e.status_code().map(|s| s.as_u16()), Some(400));
+        assert!(super::presigned_v2_expires(&q("soon"), now).is_some());
+        // Not a SigV2 presigned URL: no opinion.
+        assert!(super::presigned_v2_expires("Expires=99999999999", now).is_none());
+    }
+
+    #[test]
+    fn an_xml_body_over_the_limit_or_without_a_length_is_refused_before_it_is_read() {
+        let refused = |method: &str, uri: &str, headers: &[(&str, &str)]| {
+            let mut h = http::HeaderMap::new();
+            for (k, v) in headers {
+                h.insert(
+                    http::HeaderName::from_bytes(k.as_bytes()).expect("name"),
+                    http::HeaderValue::from_str(v).expect("value"),
+                );
+            }
+            let method = http::Method::from_bytes(method.as_bytes()).expect("method");
+            super::xml_body_refused(&method, &uri.parse().expect("uri"), &h).map(|e| {
+                (
+                    e.code().as_str().to_owned(),
+                    e.status_code().map(|s| s.as_u16()),
+                )
+            })
+        };
+        let big = (super::XML_BODY_MAX + 1).to_string();
+        let big = [("content-length", big.as_str())];
+        let chunked = [("transfer-encoding", "chunked")];
+        let too_big = Some(("MaxMessageLengthExceeded".to_owned(), Some(400)));
+        let no_length = Some(("MissingContentLength".to_owned(), Some(411)));
+        assert_eq!(refused("POST", "/b?delete", &big), too_big);
+        assert_eq!(refused("POST", "/b/k?uploadId=abc", &big), too_big);
+        assert_eq!(refused("PUT", "/b/k?tagging", &big), too_big);
+        assert_eq!(refused("PUT", "/b", &big), too_big);
+        assert_eq!(refused("POST", "/b?delete=", &chunked), no_length);
+        assert_eq!(
+            refused("POST", "/b?delete", &[("content-length", "1000")]),
+            None
+        );
+        // Object data streams, whatever its size.
+        assert_eq!(refused("PUT", "/b/k", &big), None);
+        assert_eq!(refused("PUT", "/b/k?partNumber=1&uploadId=abc", &big), None);
+        assert_eq!(refused("PUT", "/b/k", &chunked), None);
+        assert_eq!(refused("POST", "/b", &big), None);
+        assert_eq!(refused("POST", "/b/k?oed-op=sha256", &big), None);
+        assert_eq!(refused("GET", "/b?delete", &big), None);
     }
 }

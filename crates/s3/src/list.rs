@@ -18,10 +18,10 @@ use oed_model::record::ObjectRecord;
 use oed_model::uri::encode_path as url_encode;
 
 /// What a listing's text fields go through: `encoding-type=url` or nothing.
-struct Encoder(bool);
+pub(crate) struct Encoder(bool);
 
 impl Encoder {
-    fn new(t: Option<&EncodingType>) -> S3Result<Self> {
+    pub(crate) fn new(t: Option<&EncodingType>) -> S3Result<Self> {
         match t.map(EncodingType::as_str) {
             None => Ok(Self(false)),
             Some("url") => Ok(Self(true)),
@@ -49,7 +49,7 @@ fn max_keys(m: Option<i32>) -> S3Result<usize> {
     }
 }
 
-fn object(rec: &ObjectRecord, e: &Encoder, with_owner: bool) -> Object {
+pub(crate) fn object(rec: &ObjectRecord, e: &Encoder, with_owner: bool) -> Object {
     Object {
         key: Some(e.enc(&rec.key)),
         size: Some(super::s3_i64(rec.object_size())),

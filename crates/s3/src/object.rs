@@ -596,6 +596,22 @@ pub(crate) async fn delete_many(
     let mut deleted = Vec::new();
     let mut errors = Vec::new();
     for o in input.delete.objects {
+        if let Some(written) = unwritable_in_xml(&o.key) {
+            // Its answer could not name it: a client's XML parser would refuse the whole
+            // answer (and botocore takes that for a 500 and deletes again). Such a key
+            // is deleted by DeleteObject, whose answer does not carry it.
+            errors.push(s3s::dto::Error {
+                code: Some("InvalidArgument".to_owned()),
+                key: Some(written),
+                message: Some(
+                    "the key holds a control character that XML cannot carry, so this \
+                     answer could not name it; delete it with DeleteObject"
+                        .to_owned(),
+                ),
+                version_id: None,
+            });
+            continue;
+        }
         match delete_key(cluster, &input.bucket, &o.key).await {
             Ok(()) if quiet => {}
             Ok(()) => deleted.push(DeletedObject {
@@ -615,6 +631,14 @@ pub(crate) async fn delete_many(
         errors: Some(errors),
         ..Default::default()
     }))
+}
+
+/// `key` with each character XML 1.0 cannot carry (control characters other than tab,
+/// line feed and carriage return; U+FFFE, U+FFFF) replaced by U+FFFD, if it has any.
+#[must_use]
+pub fn unwritable_in_xml(key: &str) -> Option<String> {
+    let bad = |c: char| matches!(c, '\u{0}'..='\u{8}' | '\u{b}' | '\u{c}' | '\u{e}'..='\u{1f}' | '\u{fffe}' | '\u{ffff}');
+    key.contains(bad).then(|| key.replace(bad, "\u{fffd}"))
 }
 
 /// The current record of a copy source, checked against the `x-amz-copy-source-if-*`
