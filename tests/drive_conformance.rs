@@ -296,6 +296,63 @@ fn the_newest_version_wins_whatever_the_order() {
     });
 }
 
+/// A version id made further ahead of the drive's clock than `clock_skew_seconds` (no
+/// coordinator whose requests it takes can have made it) is refused, in the record or in
+/// the record tail, and stores nothing; one inside the window is taken.
+#[test]
+fn a_version_made_far_ahead_of_the_drives_clock_is_refused() {
+    both(|s| {
+        Box::pin(async move {
+            let d = &*s.drive;
+            d.create_bucket("ahead").await.unwrap();
+            let now_ms = u128::from(oed_peer::auth::now_secs()) * 1000;
+            let at = |ms: u128| (ms << 64) | 7;
+            let ten_years = at(now_ms + 10 * 365 * 86_400_000);
+            let data = bytes(2 * 4096, 3);
+            let ahead = record("ahead", "k", ten_years, data.len() as u64, 1, 1, 0);
+            let file = shard_file(&ahead, &data);
+            expect_code(
+                d.put_shard(&ahead, upload(&file, 5000), false).await,
+                ErrorCode::BadRequest,
+                s,
+            );
+            // Begun with a version of now, ended with one far ahead in its tail.
+            let begun = record("ahead", "k", at(now_ms), data.len() as u64, 1, 1, 0);
+            let mut with_tail = shard_file(&begun, &data);
+            with_tail.extend(
+                serde_json::to_vec(&RecordTail {
+                    etag: "e".into(),
+                    version_id: Some(VersionId(ten_years)),
+                    ..RecordTail::default()
+                })
+                .unwrap(),
+            );
+            expect_code(
+                d.put_shard(&begun, upload(&with_tail, 5000), true).await,
+                ErrorCode::BadRequest,
+                s,
+            );
+            assert!(d.stat("ahead", "k").await.unwrap().is_none(), "{}", s.name);
+            assert!(s.shard_files().is_empty(), "{}", s.name);
+            assert!(s.temp_files().is_empty(), "{}", s.name);
+            // A minute ahead is inside the window (300 s by default): taken.
+            let minute = record(
+                "ahead",
+                "k",
+                at(now_ms + 60_000),
+                data.len() as u64,
+                1,
+                1,
+                0,
+            );
+            let file = shard_file(&minute, &data);
+            d.put_shard(&minute, upload(&file, 5000), false)
+                .await
+                .unwrap();
+        })
+    });
+}
+
 /// The operations repair work uses: heal entries queued (and merged), versions asked
 /// for in a batch, and the records that place a shard on a drive, paged.
 #[test]

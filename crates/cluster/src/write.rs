@@ -436,6 +436,8 @@ impl Cluster {
         }
         up.senders.clear();
         let mut stored = Vec::with_capacity(total);
+        // Drives that answered that they hold a newer version of the key.
+        let mut superseded = 0;
         let mut replaced = Vec::new();
         // The shards whose drives keep the version this one replaced.
         let mut kept = Vec::new();
@@ -462,9 +464,16 @@ impl Cluster {
                     }
                     stored.push(true);
                 }
-                // A newer write of the key won on that drive: this version is already
-                // superseded there, which is what a stored shard would become anyway.
-                Err(e) if e.code == ErrorCode::Superseded => stored.push(true),
+                // A newer version of the key is on that drive, so this one's shard is
+                // not: it does not count towards the write's quorum. Counting it would
+                // acknowledge a write with fewer than k + 1 of its shards stored, lost
+                // should that newer version itself not be kept (a write that failed, or
+                // a version made by a wrong clock).
+                Err(e) if e.code == ErrorCode::Superseded => {
+                    tracing::info!(bucket = %record.bucket, key = %record.key, shard = i, drive = %record.drives[i], "shard not stored: the drive holds a newer version of the key");
+                    superseded += 1;
+                    stored.push(false);
+                }
                 Err(e) => {
                     tracing::warn!(bucket = %record.bucket, key = %record.key, shard = i, drive = %record.drives[i], error = %e, "shard not stored");
                     stored.push(false);
@@ -479,8 +488,15 @@ impl Cluster {
             // Every drive is told: one whose answer was lost may have stored it.
             let all: Vec<usize> = (0..total).collect();
             self.settle(&record, &all, false).await;
+            let newer = if superseded > 0 {
+                format!(
+                    "; {superseded} drive(s) hold a newer version of the key (another write of it)"
+                )
+            } else {
+                String::new()
+            };
             return Err(Error::Unavailable(format!(
-                "{ok} of {total} shards stored; a write needs {}",
+                "{ok} of {total} shards stored; a write needs {}{newer}",
                 up.quorum
             )));
         }

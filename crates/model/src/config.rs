@@ -113,7 +113,9 @@ pub struct Config {
     /// RocksDB memtable size, in bytes; at most two exist at once. Default: 8 MiB.
     pub rocksdb_write_buffer_bytes: usize,
     /// Largest accepted difference between a peer request's timestamp and this drive's
-    /// clock, in seconds. Default: 300.
+    /// clock, in seconds; also how far ahead of this drive's clock a version id may have
+    /// been made (one made later is refused, and supersedes nothing when stored).
+    /// Default: 300.
     pub clock_skew_seconds: u64,
     /// On SIGTERM, how long requests in flight may take to finish, in seconds. Default: 10.
     pub shutdown_grace_seconds: u64,

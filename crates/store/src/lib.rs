@@ -115,6 +115,10 @@ pub struct Shared {
     inline_threshold: u64,
     max_shard_bytes: u64,
     reserve: u64,
+    /// How far ahead of this drive's clock a version id may have been made
+    /// (`clock_skew_seconds`): one made later is refused, and one stored before that lies
+    /// further ahead supersedes nothing ([`Store::ahead_of_time`]).
+    clock_skew_ms: u64,
     /// Serialise a key's commit and delete. Taken only on blocking threads (see
     /// [`Store::delete_object`]).
     locks: Vec<Mutex<()>>,
@@ -232,6 +236,7 @@ impl Store {
             direct_io: config.direct_io,
             inline_threshold: config.inline_threshold_bytes,
             max_shard_bytes: config.max_shard_bytes,
+            clock_skew_ms: config.clock_skew_seconds.saturating_mul(1000),
             reserve: config.reserve_bytes,
             locks: (0..LOCK_STRIPES).map(|_| Mutex::new(())).collect(),
             phases: HistogramVec::new(
@@ -901,6 +906,65 @@ mod tests {
 
     fn pool_files(store: &Store) -> usize {
         std::fs::read_dir(store.root.join("pool")).unwrap().count()
+    }
+
+    /// A version stored before drives refused ones made far ahead of their clock (or by
+    /// a drive whose own clock was wrong) keeps no later write of its key out: the next
+    /// write replaces it, and a delete removes it.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_stored_version_made_far_ahead_supersedes_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let now = |ahead_ms: u64| {
+            let ms = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_millis()
+                + u128::from(ahead_ms);
+            ms << 64
+        };
+        let ten_years = 10 * 365 * 86_400_000;
+        {
+            // A drive that took any version (as drives did before the check).
+            let config = Config {
+                data_dir: dir.path().to_owned(),
+                inline_threshold_bytes: 0,
+                reserve_bytes: 0,
+                clock_skew_seconds: 100 * 365 * 86_400,
+                ..Config::default()
+            };
+            let store = Store::open(&config, traffic()).unwrap();
+            store.create_bucket("bkt").unwrap();
+            put(&store, "k", now(ten_years), 5000).await;
+            put(&store, "gone", now(ten_years), 5000).await;
+        }
+        let store = Store::open(
+            &Config {
+                data_dir: dir.path().to_owned(),
+                inline_threshold_bytes: 0,
+                reserve_bytes: 0,
+                ..Config::default()
+            },
+            traffic(),
+        )
+        .unwrap();
+        let v = now(0);
+        put(&store, "k", v, 5000).await;
+        let got = store.meta.object("bkt", "k").unwrap().unwrap();
+        assert_eq!(got.version_id, VersionId(v));
+        store
+            .delete_object("bkt", "gone", Some(VersionId(v)))
+            .await
+            .unwrap();
+        assert!(store.meta.object("bkt", "gone").unwrap().is_none());
+        // One inside the window is newer, as any newer version is.
+        put(&store, "k", now(60_000), 5000).await;
+        let (rec, file) = shard(v + 1, 5000);
+        let body = futures_util::stream::iter([Ok::<_, std::io::Error>(Bytes::from(file))]);
+        assert!(matches!(
+            store.put_shard(rec, body, false).await,
+            Err(Error::Superseded)
+        ));
+        assert_eq!(stray_files(&store), 0);
     }
 
     /// Every upload's file is a new number, written in place under `shards/n/` (nothing

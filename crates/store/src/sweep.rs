@@ -36,7 +36,7 @@ impl Store {
             .meta
             .object(bucket, key)?
             .ok_or(Error::NotFound(oed_model::error::Missing::Object))?;
-        if version.is_some_and(|v| rec.version_id > v) {
+        if version.is_some_and(|v| self.supersedes(rec.version_id, v)) {
             return Err(Error::Superseded);
         }
         let kept = self.meta.kept(bucket, key)?;

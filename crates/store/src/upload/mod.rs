@@ -13,7 +13,7 @@ use crate::meta::Kept;
 use crate::{Store, files, join_error, pool, remove_file_if_exists};
 use oed_model::drive::Stored;
 use oed_model::error::{Error, Result};
-use oed_model::record::{self, FileId, ObjectRecord, RecordTail};
+use oed_model::record::{self, FileId, ObjectRecord, RecordTail, VersionId};
 
 pub(crate) mod splice;
 
@@ -99,6 +99,7 @@ impl Store {
         with_tail: bool,
     ) -> Result<(ObjectRecord, oed_ec::ShardHeader, Upload)> {
         record.validate()?;
+        self.check_version(record.version_id)?;
         // Which file holds the shard is this drive's to say, at the commit.
         record.file = None;
         if self.meta.bucket(&record.bucket)?.is_none() {
@@ -108,7 +109,7 @@ impl Store {
         // newer version is stored is known then (at the commit), not now.
         if !with_tail
             && let Some(existing) = self.meta.object(&record.bucket, &record.key)?
-            && existing.version_id > record.version_id
+            && self.supersedes(existing.version_id, record.version_id)
         {
             return Err(Error::Superseded);
         }
@@ -147,6 +148,7 @@ impl Store {
             if let Some(v) = tail.version_id
                 && v != record.version_id
             {
+                self.check_version(v)?;
                 record.version_id = v;
                 record.last_modified_ms = v.millis();
                 let header = oed_ec::ShardHeader {
@@ -197,7 +199,7 @@ impl Store {
         let previous = self.meta.object(&record.bucket, &record.key)?;
         if previous
             .as_ref()
-            .is_some_and(|p| p.version_id > record.version_id)
+            .is_some_and(|p| self.supersedes(p.version_id, record.version_id))
         {
             return Err(Error::Superseded);
         }
@@ -243,6 +245,42 @@ impl Store {
             kept: keep.is_some(),
         })
     }
+}
+
+impl Store {
+    /// Whether `v` was made further ahead of this drive's clock than `clock_skew_seconds`
+    /// allows: no coordinator whose requests this drive takes can have made it, so it
+    /// came from a clock gone wrong or from someone else.
+    pub(crate) fn ahead_of_time(&self, v: VersionId) -> bool {
+        v.millis() > now_ms().saturating_add(self.clock_skew_ms)
+    }
+
+    /// Refuses a version id made too far ahead ([`Store::ahead_of_time`]).
+    fn check_version(&self, v: VersionId) -> Result<()> {
+        if self.ahead_of_time(v) {
+            return Err(Error::BadRequest(format!(
+                "version id {v} was made {} s ahead of this drive's clock; at most \
+                 clock_skew_seconds ({} s) is allowed",
+                v.millis().saturating_sub(now_ms()) / 1000,
+                self.clock_skew_ms / 1000
+            )));
+        }
+        Ok(())
+    }
+
+    /// Whether the stored version `stored` keeps `incoming` out: it is newer, and was not
+    /// made ahead of time (such a version, stored before this check or by a drive whose
+    /// clock was wrong, would otherwise keep every later write of the key out).
+    pub(crate) fn supersedes(&self, stored: VersionId, incoming: VersionId) -> bool {
+        stored > incoming && !self.ahead_of_time(stored)
+    }
+}
+
+/// Milliseconds since the epoch.
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 /// An upload whose shard header is not the one its record makes.
