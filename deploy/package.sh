@@ -125,7 +125,8 @@ for t in "${targets[@]}"; do
   for arch in "${arches[@]}"; do
     [ "$(triple_of "$arch")" = "$t" ] || continue
     lib=$(bash deploy/rocksdb-unity.sh "$t" release)
-    build_env+=("CARGO_TARGET_${var}_RUSTFLAGS=-L native=$lib")
+    # Cargo reads a target's flags only when RUSTFLAGS is not set: those go with them.
+    build_env+=("CARGO_TARGET_${var}_RUSTFLAGS=${RUSTFLAGS:+$RUSTFLAGS }-L native=$lib")
     build_for+=(--target "$t")
     # Cargo does not know the order file: a newer one must relink a daemon built before.
     bin=$CARGO_TARGET_DIR/$t/deb/oedd
@@ -135,7 +136,7 @@ done
 no_lib=$CARGO_TARGET_DIR/rocksdb-unity/none
 mkdir -p "$no_lib"
 echo "package: building oedd for ${arches[*]}" >&2
-env "${build_env[@]}" ROCKSDB_LIB_DIR="$no_lib" \
+env -u RUSTFLAGS -u CARGO_ENCODED_RUSTFLAGS "${build_env[@]}" ROCKSDB_LIB_DIR="$no_lib" \
   cargo build --locked -p oed-daemon --bin oedd --bin oedd-tools --profile deb "${build_for[@]}"
 
 for arch in "${arches[@]}"; do

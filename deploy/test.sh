@@ -71,7 +71,12 @@ prebuilt_log=$(mktemp)
   done
 ) >"$prebuilt_log" 2>&1 &
 prebuilt=$!
-kill_tree() { local c; for c in $(pgrep -P "$1"); do kill_tree "$c"; done; kill "$1" 2>/dev/null || true; }
+# A process and its descendants (from /proc: minimal images have no pgrep).
+kill_tree() {
+  local c
+  for c in $(cat /proc/"$1"/task/*/children 2>/dev/null); do kill_tree "$c"; done
+  kill "$1" 2>/dev/null || true
+}
 trap 'kill_tree "$prebuilt"; rm -f "$prebuilt_log"' EXIT
 
 step "fuzz targets, ${FUZZ_SECONDS:-30} s each (nightly Rust and cargo-fuzz, installed when missing)"

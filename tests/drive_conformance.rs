@@ -296,9 +296,11 @@ fn the_newest_version_wins_whatever_the_order() {
     });
 }
 
-/// A version id made further ahead of the drive's clock than `clock_skew_seconds` (no
-/// coordinator whose requests it takes can have made it) is refused, in the record or in
-/// the record tail, and stores nothing; one inside the window is taken.
+/// A client's write (a shard upload with a record tail) whose version id was made further
+/// ahead of the drive's clock than `clock_skew_seconds` (no coordinator whose requests it
+/// takes can have made it) is refused, whether the record or the tail names it, and
+/// stores nothing; one inside the window is taken. A copy of a stored version (no tail:
+/// heal, drain, refill) moves whatever its id.
 #[test]
 fn a_version_made_far_ahead_of_the_drives_clock_is_refused() {
     both(|s| {
@@ -309,24 +311,26 @@ fn a_version_made_far_ahead_of_the_drives_clock_is_refused() {
             let at = |ms: u128| (ms << 64) | 7;
             let ten_years = at(now_ms + 10 * 365 * 86_400_000);
             let data = bytes(2 * 4096, 3);
+            let tail = |v: u128| {
+                serde_json::to_vec(&RecordTail {
+                    etag: "e".into(),
+                    version_id: Some(VersionId(v)),
+                    ..RecordTail::default()
+                })
+                .unwrap()
+            };
             let ahead = record("ahead", "k", ten_years, data.len() as u64, 1, 1, 0);
-            let file = shard_file(&ahead, &data);
+            let mut file = shard_file(&ahead, &data);
+            file.extend(tail(ten_years));
             expect_code(
-                d.put_shard(&ahead, upload(&file, 5000), false).await,
+                d.put_shard(&ahead, upload(&file, 5000), true).await,
                 ErrorCode::BadRequest,
                 s,
             );
             // Begun with a version of now, ended with one far ahead in its tail.
             let begun = record("ahead", "k", at(now_ms), data.len() as u64, 1, 1, 0);
             let mut with_tail = shard_file(&begun, &data);
-            with_tail.extend(
-                serde_json::to_vec(&RecordTail {
-                    etag: "e".into(),
-                    version_id: Some(VersionId(ten_years)),
-                    ..RecordTail::default()
-                })
-                .unwrap(),
-            );
+            with_tail.extend(tail(ten_years));
             expect_code(
                 d.put_shard(&begun, upload(&with_tail, 5000), true).await,
                 ErrorCode::BadRequest,
@@ -345,8 +349,15 @@ fn a_version_made_far_ahead_of_the_drives_clock_is_refused() {
                 1,
                 0,
             );
-            let file = shard_file(&minute, &data);
-            d.put_shard(&minute, upload(&file, 5000), false)
+            let mut file = shard_file(&minute, &data);
+            file.extend(tail(at(now_ms + 60_000)));
+            d.put_shard(&minute, upload(&file, 5000), true)
+                .await
+                .unwrap();
+            // A copy of a version stored long ago far ahead (heal, drain) moves.
+            let copy = record("ahead", "copied", ten_years, data.len() as u64, 1, 1, 0);
+            let file = shard_file(&copy, &data);
+            d.put_shard(&copy, upload(&file, 5000), false)
                 .await
                 .unwrap();
         })

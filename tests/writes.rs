@@ -60,12 +60,14 @@ fn a_write_is_acknowledged_only_when_k_plus_1_drives_stored_this_version() {
         let first = put_object(&c, "bkt", "k", &bytes(100_000, 1)).await;
 
         // One drive holds a newer version: five of six shards stored, k + 1: the write
-        // is acknowledged, degraded by one.
+        // is acknowledged, and not as degraded (that drive is up and needs no heal).
         newer_on(&c, &first, 0..1, 60_000).await;
         let written = write(&c, &bytes(100_000, 2))
             .await
             .expect("five of six stored");
-        assert_eq!(written.missing, 1);
+        assert_eq!(written.missing, 0);
+        let degraded = &c.stats.degraded_writes;
+        assert_eq!(degraded.load(std::sync::atomic::Ordering::Relaxed), 0);
 
         // Two drives hold a newer version: four of six stored, fewer than k + 1: the
         // write is refused (it was acknowledged when a refusal counted as stored).

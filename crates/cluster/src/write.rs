@@ -438,6 +438,7 @@ impl Cluster {
         let mut stored = Vec::with_capacity(total);
         // Drives that answered that they hold a newer version of the key.
         let mut superseded = 0;
+        let mut newer_there = Vec::with_capacity(total);
         let mut replaced = Vec::new();
         // The shards whose drives keep the version this one replaced.
         let mut kept = Vec::new();
@@ -463,6 +464,7 @@ impl Cluster {
                         kept.push(i);
                     }
                     stored.push(true);
+                    newer_there.push(false);
                 }
                 // A newer version of the key is on that drive, so this one's shard is
                 // not: it does not count towards the write's quorum. Counting it would
@@ -472,11 +474,13 @@ impl Cluster {
                 Err(e) if e.code == ErrorCode::Superseded => {
                     tracing::info!(bucket = %record.bucket, key = %record.key, shard = i, drive = %record.drives[i], "shard not stored: the drive holds a newer version of the key");
                     superseded += 1;
+                    newer_there.push(true);
                     stored.push(false);
                 }
                 Err(e) => {
                     tracing::warn!(bucket = %record.bucket, key = %record.key, shard = i, drive = %record.drives[i], error = %e, "shard not stored");
                     stored.push(false);
+                    newer_there.push(false);
                 }
             }
         }
@@ -500,9 +504,16 @@ impl Cluster {
                 up.quorum
             )));
         }
-        let missing = total - ok;
+        // A drive that holds a newer version has nothing to heal and is not down: its
+        // shard is neither stored nor missing (no hint, not a degraded write).
+        let settled: Vec<bool> = stored
+            .iter()
+            .zip(&newer_there)
+            .map(|(s, n)| *s || *n)
+            .collect();
+        let missing = total - ok - superseded;
         if missing > 0 {
-            self.queue_missing(&record, &stored);
+            self.queue_missing(&record, &settled);
         }
         if !kept.is_empty() {
             // Off the client's path: the answer does not wait for it.

@@ -155,7 +155,7 @@ async fn heal_one(r: &Arc<Repair>, e: &HealEntry) -> Result<Outcome> {
         return Ok(Outcome::Obsolete("the current version has no shard here"));
     };
     if let Some(l) = &local {
-        if l.version_id > current.version_id {
+        if store.supersedes(l.version_id, current.version_id) {
             return Ok(Outcome::Obsolete("a newer version is being written here"));
         }
         let bad = matches!(e.cause, HealCause::ReadCorrupt | HealCause::ScrubCorrupt)

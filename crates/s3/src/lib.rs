@@ -254,7 +254,11 @@ pub async fn precheck(
 /// parts of a few hundred bytes); object data is streamed and not bound by it.
 pub const XML_BODY_MAX: usize = 8 << 20;
 
-/// Sub-resources of a `PUT` whose body is an XML (or JSON) document read whole.
+/// Sub-resources of an object's `PUT` whose body is an XML document read whole (any other
+/// `PUT` of an object is its data).
+const OBJECT_SETTINGS: &[&str] = &["acl", "legal-hold", "retention", "tagging"];
+
+/// Sub-resources of a bucket's `PUT` whose body is an XML (or JSON) document read whole.
 const SETTINGS: &[&str] = &[
     "accelerate",
     "acl",
@@ -298,12 +302,21 @@ pub fn xml_body_refused(
             .flat_map(|q| q.split('&'))
             .map(|kv| kv.split('=').next().unwrap_or(kv))
     };
-    let bucket_only = !uri.path().trim_matches('/').contains('/');
+    // `/b` and `/b/` name a bucket; `/b//` names key `/` in it.
+    let bucket_only = uri
+        .path()
+        .strip_prefix('/')
+        .unwrap_or(uri.path())
+        .split_once('/')
+        .is_none_or(|(_, key)| key.is_empty());
     let whole = if method == http::Method::POST {
         names().any(|n| matches!(n, "delete" | "uploadId" | "restore" | "select"))
     } else if method == http::Method::PUT {
-        (bucket_only && uri.query().is_none_or(str::is_empty))
-            || names().any(|n| SETTINGS.contains(&n))
+        if bucket_only {
+            uri.query().is_none_or(str::is_empty) || names().any(|n| SETTINGS.contains(&n))
+        } else {
+            names().any(|n| OBJECT_SETTINGS.contains(&n))
+        }
     } else {
         false
     };
@@ -389,12 +402,14 @@ fn presigned_v2_expires(query: &str, now: u64) -> Option<S3Error> {
         return None;
     }
     let expires = param("Expires=")?;
+    // A client's clock may run ahead of the drive's: the same allowance as S3's for a
+    // request's time (15 minutes).
     let why = match expires.parse::<u64>() {
-        Ok(t) if t <= now.saturating_add(PRESIGNED_MAX_SECONDS) => return None,
+        Ok(t) if t <= now.saturating_add(PRESIGNED_MAX_SECONDS + 900) => return None,
         Ok(t) => format!(
             "Expires must be at most a week (604800 seconds) from now for a presigned URL; \
              it is {} seconds from now",
-            t - now
+            t.saturating_sub(now)
         ),
         Err(_) => "Expires should be a number of seconds since the epoch".to_owned(),
     };
@@ -447,10 +462,14 @@ impl<T> OrS3<T> for Result<T, Error> {
 /// `KeyTooLongError` for a key over 1024 bytes, `InvalidArgument` for one the cluster keeps
 /// for itself.
 pub fn check_user_key(key: &str) -> S3Result<()> {
-    if key.len() > 1024 {
+    if key.len() > oed_model::record::MAX_KEY {
         return Err(err(
             S3ErrorCode::KeyTooLongError,
-            format!("the key is {} bytes; at most 1024", key.len()),
+            format!(
+                "the key is {} bytes; at most {}",
+                key.len(),
+                oed_model::record::MAX_KEY
+            ),
         ));
     }
     oed_model::record::check_key(key).or_s3()?;
@@ -733,6 +752,8 @@ mod tests {
         let q = |expires: &str| format!("AWSAccessKeyId=oed&Signature=abc%3D&Expires={expires}");
         let week = super::PRESIGNED_MAX_SECONDS;
         assert!(super::presigned_v2_expires(&q(&(now + week).to_string()), now).is_none());
+        // A client's clock a few minutes ahead.
+        assert!(super::presigned_v2_expires(&q(&(now + week + 600).to_string()), now).is_none());
         assert!(super::presigned_v2_expires(&q(&(now - 10).to_string()), now).is_none());
         let e = super::presigned_v2_expires(&q(&(now + 10 * 365 * 86_400).to_string()), now)
             .expect("ten years refused");
@@ -770,6 +791,14 @@ mod tests {
         assert_eq!(refused("POST", "/b/k?uploadId=abc", &big), too_big);
         assert_eq!(refused("PUT", "/b/k?tagging", &big), too_big);
         assert_eq!(refused("PUT", "/b", &big), too_big);
+        assert_eq!(refused("PUT", "/b/", &big), too_big);
+        assert_eq!(refused("PUT", "/b?policy", &big), too_big);
+        // Key `/` and keys named like a bucket's settings are object data.
+        assert_eq!(refused("PUT", "/b//", &big), None);
+        assert_eq!(refused("PUT", "/b///", &big), None);
+        assert_eq!(refused("PUT", "/b/k?policy", &big), None);
+        assert_eq!(refused("PUT", "/b/k?x-id=PutObject", &big), None);
+        assert_eq!(refused("POST", "/b/k?uploads", &big), None);
         assert_eq!(refused("POST", "/b?delete=", &chunked), no_length);
         assert_eq!(
             refused("POST", "/b?delete", &[("content-length", "1000")]),

@@ -99,7 +99,12 @@ impl Store {
         with_tail: bool,
     ) -> Result<(ObjectRecord, oed_ec::ShardHeader, Upload)> {
         record.validate()?;
-        self.check_version(record.version_id)?;
+        // A client's write (it ends with a tail) carries a version its coordinator just
+        // made; other uploads (heal, drain, refill) copy a version already stored, made
+        // whenever it was, which must move with its key whatever its id.
+        if with_tail {
+            self.check_version(record.version_id)?;
+        }
         // Which file holds the shard is this drive's to say, at the commit.
         record.file = None;
         if self.meta.bucket(&record.bucket)?.is_none() {
@@ -251,7 +256,8 @@ impl Store {
     /// Whether `v` was made further ahead of this drive's clock than `clock_skew_seconds`
     /// allows: no coordinator whose requests this drive takes can have made it, so it
     /// came from a clock gone wrong or from someone else.
-    pub(crate) fn ahead_of_time(&self, v: VersionId) -> bool {
+    #[must_use]
+    pub fn ahead_of_time(&self, v: VersionId) -> bool {
         v.millis() > now_ms().saturating_add(self.clock_skew_ms)
     }
 
@@ -271,7 +277,8 @@ impl Store {
     /// Whether the stored version `stored` keeps `incoming` out: it is newer, and was not
     /// made ahead of time (such a version, stored before this check or by a drive whose
     /// clock was wrong, would otherwise keep every later write of the key out).
-    pub(crate) fn supersedes(&self, stored: VersionId, incoming: VersionId) -> bool {
+    #[must_use]
+    pub fn supersedes(&self, stored: VersionId, incoming: VersionId) -> bool {
         stored > incoming && !self.ahead_of_time(stored)
     }
 }
