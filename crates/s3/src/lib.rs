@@ -296,12 +296,7 @@ pub fn xml_body_refused(
     uri: &http::Uri,
     headers: &http::HeaderMap,
 ) -> Option<S3Error> {
-    let names = || {
-        uri.query()
-            .into_iter()
-            .flat_map(|q| q.split('&'))
-            .map(|kv| kv.split('=').next().unwrap_or(kv))
-    };
+    let any_of = |names: &[&str]| names.iter().any(|n| has_param(uri.query(), n));
     // `/b` and `/b/` name a bucket; `/b//` names key `/` in it.
     let bucket_only = uri
         .path()
@@ -310,12 +305,12 @@ pub fn xml_body_refused(
         .split_once('/')
         .is_none_or(|(_, key)| key.is_empty());
     let whole = if method == http::Method::POST {
-        names().any(|n| matches!(n, "delete" | "uploadId" | "restore" | "select"))
+        any_of(&["delete", "uploadId", "restore", "select"])
     } else if method == http::Method::PUT {
         if bucket_only {
-            uri.query().is_none_or(str::is_empty) || names().any(|n| SETTINGS.contains(&n))
+            uri.query().is_none_or(str::is_empty) || any_of(SETTINGS)
         } else {
-            names().any(|n| OBJECT_SETTINGS.contains(&n))
+            any_of(OBJECT_SETTINGS)
         }
     } else {
         false
@@ -375,7 +370,7 @@ pub const PRESIGNED_MAX_SECONDS: u64 = 604_800;
 pub fn presigned_expires(uri: &http::Uri) -> Option<S3Error> {
     let query = uri.query()?;
     if !query.contains("X-Amz-Credential=") {
-        return presigned_v2_expires(query, unix_now());
+        return presigned_v2_expires(query, oed_model::record::now_ms() / 1000);
     }
     let v = query
         .split('&')
@@ -397,11 +392,11 @@ pub fn presigned_expires(uri: &http::Uri) -> Option<S3Error> {
 /// since the epoch), or whose `Expires` is not a number. One already expired is left to
 /// the signature check, which refuses it as expired.
 fn presigned_v2_expires(query: &str, now: u64) -> Option<S3Error> {
-    let param = |name: &str| query.split('&').find_map(|kv| kv.strip_prefix(name));
-    if param("AWSAccessKeyId=").is_none() || param("Signature=").is_none() {
+    let query = Some(query);
+    if !has_param(query, "AWSAccessKeyId") || !has_param(query, "Signature") {
         return None;
     }
-    let expires = param("Expires=")?;
+    let expires = param(query, "Expires")?;
     // A client's clock may run ahead of the drive's: the same allowance as S3's for a
     // request's time (15 minutes).
     let why = match expires.parse::<u64>() {
@@ -416,11 +411,17 @@ fn presigned_v2_expires(query: &str, now: u64) -> Option<S3Error> {
     Some(err(S3ErrorCode::AuthorizationQueryParametersError, why))
 }
 
-/// Seconds since the epoch.
-fn unix_now() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
+/// The value of query parameter `name`, percent-decoded (`+` is a space, as forms send).
+pub(crate) fn param(query: Option<&str>, name: &str) -> Option<String> {
+    query?.split('&').find_map(|kv| {
+        let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
+        (k == name).then(|| oed_model::uri::decode(&v.replace('+', " ")))?
+    })
+}
+
+/// Whether `query` has the parameter `name` (with or without a value).
+pub(crate) fn has_param(query: Option<&str>, name: &str) -> bool {
+    query.is_some_and(|q| q.split('&').any(|kv| kv.split('=').next() == Some(name)))
 }
 
 /// The region a SigV4 request was signed for (its credential scope,

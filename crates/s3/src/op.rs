@@ -15,7 +15,7 @@ use s3s::route::S3Route;
 use s3s::{Body, S3ErrorCode, S3Request, S3Response, S3Result};
 
 use super::OpName;
-use super::{OrS3, err, need_bucket, record};
+use super::{OrS3, err, has_param, need_bucket, param, record};
 use oed_cluster::Cluster;
 use oed_model::uri::decode as percent_decode;
 
@@ -27,14 +27,6 @@ const MAX_OP_BODY: usize = 64 * 1024;
 
 /// Most objects one operation over a prefix takes.
 pub const MAX_OBJECTS: usize = 10_000;
-
-/// The value of query parameter `name`, percent-decoded (`+` is a space, as forms send).
-fn param(query: Option<&str>, name: &str) -> Option<String> {
-    query?.split('&').find_map(|kv| {
-        let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
-        (k == name).then(|| percent_decode(&v.replace('+', " ")))?
-    })
-}
 
 /// `Range: bytes=A-B` (or `bytes=A-`, `bytes=-N`), as on GET: the operation covers those
 /// bytes of the object only.
@@ -106,11 +98,6 @@ impl OpRoute {
     pub fn new(cluster: Arc<Cluster>) -> Self {
         Self { cluster }
     }
-}
-
-/// Whether `query` has the parameter `name` (with or without a value).
-fn has_param(query: Option<&str>, name: &str) -> bool {
-    query.is_some_and(|q| q.split('&').any(|kv| kv.split('=').next() == Some(name)))
 }
 
 #[async_trait::async_trait]

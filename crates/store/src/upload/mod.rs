@@ -13,7 +13,7 @@ use crate::meta::Kept;
 use crate::{Store, files, join_error, pool, remove_file_if_exists};
 use oed_model::drive::Stored;
 use oed_model::error::{Error, Result};
-use oed_model::record::{self, FileId, ObjectRecord, RecordTail, VersionId};
+use oed_model::record::{self, FileId, ObjectRecord, RecordTail, VersionId, now_ms};
 
 pub(crate) mod splice;
 
@@ -281,13 +281,6 @@ impl Store {
     pub fn supersedes(&self, stored: VersionId, incoming: VersionId) -> bool {
         stored > incoming && !self.ahead_of_time(stored)
     }
-}
-
-/// Milliseconds since the epoch.
-fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 /// An upload whose shard header is not the one its record makes.
