@@ -23,17 +23,6 @@ use oed_model::error::{Error, Result};
 /// Stripes a request keeps in flight: one being filled or drained, one queued.
 const STRIPES_HELD: u64 = 2;
 
-tokio::task_local! {
-    /// The client a request came from (its address), for the request's task: set by the
-    /// server around every request, read where the request takes its share.
-    pub static CLIENT: Option<IpAddr>;
-}
-
-/// The client of the request running on this task, if the server named one.
-fn this_client() -> Option<IpAddr> {
-    CLIENT.try_with(|c| *c).ok().flatten()
-}
-
 /// Why a request was refused with `SlowDown` (its value indexes [`Budget::refusals`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Refusal {
@@ -256,14 +245,14 @@ impl Budget {
     }
 
     /// Waits for `bytes` of the budget (at most all of it, so that any request can run
-    /// when it is alone), for the client of the request on this task ([`CLIENT`]).
+    /// when it is alone), for the client of the request on this task ([`oed_peer::CLIENT`]).
     /// Nothing is taken for 0 bytes.
     ///
     /// # Errors
     /// [`Error::SlowDown`] when the share does not come free within the wait, or when
     /// the client already has `max_waiting` requests waiting.
     pub async fn take(&self, bytes: u64) -> Result<Share> {
-        self.take_for(this_client(), bytes).await
+        self.take_for(oed_peer::request_client(), bytes).await
     }
 
     /// [`Budget::take`] for `client`.

@@ -561,10 +561,8 @@ impl hyper::service::Service<http::Request<hyper::body::Incoming>> for ForClient
         if let Some(again) = &self.again {
             req.extensions_mut().insert(again.clone());
         }
-        req.extensions_mut()
-            .insert(oed_peer::ClientAddr(self.client));
         let mut app = self.app.clone();
-        oed_cluster::budget::CLIENT.scope(
+        oed_peer::CLIENT.scope(
             Some(self.client),
             tower_service::Service::call(&mut app, req),
         )

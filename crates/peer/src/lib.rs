@@ -43,7 +43,7 @@ pub const STRIPES_HEADER: &str = "x-oed-stripes";
 
 pub use frames::FRAMED_READ;
 pub use raw::{ConnectionHold, KEEP_HEADER, RAW_UPLOAD, ServeAgain};
-pub use refusals::{ClientAddr, RefusalLog};
+pub use refusals::RefusalLog;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -165,6 +165,19 @@ impl PeerOp {
     }
 }
 
+tokio::task_local! {
+    /// The client a request came from (its address), for the request's task: set by the
+    /// server around every request, read where a request takes its share of the memory
+    /// budget (`oed-cluster`) and where a refused peer request is logged.
+    pub static CLIENT: Option<std::net::IpAddr>;
+}
+
+/// The client of the request running on this task, if the server named one ([`CLIENT`]).
+#[must_use]
+pub fn request_client() -> Option<std::net::IpAddr> {
+    CLIENT.try_with(|c| *c).ok().flatten()
+}
+
 /// Everything the peer API's handlers share.
 #[derive(Debug)]
 pub struct PeerState {
@@ -240,7 +253,6 @@ async fn limit(State(state): State<Arc<PeerState>>, req: Request, next: Next) ->
 async fn authenticate(State(state): State<Arc<PeerState>>, req: Request, next: Next) -> Response {
     let op = PeerOp::of(req.method(), req.uri().path());
     let upload = op == Some(PeerOp::PutShard);
-    let from = req.extensions().get::<ClientAddr>().copied();
     match check_auth(&state, req)
         .await
         .and_then(|req| check_epoch(&state, req))
@@ -250,7 +262,8 @@ async fn authenticate(State(state): State<Arc<PeerState>>, req: Request, next: N
             if matches!(e, Error::Unauthenticated(_) | Error::Expired(_)) {
                 state.auth_failures.fetch_add(1, Ordering::Relaxed);
                 if let Some(unwritten) = state.refusals.line(std::time::Instant::now()) {
-                    let client = from.map_or_else(|| "unknown".to_owned(), |c| c.0.to_string());
+                    let client =
+                        request_client().map_or_else(|| "unknown".to_owned(), |c| c.to_string());
                     tracing::warn!(
                         %client,
                         op = %op.map_or("unknown", PeerOp::name),

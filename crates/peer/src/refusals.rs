@@ -4,17 +4,11 @@
 //! refusals went unwritten since the line before; `oed_peer_auth_failures_total` counts
 //! every one.
 
-use std::net::IpAddr;
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 /// The shortest time between two lines about refused requests.
 pub const EVERY: Duration = Duration::from_secs(10);
-
-/// The address a request came from, put in its extensions by the listener that accepted
-/// its connection.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ClientAddr(pub IpAddr);
 
 /// When the last line was written, and the refusals since that went unwritten.
 #[derive(Debug, Default)]
