@@ -149,6 +149,17 @@ pub struct Written {
     pub missing: usize,
 }
 
+/// What a drive answered to its shard of a write.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum ShardAnswer {
+    /// It stored this version.
+    Stored,
+    /// It holds a newer version of the key (`Superseded`): not stored, nothing to heal.
+    Newer,
+    /// It failed, or did not answer in time: missing, to heal.
+    Failed,
+}
+
 /// Where the parts of upload `upload_id` are stored: under a key prefix that user keys
 /// never start with.
 #[must_use]
@@ -435,10 +446,7 @@ impl Cluster {
             up.send(i, vec![tail.clone()]).await;
         }
         up.senders.clear();
-        let mut stored = Vec::with_capacity(total);
-        // Drives that answered that they hold a newer version of the key.
-        let mut superseded = 0;
-        let mut newer_there = Vec::with_capacity(total);
+        let mut answers = Vec::with_capacity(total);
         let mut replaced = Vec::new();
         // The shards whose drives keep the version this one replaced.
         let mut kept = Vec::new();
@@ -454,7 +462,7 @@ impl Cluster {
                     "no answer to the shard upload in time",
                 )),
             };
-            match r {
+            answers.push(match r {
                 Ok(s) => {
                     // Every drive that held the replaced version reports the same parts.
                     if replaced.is_empty() {
@@ -463,8 +471,7 @@ impl Cluster {
                     if s.kept {
                         kept.push(i);
                     }
-                    stored.push(true);
-                    newer_there.push(false);
+                    ShardAnswer::Stored
                 }
                 // A newer version of the key is on that drive, so this one's shard is
                 // not: it does not count towards the write's quorum. Counting it would
@@ -473,18 +480,16 @@ impl Cluster {
                 // a version made by a wrong clock).
                 Err(e) if e.code == ErrorCode::Superseded => {
                     tracing::info!(bucket = %record.bucket, key = %record.key, shard = i, drive = %record.drives[i], "shard not stored: the drive holds a newer version of the key");
-                    superseded += 1;
-                    newer_there.push(true);
-                    stored.push(false);
+                    ShardAnswer::Newer
                 }
                 Err(e) => {
                     tracing::warn!(bucket = %record.bucket, key = %record.key, shard = i, drive = %record.drives[i], error = %e, "shard not stored");
-                    stored.push(false);
-                    newer_there.push(false);
+                    ShardAnswer::Failed
                 }
-            }
+            });
         }
-        let ok = stored.iter().filter(|s| **s).count();
+        let count = |a: ShardAnswer| answers.iter().filter(|&&x| x == a).count();
+        let (ok, newer) = (count(ShardAnswer::Stored), count(ShardAnswer::Newer));
         if ok < up.quorum {
             self.stats
                 .shard_failures
@@ -492,10 +497,8 @@ impl Cluster {
             // Every drive is told: one whose answer was lost may have stored it.
             let all: Vec<usize> = (0..total).collect();
             self.settle(&record, &all, false).await;
-            let newer = if superseded > 0 {
-                format!(
-                    "; {superseded} drive(s) hold a newer version of the key (another write of it)"
-                )
+            let newer = if newer > 0 {
+                format!("; {newer} drive(s) hold a newer version of the key (another write of it)")
             } else {
                 String::new()
             };
@@ -506,14 +509,9 @@ impl Cluster {
         }
         // A drive that holds a newer version has nothing to heal and is not down: its
         // shard is neither stored nor missing (no hint, not a degraded write).
-        let settled: Vec<bool> = stored
-            .iter()
-            .zip(&newer_there)
-            .map(|(s, n)| *s || *n)
-            .collect();
-        let missing = total - ok - superseded;
+        let missing = count(ShardAnswer::Failed);
         if missing > 0 {
-            self.queue_missing(&record, &settled);
+            self.queue_missing(&record, &answers);
         }
         if !kept.is_empty() {
             // Off the client's path: the answer does not wait for it.
@@ -527,20 +525,27 @@ impl Cluster {
         Ok((Written { record, missing }, replaced))
     }
 
-    /// Counts a degraded write and queues its missing shards for heal.
-    fn queue_missing(&self, record: &ObjectRecord, stored: &[bool]) {
-        let missing = stored.iter().filter(|s| !**s).count();
+    /// Counts a degraded write and queues the shards that failed for heal.
+    fn queue_missing(&self, record: &ObjectRecord, answers: &[ShardAnswer]) {
+        let missing = answers
+            .iter()
+            .filter(|&&a| a == ShardAnswer::Failed)
+            .count();
+        let stored = answers
+            .iter()
+            .filter(|&&a| a == ShardAnswer::Stored)
+            .count();
         self.stats.degraded_writes.fetch_add(1, Ordering::Relaxed);
         self.stats
             .shard_failures
             .fetch_add(missing as u64, Ordering::Relaxed);
         // The drives that missed it are likely down: the entries wait here as hints,
         // handed to each drive when it answers again.
-        let spare = (stored.len() - missing).saturating_sub(usize::from(record.k));
-        let entries: Vec<HealEntry> = stored
+        let spare = stored.saturating_sub(usize::from(record.k));
+        let entries: Vec<HealEntry> = answers
             .iter()
             .enumerate()
-            .filter(|(_, s)| !**s)
+            .filter(|(_, a)| **a == ShardAnswer::Failed)
             .map(|(i, _)| {
                 HealEntry::of(
                     record,
