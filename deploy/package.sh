@@ -109,30 +109,28 @@ CHANGES
 # given to rustc in that target's flags.
 host_triple=$(rustc -vV | sed -n 's/^host: //p')
 build_env=(CODE_ORDER_FILE="$root/deploy/code-order.txt.gz" ROCKSDB_STATIC=1)
-targets=("$host_triple")
-for arch in "${arches[@]}"; do
-  t=$(triple_of "$arch")
-  [[ " ${targets[*]} " == *" $t "* ]] || targets+=("$t")
-done
-build_for=()
-for t in "${targets[@]}"; do
-  var=$(tr 'a-z-' 'A-Z_' <<<"$t")
-  linker_var="CARGO_TARGET_${var}_LINKER"
+# Target T's linker: deploy/link-ordered around its C compiler driver.
+set_linker() {
+  local linker_var link_cc
+  linker_var="CARGO_TARGET_$(tr 'a-z-' 'A-Z_' <<<"$1")_LINKER"
   link_cc=${!linker_var:-cc}
   [[ $link_cc != */link-ordered* ]] || link_cc=cc
   build_env+=("$linker_var=$(bash deploy/link-ordered --install "$link_cc")")
-  # The host's linker is set even when only ARM packages are asked for (see above).
-  for arch in "${arches[@]}"; do
-    [ "$(triple_of "$arch")" = "$t" ] || continue
-    lib=$(bash deploy/rocksdb-unity.sh "$t" release)
-    # Cargo reads a target's flags only when RUSTFLAGS is not set: those go with them.
-    build_env+=("CARGO_TARGET_${var}_RUSTFLAGS=${RUSTFLAGS:+$RUSTFLAGS }-L native=$lib")
-    build_for+=(--target "$t")
-    # Cargo does not know the order file: a newer one must relink a daemon built before.
-    bin=$CARGO_TARGET_DIR/$t/deb/oedd
-    [ ! -e "$bin" ] || [ ! deploy/code-order.txt.gz -nt "$bin" ] || touch crates/oed-daemon/src/main.rs
-  done
+}
+build_for=()
+for arch in "${arches[@]}"; do
+  t=$(triple_of "$arch")
+  set_linker "$t"
+  lib=$(bash deploy/rocksdb-unity.sh "$t" release)
+  # Cargo reads a target's flags only when RUSTFLAGS is not set: those go with them.
+  build_env+=("CARGO_TARGET_$(tr 'a-z-' 'A-Z_' <<<"$t")_RUSTFLAGS=${RUSTFLAGS:+$RUSTFLAGS }-L native=$lib")
+  build_for+=(--target "$t")
+  # Cargo does not know the order file: a newer one must relink a daemon built before.
+  bin=$CARGO_TARGET_DIR/$t/deb/oedd
+  [ ! -e "$bin" ] || [ ! deploy/code-order.txt.gz -nt "$bin" ] || touch crates/oed-daemon/src/main.rs
 done
+# The host's linker even when only ARM packages are asked for (see above).
+[[ " ${build_for[*]} " == *" $host_triple "* ]] || set_linker "$host_triple"
 no_lib=$CARGO_TARGET_DIR/rocksdb-unity/none
 mkdir -p "$no_lib"
 echo "package: building oedd for ${arches[*]}" >&2
