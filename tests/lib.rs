@@ -516,3 +516,126 @@ pub async fn put_object(
     assert_eq!(written.missing, 0, "a degraded write");
     written.record
 }
+
+/// A recording relay between peer clients and a drive, as someone on the drives' network
+/// would see their traffic: each connection made to [`Tap::url`] is joined to the drive's,
+/// and what the client sent on it is kept, byte for byte ([`Tap::sent`]), to be changed
+/// and sent again ([`resend`]).
+pub struct Tap {
+    /// `http://127.0.0.1:PORT` of the relay.
+    pub url: String,
+    sent: std::sync::Arc<std::sync::Mutex<Vec<Vec<u8>>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Tap {
+    /// A relay to the drive at `to` (`http://host:port`). Needs a Tokio runtime.
+    ///
+    /// # Panics
+    /// When no port on 127.0.0.1 can be bound.
+    pub async fn start(to: &str) -> Self {
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+        let upstream = to.trim_start_matches("http://").to_owned();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let sent = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let all = sent.clone();
+        let task = tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                let Ok(drive) = tokio::net::TcpStream::connect(&upstream).await else {
+                    continue;
+                };
+                let index = {
+                    let mut all = all.lock().unwrap();
+                    all.push(Vec::new());
+                    all.len() - 1
+                };
+                let all = all.clone();
+                tokio::spawn(async move {
+                    let (mut cr, mut cw) = client.into_split();
+                    let (mut dr, mut dw) = drive.into_split();
+                    let up = async move {
+                        let mut buf = vec![0u8; 64 * 1024];
+                        while let Ok(n) = cr.read(&mut buf).await {
+                            if n == 0 {
+                                break;
+                            }
+                            all.lock().unwrap()[index].extend_from_slice(&buf[..n]);
+                            if dw.write_all(&buf[..n]).await.is_err() {
+                                break;
+                            }
+                        }
+                        let _ = dw.shutdown().await;
+                    };
+                    let down = async move {
+                        let _ = tokio::io::copy(&mut dr, &mut cw).await;
+                        let _ = cw.shutdown().await;
+                    };
+                    tokio::join!(up, down);
+                });
+            }
+        });
+        Self { url, sent, task }
+    }
+
+    /// What clients sent on each connection so far, in the order they connected.
+    #[must_use]
+    pub fn sent(&self) -> Vec<Vec<u8>> {
+        self.sent.lock().unwrap().clone()
+    }
+}
+
+impl Drop for Tap {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Sends `bytes` as they are to the drive at `to` on a new connection and returns what it
+/// answers: all that comes within 10 s, until it has been silent for 1 s. (This side is
+/// not shut down: a drive closes a connection whose client did so before its answer.)
+///
+/// # Panics
+/// When the drive cannot be reached.
+pub async fn resend(to: &str, bytes: &[u8]) -> Vec<u8> {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let mut s = tokio::net::TcpStream::connect(to.trim_start_matches("http://"))
+        .await
+        .unwrap();
+    let mut answer = Vec::new();
+    if s.write_all(bytes).await.is_err() {
+        return answer;
+    }
+    let until = tokio::time::Instant::now() + Duration::from_secs(10);
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let wait = if answer.is_empty() {
+            until.saturating_duration_since(tokio::time::Instant::now())
+        } else {
+            Duration::from_secs(1)
+        };
+        match tokio::time::timeout(wait, s.read(&mut buf)).await {
+            Ok(Ok(n)) if n > 0 => answer.extend_from_slice(&buf[..n]),
+            _ => return answer,
+        }
+        if tokio::time::Instant::now() > until {
+            return answer;
+        }
+    }
+}
+
+/// `haystack` with the first `from` in it replaced by `to` (of the same length).
+///
+/// # Panics
+/// When `from` is not in `haystack` or the lengths differ.
+#[must_use]
+pub fn replaced(haystack: &[u8], from: &[u8], to: &[u8]) -> Vec<u8> {
+    assert_eq!(from.len(), to.len(), "a replacement of the same length");
+    let at = haystack
+        .windows(from.len())
+        .position(|w| w == from)
+        .expect("the bytes to replace were sent");
+    let mut out = haystack.to_vec();
+    out[at..at + to.len()].copy_from_slice(to);
+    out
+}

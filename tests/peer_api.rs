@@ -233,7 +233,11 @@ fn malformed_queries_get_bad_request() {
     rt().block_on(async {
         let empty = oed_peer::auth::body_digest(b"");
         for (op, query, digest) in [
-            (PeerOp::PutShard, "record=%7Bnot-json", "STREAMING-CRC32C"),
+            (
+                PeerOp::PutShard,
+                "record=%7Bnot-json",
+                oed_peer::auth::SEALED,
+            ),
             (
                 PeerOp::GetShard,
                 "bucket=bkt&key=good&version=xyz",

@@ -46,14 +46,15 @@ class DriveExited(RuntimeError):
 class Cluster:
     """`n` drives, EC k+m, chunk size `chunk`, in a temporary directory. Each drive
     serves /metrics on its own port (`metrics_addrs`); `extra(i)` gives more `--set`
-    settings for drive i."""
+    settings for drive i, `env(i)` more environment variables."""
 
-    def __init__(self, n=6, k=4, m=2, chunk=65536, extra=None, from_init=None):
+    def __init__(self, n=6, k=4, m=2, chunk=65536, extra=None, from_init=None, env=None):
         """With `from_init`, a directory `oedd cluster init` wrote, the drives run its
         map and secrets instead."""
         self.bin = os.environ.get("OED_TEST_OEDD_BIN", "target/debug/oedd")
         self.dir = Path(tempfile.mkdtemp(prefix="oed-s3-test-"))
         self.extra = extra or (lambda i: [])
+        self.env = env or (lambda i: {})
         if from_init is not None:
             import tomllib
             made = tomllib.loads((Path(from_init) / "cluster.toml").read_text())
@@ -116,6 +117,7 @@ class Cluster:
             OED_S3_SECRET_KEY=self.secret,
             OED_LOG=os.environ.get("OED_LOG", "warn"),
         )
+        env.update(self.env(i))
         p = subprocess.Popen(
             [
                 self.bin, "serve",

@@ -34,7 +34,7 @@ use tracing::Instrument as _;
 use oed_model::drive::{Drive, DriveError, ErrorCode};
 use oed_model::error::{Error, Result};
 use oed_model::map::ClusterMap;
-use oed_model::record::{BucketRecord, ObjectRecord};
+use oed_model::record::{BucketRecord, ObjectRecord, VersionId};
 use oed_peer::auth::PeerKey;
 use oed_peer::client::PeerClient;
 use oed_store::Store;
@@ -184,6 +184,19 @@ pub struct Cluster {
     pub body_window: Duration,
     /// See `body_window`.
     pub min_body_rate: u64,
+    /// When the log last said this drive's clock is off.
+    clock_warned: Mutex<Option<std::time::Instant>>,
+}
+
+/// How far this drive's clock may be from the others' before it is off: version ids are
+/// then made from their time, and the log says so.
+pub const CLOCK_OFF_MS: i64 = 1000;
+
+/// The median of `offsets` (the lower of the two middle ones for an even count).
+fn median(mut offsets: Vec<i64>) -> Option<i64> {
+    offsets.sort_unstable();
+    let mid = offsets.len().checked_sub(1)? / 2;
+    offsets.get(mid).copied()
 }
 
 impl Cluster {
@@ -225,6 +238,7 @@ impl Cluster {
                 .raw_shard_uploads
                 .then_some(config.raw_shard_upload_min_bytes),
             framed_reads: config.framed_shard_reads,
+            sealed_uploads: !config.legacy_peer_requests,
         };
         let drives = handles(&map, local, &store, key, &http, links);
         Ok(Self {
@@ -254,6 +268,7 @@ impl Cluster {
             tasks: RequestTasks::default(),
             settler: settle::Settler::default(),
             body_window: Duration::from_secs(config.http_header_timeout_seconds),
+            clock_warned: Mutex::new(None),
             min_body_rate: config.min_body_bytes_per_second,
         })
     }
@@ -262,6 +277,72 @@ impl Cluster {
     #[must_use]
     pub fn local_store(&self) -> &Store {
         &self.store
+    }
+
+    /// This drive's clock minus the other drives', in ms: the median of what their answers
+    /// of the last two minutes tell ([`Drive::clock_offset_ms`]); `None` when none has
+    /// answered.
+    #[must_use]
+    pub fn clock_offset_ms(&self) -> Option<i64> {
+        self.clock_offsets().0
+    }
+
+    /// [`Cluster::clock_offset_ms`], and how many drives it comes from.
+    fn clock_offsets(&self) -> (Option<i64>, usize) {
+        let view = self.map();
+        let theirs: Vec<i64> = view
+            .handles
+            .iter()
+            .enumerate()
+            .filter(|&(i, _)| i != view.local)
+            .filter_map(|(_, d)| d.clock_offset_ms())
+            .collect();
+        let n = theirs.len();
+        (median(theirs).map(i64::saturating_neg), n)
+    }
+
+    /// A new version id for a write this drive coordinates. When this drive's clock is
+    /// off from the others' by [`CLOCK_OFF_MS`] or more, the log says so, once a minute
+    /// at most, and when at least two other drives tell it so (one alone cannot say
+    /// which clock is wrong), the id is made from their time instead: the others would
+    /// refuse ids made far ahead of theirs, and ids made behind would lose to older
+    /// writes.
+    #[must_use]
+    pub fn new_version_id(&self) -> VersionId {
+        match self.clock_offsets() {
+            (Some(off), n) if off.abs() >= CLOCK_OFF_MS => {
+                let corrected = n >= 2;
+                self.warn_clock(off, corrected);
+                if corrected {
+                    VersionId::generate_corrected(-off)
+                } else {
+                    VersionId::generate()
+                }
+            }
+            _ => VersionId::generate(),
+        }
+    }
+
+    fn warn_clock(&self, off: i64, corrected: bool) {
+        let mut last = self
+            .clock_warned
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if last.is_some_and(|t| t.elapsed() < Duration::from_mins(1)) {
+            return;
+        }
+        *last = Some(std::time::Instant::now());
+        #[expect(
+            clippy::cast_precision_loss,
+            reason = "a clock offset in seconds, to log"
+        )]
+        let seconds = off as f64 / 1000.0;
+        tracing::warn!(
+            offset_seconds = seconds,
+            ids_from_their_time = corrected,
+            "this drive's clock is off from the other drives' (the median of their answers); \
+             set it right (NTP)"
+        );
     }
 
     /// The map in force, with its drives. Hold it for one operation: a newer map may be
@@ -637,7 +718,8 @@ fn handles(
                         .with_epoch(map.epoch)
                         .with_raw_uploads(links.raw_uploads.is_some())
                         .with_raw_upload_min(links.raw_uploads.unwrap_or(0))
-                        .with_framed_reads(links.framed_reads),
+                        .with_framed_reads(links.framed_reads)
+                        .with_sealed_uploads(links.sealed_uploads),
                 )
             }
         })
@@ -652,6 +734,8 @@ struct Links {
     raw_uploads: Option<u64>,
     /// Shard reads ask for frames (`framed_shard_reads`).
     framed_reads: bool,
+    /// Shard uploads are sealed (not `legacy_peer_requests`).
+    sealed_uploads: bool,
 }
 
 /// The newest version among `records` that at least `k` of them hold.
@@ -675,6 +759,16 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
+
+    #[test]
+    fn the_clock_offset_is_the_median_of_the_others() {
+        assert_eq!(median(vec![]), None);
+        assert_eq!(median(vec![5]), Some(5));
+        // One drive far off does not move it; of two, the lower.
+        assert_eq!(median(vec![120_000, 3, -2]), Some(3));
+        assert_eq!(median(vec![120_000, 0]), Some(0));
+        assert_eq!(median(vec![-9, 120_000, 4, 1]), Some(1));
+    }
 
     /// A task runs in the span of whoever spawned it, shutdown waits for it to finish, and
     /// after `cancel` a task that would never finish is dropped where it waits.

@@ -37,7 +37,7 @@ use oed_meter::traffic::{Class, Direction, EcOp};
 use oed_model::drive::{Drive, DriveError, ErrorCode, Stored};
 use oed_model::error::{Error, Result};
 use oed_model::heal::{HealCause, HealEntry};
-use oed_model::record::{ObjectRecord, PartRef, RecordTail, StoredChecksum, VersionId, now_ms};
+use oed_model::record::{ObjectRecord, PartRef, RecordTail, StoredChecksum, now_ms};
 
 /// What the client asked to store.
 #[derive(Clone, Debug, Default)]
@@ -337,7 +337,7 @@ impl Cluster {
             }
         };
         // The final id, made now that the body has ended (the module docs say why).
-        let version_id = VersionId::generate();
+        let version_id = self.new_version_id();
         let record = ObjectRecord {
             version_id,
             last_modified_ms: version_id.millis(),
@@ -401,7 +401,7 @@ impl Cluster {
             headers: obj.headers.clone(),
             bucket: obj.bucket.clone(),
             key: obj.key.clone(),
-            version_id: VersionId::generate(),
+            version_id: self.new_version_id(),
             size: obj.size,
             etag: String::new(),
             content_type: obj.content_type.clone(),

@@ -90,6 +90,18 @@ pub struct Config {
     /// the socket (one read and one write per chunk). Default: true (docs/drive.md,
     /// "Shards to other drives: framed reads").
     pub shard_sendfile: bool,
+    /// Whether shard uploads between drives go unsealed, as versions before the seal
+    /// send them, and are taken so: for a rolling upgrade from such a version only, set
+    /// on the upgraded drives until every drive runs this one, then removed. Unsealed, an
+    /// upload's bytes and record tail are not authenticated: anyone on the drives'
+    /// network can change them on the way (docs/peer-api.md, "Sealed shard uploads").
+    /// Default: false.
+    pub legacy_peer_requests: bool,
+    /// Nonces of peer requests remembered at most, so that none is taken twice within
+    /// `clock_skew_seconds` (about 16 bytes each); full, a drive answers new requests
+    /// that change something with 503 `SlowDown`. Default: 1048576 (docs/peer-api.md,
+    /// "Replays").
+    pub replay_cache_entries: usize,
     /// Requests served at once; more wait for a slot. Default: 64.
     pub max_concurrent_requests: usize,
     /// Largest shard file accepted, in bytes. Default: 1 GiB.
@@ -260,6 +272,8 @@ impl Default for Config {
             raw_shard_upload_min_bytes: RAW_UPLOAD_MIN_BYTES,
             framed_shard_reads: true,
             shard_sendfile: true,
+            legacy_peer_requests: false,
+            replay_cache_entries: 1 << 20,
             max_concurrent_requests: 64,
             max_shard_bytes: 1 << 30,
             max_request_body_bytes: 64 * 1024,

@@ -338,6 +338,13 @@ pub trait Drive: Send + Sync + std::fmt::Debug {
     /// When the drive cannot answer.
     async fn info(&self) -> Result<DriveInfo, DriveError>;
 
+    /// How far this drive's clock is ahead of the caller's (negative: behind), in ms, as
+    /// far as its recent answers tell; `None` when they tell nothing (and for the
+    /// caller's own drive, whose clock is its own).
+    fn clock_offset_ms(&self) -> Option<i64> {
+        None
+    }
+
     /// Runs a near-data operation over the data chunks of the shard it holds of
     /// `req.key` at `req.version`, each chunk checked against its CRC32C as a read is, on
     /// a bounded pool of its own (waiting for a turn), within a CPU-time limit, and

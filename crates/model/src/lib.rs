@@ -9,6 +9,7 @@ pub mod error;
 pub mod heal;
 pub mod map;
 pub mod record;
+pub mod seal;
 pub mod uri;
 
 pub use error::{Error, Result};

@@ -27,15 +27,22 @@ impl VersionId {
     /// back: of two writes this coordinator completes, the later one has the larger id.
     #[must_use]
     pub fn generate() -> Self {
+        Self::generate_corrected(0)
+    }
+
+    /// [`VersionId::generate`] at this clock's time plus `correction_ms`: the time of the
+    /// other drives, when this one's clock is known to be off by `-correction_ms`. Ids
+    /// made ahead before the correction was known do not hold later ones ahead: once
+    /// corrected, ids start again from the corrected time ([`next_id`]).
+    #[must_use]
+    pub fn generate_corrected(correction_ms: i64) -> Self {
         static LAST: std::sync::Mutex<u128> = std::sync::Mutex::new(0);
-        let ms = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as u64);
+        let ms = now_ms().saturating_add_signed(correction_ms);
         let fresh = (u128::from(ms) << 64) | u128::from(rand::random::<u64>());
         let mut last = LAST
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        *last = fresh.max(*last + 1);
+        *last = next_id(*last, fresh, correction_ms != 0);
         Self(*last)
     }
 
@@ -44,6 +51,22 @@ impl VersionId {
     pub fn millis(self) -> u64 {
         (self.0 >> 64) as u64
     }
+}
+
+/// How far ahead of a corrected time the last id may be and still be followed by the next
+/// (1 s): further, the ids before were made by a clock found off, and the next id is the
+/// corrected one.
+const CORRECTED_RESTART_MS: u128 = 1000;
+
+/// The id after `last`, given a `fresh` one made now: `fresh`, or one past `last` when
+/// `fresh` is not larger (ids only grow), unless `corrected` and `last` is more than
+/// [`CORRECTED_RESTART_MS`] ahead of `fresh`.
+fn next_id(last: u128, fresh: u128, corrected: bool) -> u128 {
+    let ahead_ms = (last >> 64).saturating_sub(fresh >> 64);
+    if corrected && ahead_ms > CORRECTED_RESTART_MS {
+        return fresh;
+    }
+    fresh.max(last + 1)
 }
 
 impl fmt::Display for VersionId {
@@ -486,6 +509,24 @@ mod tests {
         assert!(ids.windows(2).all(|w| w[0] < w[1]) && a < ids[0]);
         assert!(ids[0].millis() > 1_700_000_000_000);
         assert!("xyz".parse::<VersionId>().is_err());
+    }
+
+    #[test]
+    fn corrected_ids_start_again_from_the_corrected_time() {
+        let at = |ms: u128, low: u128| (ms << 64) | low;
+        // Uncorrected: ids only grow, whatever the clock did.
+        assert_eq!(next_id(at(10_000, 5), at(9_000, 1), false), at(10_000, 6));
+        assert_eq!(next_id(at(10_000, 5), at(10_000, 9), false), at(10_000, 9));
+        // Corrected: a second ahead is still followed; more is left behind.
+        assert_eq!(next_id(at(10_000, 5), at(9_000, 1), true), at(10_000, 6));
+        assert_eq!(next_id(at(10_000, 5), at(8_999, 1), true), at(8_999, 1));
+        // (Behind, so that the ids other tests make meanwhile are not held ahead.)
+        let behind = VersionId::generate_corrected(-3_600_000).millis();
+        let now = now_ms();
+        assert!(
+            behind + 3_500_000 < now && behind + 3_700_000 > now,
+            "{behind} {now}"
+        );
     }
 
     #[test]

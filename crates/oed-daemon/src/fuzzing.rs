@@ -58,12 +58,15 @@ pub fn kept(data: &[u8]) {
 
 /// A shard upload's body as a drive receives it: a shard file, checked frame by frame as
 /// it arrives in pieces of the sizes the first two bytes give, then the record tail
-/// (JSON) after it.
+/// (JSON) after it, and for a sealed upload (the second byte's top bit) the seal's tag
+/// after that, checked before the tail is read.
 pub fn shard_upload(data: &[u8]) {
     let Some((&[a, b], rest)) = data.split_first_chunk::<2>() else {
         return;
     };
-    let piece = usize::from(u16::from_le_bytes([a, b])).max(1);
+    // The top bit of the second byte: a sealed upload, whose tag ends the body.
+    let piece = usize::from(u16::from_le_bytes([a, b & 0x7f])).max(1);
+    let mut seal = (b & 0x80 != 0).then(|| oed_model::seal::Seal::new(&[7; 32]));
     let mut verifier = oed_ec::StreamVerifier::new();
     let mut at = 0;
     let mut file_len = None;
@@ -80,11 +83,30 @@ pub fn shard_upload(data: &[u8]) {
         if verifier.feed(&rest[at..take]).is_err() {
             return;
         }
+        if let Some(s) = &mut seal {
+            s.update(&rest[at..take]);
+        }
         at = take;
     }
-    if verifier.finish().is_ok() {
-        let _ = serde_json::from_slice::<RecordTail>(&rest[at..]);
+    if verifier.finish().is_err() {
+        return;
     }
+    let after = &rest[at..];
+    let tail = match seal {
+        Some(mut s) => {
+            let Some(cut) = after.len().checked_sub(oed_model::seal::TAG_LEN) else {
+                return;
+            };
+            let (tail, tag) = after.split_at(cut);
+            s.update(tail);
+            if !s.verify(tag) {
+                return;
+            }
+            tail
+        }
+        None => after,
+    };
+    let _ = serde_json::from_slice::<RecordTail>(tail);
 }
 
 /// The XML bodies S3 clients send: `DeleteObjects` (first byte even) or

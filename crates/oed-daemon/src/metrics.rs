@@ -148,6 +148,8 @@ struct StateCollector {
     heal_backlog: Gauge,
     drives: Gauge,
     connections: Gauge,
+    replay_nonces: Gauge,
+    clock_offset: Gauge,
     epoch: Gauge,
     buffer: GaugeVec,
     info: GaugeVec,
@@ -203,6 +205,14 @@ impl StateCollector {
                 "oed_http_connections",
                 "Connections open on this drive's S3 and peer listener (at most max_connections).",
             ))?,
+            replay_nonces: Gauge::with_opts(Opts::new(
+                "oed_peer_replay_nonces",
+                "Nonces of peer requests this drive took in the last clock_skew_seconds and remembers, so that none is taken twice (at most replay_cache_entries; full, new requests get 503 SlowDown).",
+            ))?,
+            clock_offset: Gauge::with_opts(Opts::new(
+                "oed_clock_offset_seconds",
+                "This drive's clock minus the other drives' (the median of what their answers of the last two minutes tell; 0 until one answers). At 1 s or more either way, the version ids of the writes it coordinates are made from the others' time, and the log says so.",
+            ))?,
             epoch: Gauge::with_opts(Opts::new(
                 "oed_cluster_map_epoch",
                 "The epoch of the cluster map this drive runs; drives of one cluster should all show the same.",
@@ -237,6 +247,8 @@ impl StateCollector {
             &self.heal_backlog,
             &self.drives,
             &self.connections,
+            &self.replay_nonces,
+            &self.clock_offset,
             &self.epoch,
             &self.buffer,
             &self.info,
@@ -307,6 +319,9 @@ impl StateCollector {
         ];
         self.connections
             .set(stats.connections_open.load(Ordering::Relaxed) as f64);
+        self.replay_nonces.set(self.peer.replay.len() as f64);
+        self.clock_offset
+            .set(self.cluster.clock_offset_ms().unwrap_or(0) as f64 / 1000.0);
         for (c, n) in self.counters.iter().zip(now) {
             advance(c, n as f64);
         }

@@ -101,6 +101,12 @@ impl DriveServer {
             raw_connections_kept: AtomicU64::new(0),
             framed_reads: AtomicU64::new(0),
             sendfile: config.shard_sendfile,
+            legacy_requests: config.legacy_peer_requests,
+            replay: oed_peer::replay::ReplayGuard::new(
+                oed_model::record::now_ms(),
+                config.clock_skew_seconds,
+                config.replay_cache_entries,
+            ),
             store: Some(store.clone()),
         });
         let repair = oed_repair::Repair::new(

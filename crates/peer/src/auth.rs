@@ -1,21 +1,28 @@
 //! Authentication of the peer API. Every request carries
 //!
 //! - `x-oed-date`: the time of signing, seconds since the epoch;
-//! - `x-oed-content-sha256`: hex SHA-256 of the body, or `STREAMING-CRC32C` for a shard
-//!   upload (whose body is checked chunk by chunk by CRC32C instead, see below);
+//! - `x-oed-content-sha256`: hex SHA-256 of the body, or for a shard upload
+//!   `STREAMING-POLY1305`: the body is sealed (below);
 //! - `authorization: OED1-HMAC-SHA256 <hex>`: HMAC-SHA256, keyed with the peer key, of
 //!   `method \n path \n query \n date \n content digest`.
 //!
 //! The peer key is HMAC-SHA256(cluster secret, "oed peer api v1"), so the secret itself
 //! never signs anything. Signatures are compared in constant time. A request outside the
-//! clock-skew window is refused, which bounds replays to that window.
+//! clock-skew window is refused; within it, a request that changes anything (every method
+//! but GET) carries a nonce in its query, `nonce=<ms>-<32 hex digits>` ([`nonce`]), which
+//! the drive takes once ([`crate::replay`]).
 //!
 //! Shard uploads are streamed and may be gigabytes: hashing them with SHA-256 before
-//! sending would cost a whole extra pass over the data on the drive's small CPU. Their
-//! signature covers everything else (including the full object record in the query), and
-//! the body's integrity rests on the shard format's header checksum and per-chunk CRC32C,
-//! which the receiver checks before committing. That protects against corruption, not
-//! against an active attacker on the drives' network; see `docs/peer-api.md`.
+//! sending would need them whole, or a second pass. Their body (the shard file, then the
+//! record tail) is sealed instead ([`oed_model::seal`]): a Poly1305 tag computed as the
+//! bytes are sent and sent after them, keyed for that request alone with
+//! HMAC-SHA256(peer key, "oed shard seal v1\n" + the request's signature), which the
+//! request's nonce makes new each time. The drive feeds the bytes to the seal where it checks their
+//! CRC32C and commits the upload only when the tag matches.
+//!
+//! `STREAMING-CRC32C` names the unsealed shard upload of versions before the seal. A drive
+//! takes it only with `legacy_peer_requests` set, for a rolling upgrade from one of
+//! them (`docs/peer-api.md`, "Sealed shard uploads").
 
 use hmac::{Hmac, Mac};
 use sha2::{Digest, Sha256};
@@ -24,8 +31,12 @@ use sha2::{Digest, Sha256};
 pub const DATE_HEADER: &str = "x-oed-date";
 /// Header with the body digest.
 pub const DIGEST_HEADER: &str = "x-oed-content-sha256";
-/// Digest value of streamed shard uploads.
+/// Digest value of the unsealed shard uploads of earlier versions.
 pub const STREAMING: &str = "STREAMING-CRC32C";
+/// Digest value of sealed shard uploads.
+pub const SEALED: &str = "STREAMING-POLY1305";
+/// The query parameter with a request's nonce.
+pub const NONCE: &str = "nonce";
 /// Scheme word of the authorization header.
 pub const SCHEME: &str = "OED1-HMAC-SHA256";
 
@@ -71,6 +82,16 @@ impl PeerKey {
         )
     }
 
+    /// The key of the seal of the body of the request signed with `signature` (hex):
+    /// that request's alone.
+    #[must_use]
+    pub fn seal_key(&self, signature: &str) -> [u8; oed_model::seal::KEY_LEN] {
+        let mut mac = HmacSha256::new_from_slice(&self.0).expect("HMAC takes keys of any length");
+        mac.update(b"oed shard seal v1\n");
+        mac.update(signature.as_bytes());
+        mac.finalize().into_bytes().into()
+    }
+
     /// Whether `signature` (hex) is right for the request, compared in constant time.
     #[must_use]
     pub fn verify(
@@ -89,6 +110,30 @@ impl PeerKey {
             .verify_slice(&sig)
             .is_ok()
     }
+}
+
+/// A new nonce: the time in milliseconds since the epoch, `-`, 16 random bytes in hex.
+#[must_use]
+pub fn nonce() -> String {
+    format!(
+        "{}-{}",
+        oed_model::record::now_ms(),
+        hex::encode(rand::random::<[u8; 16]>())
+    )
+}
+
+/// A nonce's time (milliseconds since the epoch) and its first 8 random bytes, or `None`
+/// when it is not one.
+#[must_use]
+pub fn parse_nonce(nonce: &str) -> Option<(u64, u64)> {
+    let (ms, random) = nonce.split_once('-')?;
+    if random.len() != 32 || !random.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return None;
+    }
+    Some((
+        ms.parse().ok()?,
+        u64::from_str_radix(&random[..16], 16).ok()?,
+    ))
 }
 
 /// Hex SHA-256 of a body.

@@ -30,6 +30,7 @@ pub mod client;
 mod frames;
 mod raw;
 pub mod refusals;
+pub mod replay;
 pub mod stall;
 pub mod tls;
 
@@ -37,6 +38,9 @@ pub mod tls;
 pub const VERSION_HEADER: &str = "x-oed-version-id";
 /// The request header naming the epoch of the cluster map its sender runs.
 pub const EPOCH_HEADER: &str = "x-oed-map-epoch";
+/// The header of every answer with the answering drive's clock, ms since the epoch: the
+/// sender learns how far its own clock is from it ([`client::PeerClient::clock_offset_ms`]).
+pub const TIME_HEADER: &str = "x-oed-time-ms";
 
 /// The response header of `GET shard` that names the stripes sent, `from-to`.
 pub const STRIPES_HEADER: &str = "x-oed-stripes";
@@ -212,6 +216,11 @@ pub struct PeerState {
     pub framed_reads: AtomicU64,
     /// Whether framed reads are sent with `sendfile` (`shard_sendfile`).
     pub sendfile: bool,
+    /// Whether unsealed shard uploads are taken (`legacy_peer_requests`, during a
+    /// rolling upgrade from a version before the seal).
+    pub legacy_requests: bool,
+    /// The nonces of requests taken ([`replay`]).
+    pub replay: replay::ReplayGuard,
     /// The store-only extension of `drive`, when it is a store: the two transfers that
     /// move a shard file's bytes between the socket and the file without passing them
     /// through the daemon (raw uploads, [`raw`]: `Store::put_shard_raw`; framed reads,
@@ -248,9 +257,41 @@ async fn limit(State(state): State<Arc<PeerState>>, req: Request, next: Next) ->
     next.run(req).await
 }
 
+/// Counts a request refused for its authentication (its signature, its date, its body's
+/// seal) and logs it, one line per [`refusals::EVERY`] at most, with the sender's address.
+fn refused(
+    state: &PeerState,
+    op: Option<PeerOp>,
+    client: Option<std::net::IpAddr>,
+    e: &dyn std::fmt::Display,
+) {
+    state.auth_failures.fetch_add(1, Ordering::Relaxed);
+    if let Some(unwritten) = state.refusals.line(std::time::Instant::now()) {
+        let client = client.map_or_else(|| "unknown".to_owned(), |c| c.to_string());
+        tracing::warn!(
+            %client,
+            op = %op.map_or("unknown", PeerOp::name),
+            error = %e,
+            refused_since_last_line = unwritten,
+            "peer request refused (one line per {} s at most; \
+             oed_peer_auth_failures_total counts them all)",
+            refusals::EVERY.as_secs()
+        );
+    }
+}
+
 /// Checks the signature, the timestamp and (for small bodies) the body digest; counts
 /// and refuses failures before any handler runs.
 async fn authenticate(State(state): State<Arc<PeerState>>, req: Request, next: Next) -> Response {
+    let mut resp = authenticated(&state, req, next).await;
+    resp.headers_mut()
+        .insert(TIME_HEADER, HeaderValue::from(oed_model::record::now_ms()));
+    resp
+}
+
+/// [`authenticate`]'s answer before the time is added.
+async fn authenticated(state: &Arc<PeerState>, req: Request, next: Next) -> Response {
+    let state = state.clone();
     let op = PeerOp::of(req.method(), req.uri().path());
     let upload = op == Some(PeerOp::PutShard);
     match check_auth(&state, req)
@@ -260,20 +301,7 @@ async fn authenticate(State(state): State<Arc<PeerState>>, req: Request, next: N
         Ok(req) => next.run(req).await,
         Err(e) => {
             if matches!(e, Error::Unauthenticated(_) | Error::Expired(_)) {
-                state.auth_failures.fetch_add(1, Ordering::Relaxed);
-                if let Some(unwritten) = state.refusals.line(std::time::Instant::now()) {
-                    let client =
-                        request_client().map_or_else(|| "unknown".to_owned(), |c| c.to_string());
-                    tracing::warn!(
-                        %client,
-                        op = %op.map_or("unknown", PeerOp::name),
-                        error = %e,
-                        refused_since_last_line = unwritten,
-                        "peer request refused (one line per {} s at most; \
-                         oed_peer_auth_failures_total counts them all)",
-                        refusals::EVERY.as_secs()
-                    );
-                }
+                refused(&state, op, request_client(), &e);
             }
             let mut resp = e.into_response();
             if upload {
@@ -342,13 +370,42 @@ async fn check_auth(state: &PeerState, req: Request) -> Result<Request, Error> {
     {
         return Err(Error::Unauthenticated("signature does not match"));
     }
-    if digest == auth::STREAMING {
-        // Only shard uploads may stream; their chunks are checked by CRC32C.
-        if PeerOp::of(req.method(), &path) != Some(PeerOp::PutShard) {
+    let changes = req.method() != Method::GET && req.method() != Method::HEAD;
+    let nonce = query
+        .split('&')
+        .find_map(|p| p.strip_prefix(auth::NONCE)?.strip_prefix('='));
+    match nonce {
+        Some(n) => state.replay.take(n, auth::now_secs())?,
+        None if changes && !state.legacy_requests => {
             return Err(Error::Unauthenticated(
-                "only shard uploads may use STREAMING-CRC32C",
+                "a request that changes something must carry a nonce (nonce=<ms>-<hex>); \
+                 this drive takes one without only with legacy_peer_requests, during a \
+                 rolling upgrade",
             ));
         }
+        None => {}
+    }
+    let streams = digest == auth::STREAMING || digest == auth::SEALED;
+    if streams && PeerOp::of(req.method(), &path) != Some(PeerOp::PutShard) {
+        return Err(Error::Unauthenticated(
+            "only shard uploads may stream their body",
+        ));
+    }
+    if digest == auth::SEALED {
+        // The body is checked against its seal where its CRC32C is (the store).
+        let mut req = req;
+        req.extensions_mut()
+            .insert(SealKey(state.key.seal_key(sig)));
+        return Ok(req);
+    }
+    if digest == auth::STREAMING {
+        if !state.legacy_requests {
+            return Err(Error::Unauthenticated(
+                "shard uploads must be sealed (STREAMING-POLY1305): this drive takes \
+                 unsealed ones only with legacy_peer_requests, during a rolling upgrade",
+            ));
+        }
+        // Unsealed: the chunks are checked by CRC32C only.
         return Ok(req);
     }
     let (parts, body) = req.into_parts();
@@ -363,6 +420,20 @@ async fn check_auth(state: &PeerState, req: Request) -> Result<Request, Error> {
         ));
     }
     Ok(Request::from_parts(parts, Body::from(bytes)))
+}
+
+/// The key of the seal a shard upload's body ends with, derived from its request's
+/// signature ([`PeerKey::seal_key`]); in the extensions of a sealed upload's request.
+#[derive(Clone, Copy)]
+struct SealKey([u8; oed_model::seal::KEY_LEN]);
+
+impl SealKey {
+    /// The seal of the request carrying this key, if any.
+    fn of(req: &Request) -> Option<oed_model::seal::Seal> {
+        req.extensions()
+            .get::<SealKey>()
+            .map(|k| oed_model::seal::Seal::new(&k.0))
+    }
 }
 
 /// A handler's answer: errors in their public form ([`DriveError`]).
@@ -400,10 +471,11 @@ async fn put_shard(
         .headers()
         .get(header::UPGRADE)
         .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(RAW_UPLOAD.as_bytes()));
+    let seal = SealKey::of(&req);
     if raw && let Some(store) = state.store.clone() {
-        return raw::accept(state, store, &q, req);
+        return raw::accept(state, store, &q, req, seal);
     }
-    put_shard_body(state, q, req.into_body())
+    put_shard_body(state, q, req.into_body(), seal)
         .await
         .into_response()
 }
@@ -413,6 +485,7 @@ async fn put_shard_body(
     state: Arc<PeerState>,
     q: PutShardQuery,
     body: Body,
+    seal: Option<oed_model::seal::Seal>,
 ) -> Answer<Json<Stored>> {
     // Counted as it arrives, drained rest included; recorded when the stream is dropped.
     let mut meter = BodyMeter::new(state.traffic.clone(), Class::Peer, Direction::In);
@@ -425,13 +498,31 @@ async fn put_shard_body(
     let result = match serde_json::from_str::<ObjectRecord>(&q.record) {
         Ok(record) => {
             let upload = Box::pin(TakenInTurns(stream.clone()));
-            state
-                .drive
-                .put_shard(&record, upload, q.tail.unwrap_or(false))
-                .await
+            let tail = q.tail.unwrap_or(false);
+            match (seal, &state.store) {
+                (None, _) => state.drive.put_shard(&record, upload, tail).await,
+                // Only a store checks a seal: the `Drive` interface carries none.
+                (Some(seal), Some(store)) => store
+                    .put_shard_sealed(record, upload, tail, Some(seal))
+                    .await
+                    .map(|mut stored| {
+                        oed_store::without_file(&mut stored.record);
+                        stored
+                    })
+                    .map_err(DriveError::from),
+                (Some(_), None) => Err(Error::Unauthenticated(
+                    "this drive has no store to check a sealed upload against",
+                )
+                .into()),
+            }
         }
         Err(e) => Err(Error::BadRequest(format!("record: {e}")).into()),
     };
+    if let Err(e) = &result
+        && e.code == oed_model::drive::ErrorCode::Unauthenticated
+    {
+        refused(&state, Some(PeerOp::PutShard), request_client(), e);
+    }
     if result.is_err() {
         // A client still sending its body when the answer comes and the connection
         // closes sees a reset, not the answer. Reading a bounded rest lets it read the

@@ -98,6 +98,7 @@ pub(super) fn accept(
     store: Store,
     q: &PutShardQuery,
     mut req: Request,
+    seal: Option<oed_model::seal::Seal>,
 ) -> Response {
     let record = match serde_json::from_str::<ObjectRecord>(&q.record) {
         Ok(r) => r,
@@ -109,6 +110,7 @@ pub(super) fn accept(
     let hold = req.extensions_mut().remove::<ConnectionHold>();
     let again = req.extensions_mut().remove::<ServeAgain>();
     let tail = q.tail.unwrap_or(false);
+    let client = crate::request_client();
     // The sender keeps the connection when it asks to and the server can serve it again;
     // a record without a shard file's length is refused by the store, however sent.
     let kept_len = req
@@ -137,13 +139,18 @@ pub(super) fn accept(
             None => RawUpload::new(prefix, conn),
         };
         let result = store
-            .put_shard_raw(record, &mut up, tail)
+            .put_shard_raw(record, &mut up, tail, seal)
             .await
             .map(|mut stored| {
                 oed_store::without_file(&mut stored.record);
                 stored
             })
             .map_err(DriveError::from);
+        if let Err(e) = &result
+            && e.code == oed_model::drive::ErrorCode::Unauthenticated
+        {
+            super::refused(&state, Some(super::PeerOp::PutShard), client, e);
+        }
         let (status, body) = match &result {
             Ok(stored) => (StatusCode::OK, serde_json::to_vec(stored)),
             Err(e) => (e.code.status(), serde_json::to_vec(e)),

@@ -277,6 +277,10 @@ pub struct RepairStatus {
     /// the answers of versions before it).
     #[serde(default)]
     pub map_state: Option<oed_model::map::DriveState>,
+    /// Its clock minus the other drives', seconds, from their answers of the last two
+    /// minutes (`None`: none answered; absent from the answers of versions before it).
+    #[serde(default)]
+    pub clock_offset_seconds: Option<f64>,
 }
 
 /// Heal's part of [`RepairStatus`].
@@ -410,6 +414,8 @@ impl Repair {
             incarnation: self.store.identity().incarnation.clone(),
             epoch: map.epoch,
             map_state: Some(map.drives[map.local].state),
+            #[expect(clippy::cast_precision_loss, reason = "a clock offset, in seconds")]
+            clock_offset_seconds: self.cluster.clock_offset_ms().map(|ms| ms as f64 / 1000.0),
             drain: self.drain_status(),
             shards: self.store.object_count(),
             heal: HealStatus {

@@ -381,6 +381,7 @@ pub fn report(map: &ClusterMap, answers: &[DriveAnswer]) -> String {
             refill
         );
         drain_line(&mut out, s);
+        clock_line(&mut out, s);
     }
     totals(&mut out, queued, queued_bytes, rate, &levels);
     epochs(&mut out, map, answers);
@@ -393,6 +394,19 @@ pub fn report(map: &ClusterMap, answers: &[DriveAnswer]) -> String {
         );
     }
     out
+}
+
+/// A drive's clock, under its line, when it is off from the others' by a second or more.
+fn clock_line(out: &mut String, s: &RepairStatus) {
+    let Some(off) = s.clock_offset_seconds.filter(|o| o.abs() >= 1.0) else {
+        return;
+    };
+    let _ = writeln!(
+        out,
+        "  clock: {:.1} s {} the other drives'; its version ids are made from theirs: set it right (NTP)",
+        off.abs(),
+        if off > 0.0 { "ahead of" } else { "behind" }
+    );
 }
 
 /// A drive's drain, under its line, when it has one.

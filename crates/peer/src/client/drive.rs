@@ -45,11 +45,10 @@ impl Drive for PeerClient {
             },
             None => body,
         };
-        let resp = self
-            .request(PeerOp::PutShard, &query, auth::STREAMING)
-            .stream_body(body)
-            .send()
-            .await?;
+        let mut req = self.request(PeerOp::PutShard, &query, self.shard_digest());
+        let seal = req.take_seal();
+        let body = super::sealed::sealed(body, seal, file_len);
+        let resp = req.stream_body(body).send().await?;
         check(resp).await?.json().await
     }
 
@@ -122,6 +121,10 @@ impl Drive for PeerClient {
 
     async fn info(&self) -> Result<DriveInfo, DriveError> {
         self.send(PeerOp::Info, "").await?.json().await
+    }
+
+    fn clock_offset_ms(&self) -> Option<i64> {
+        PeerClient::clock_offset_ms(self)
     }
 
     async fn run_op(&self, req: &OpRequest) -> Result<OpAnswer, DriveError> {

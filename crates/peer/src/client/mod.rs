@@ -6,7 +6,7 @@
 //! `wire` holds the request, its answer and the pooled HTTP client; `drive` the `Drive`
 //! methods; `raw` and `frames` the sending side of raw uploads and the reading side of
 //! framed reads (their protocols: `crate::raw`, `crate::frames`), sharing the connections
-//! `kept`.
+//! `kept`; `sealed` the seal both kinds of shard upload end with.
 //!
 //! It speaks HTTP/1.1 through hyper's pooled client directly. A connection's read buffer
 //! is capped at [`READ_BUFFER_MAX`](oed_model::config::READ_BUFFER_MAX): hyper's default lets each connection grow one to
@@ -17,6 +17,7 @@ mod drive;
 mod frames;
 mod kept;
 mod raw;
+mod sealed;
 mod wire;
 
 pub use wire::{PeerBody, PeerClient, PeerError, PeerHttp, PeerRequest, PeerResponse, check};

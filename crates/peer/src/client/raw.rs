@@ -11,10 +11,10 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use super::kept::KeptConnections;
 use super::wire::{PeerClient, PeerError, check, error_answer};
 use crate::PeerOp;
-use crate::auth;
 use crate::raw::{KEEP_HEADER, RAW_UPLOAD};
 use oed_model::drive::{DriveError, ErrorCode, ShardUpload, Stored};
 use oed_model::record::MAX_TAIL_BYTES;
+use oed_model::seal::TAG_LEN;
 
 /// How a raw upload went, seen from its sender.
 pub(super) enum Sent {
@@ -42,7 +42,7 @@ pub(super) async fn put_shard(
     let kept = client.kept();
     let request = || {
         client
-            .request(PeerOp::PutShard, query, auth::STREAMING)
+            .request(PeerOp::PutShard, query, client.shard_digest())
             .header(header::CONNECTION, "upgrade")
             .header(header::UPGRADE, RAW_UPLOAD)
             .header(http::HeaderName::from_static(KEEP_HEADER), "1")
@@ -51,16 +51,21 @@ pub(super) async fn put_shard(
     // sent: then a new one.
     let mut resp = None;
     while let Some(tcp) = kept.take() {
-        if let Ok(r) = request().send_on(tcp).await {
+        let mut req = request();
+        let seal = req.take_seal();
+        if let Ok(r) = req.send_on(tcp).await {
             kept.reused
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            resp = Some(r);
+            resp = Some((r, seal));
             break;
         }
     }
-    let resp = match resp {
-        Some(r) => r,
-        None => request().send().await?,
+    let (resp, seal) = if let Some(r) = resp {
+        r
+    } else {
+        let mut req = request();
+        let seal = req.take_seal();
+        (req.send().await?, seal)
     };
     if resp.status() != StatusCode::SWITCHING_PROTOCOLS {
         let e = match check(resp).await {
@@ -80,6 +85,7 @@ pub(super) async fn put_shard(
         .map_err(PeerError::transport)?;
     let (mut rd, mut wr) = tokio::io::split(TokioIo::new(upgraded));
     let send = async move {
+        let body = super::sealed::sealed(body, seal, file_len);
         let sent = send_body(&mut wr, body, keep.then_some(file_len)).await;
         (sent, wr)
     };
@@ -145,7 +151,7 @@ async fn send_body<W: AsyncWrite + Unpin>(
                 file_left -= file as u64;
                 let after = p.split_off(file);
                 // More than a tail may be is refused by the drive all the same.
-                let room = (MAX_TAIL_BYTES + 1).saturating_sub(rest.len());
+                let room = (MAX_TAIL_BYTES + TAG_LEN + 1).saturating_sub(rest.len());
                 rest.extend_from_slice(&after[..after.len().min(room)]);
             }
         }
@@ -261,6 +267,8 @@ async fn read_answer<R: AsyncRead + Unpin>(r: &mut R) -> Result<Stored, DriveErr
 mod tests {
     use std::sync::Mutex;
 
+    use crate::auth;
+
     use axum::extract::Query;
     use axum::http::HeaderMap;
 
@@ -282,7 +290,7 @@ mod tests {
         url
     }
 
-    /// A drive of a version before raw uploads, as far as `PUT shard` goes: it takes the
+    /// A drive of a version before raw uploads (and sealed ones), as far as `PUT shard` goes: it takes the
     /// upgrade request as an upload without a body (`IncompleteBody`, as such a drive
     /// answers an empty shard file) and stores bodies (here: notes them and echoes the
     /// record). Returns its URL and what it saw: (asked to upgrade, body length).
@@ -335,7 +343,8 @@ mod tests {
     async fn a_drive_that_takes_no_raw_uploads_gets_bodies_from_then_on() {
         let (url, seen) = earlier_drive().await;
         let client = PeerClient::new(&url, auth::PeerKey::derive(b"0123456789abcdef"))
-            .with_raw_uploads(true);
+            .with_raw_uploads(true)
+            .with_sealed_uploads(false);
         let (file, record) = small_shard();
         for _ in 0..2 {
             let body: ShardUpload = Box::pin(futures_util::stream::iter([Ok(file.clone())]));
@@ -357,7 +366,8 @@ mod tests {
         let (url, seen) = earlier_drive().await;
         let (file, record) = small_shard();
         let client = PeerClient::new(&url, auth::PeerKey::derive(b"0123456789abcdef"))
-            .with_raw_uploads(true);
+            .with_raw_uploads(true)
+            .with_sealed_uploads(false);
         let len = file.len() as u64;
         for min in [len + 1, len] {
             let body: ShardUpload = Box::pin(futures_util::stream::iter([Ok(file.clone())]));
@@ -417,7 +427,8 @@ mod tests {
     async fn a_drive_that_keeps_no_connection_gets_uploads_ended_by_shutdown() {
         let (url, seen) = drive_that_keeps_nothing().await;
         let client = PeerClient::new(&url, auth::PeerKey::derive(b"0123456789abcdef"))
-            .with_raw_uploads(true);
+            .with_raw_uploads(true)
+            .with_sealed_uploads(false);
         let (file, record) = small_shard();
         let tail = br#"{"etag":"x","parts":[]}"#;
         for with_tail in [false, true] {

@@ -18,6 +18,7 @@ use crate::{EPOCH_HEADER, PeerOp, STRIPES_HEADER, VERSION_HEADER};
 use oed_model::config::READ_BUFFER_MAX;
 use oed_model::drive::{DriveError, ErrorCode, ShardRead, ShardStream};
 use oed_model::record::VersionId;
+use oed_model::seal::Seal;
 use oed_model::uri::encode as q;
 
 /// A boxed error, as the transport reports it.
@@ -157,14 +158,66 @@ pub struct PeerClient {
     kept: std::sync::Arc<super::kept::KeptConnections>,
     /// Whether shard reads ask for frames ([`PeerClient::with_framed_reads`]).
     framed: bool,
+    /// Whether shard uploads are sealed ([`PeerClient::with_sealed_uploads`]).
+    sealed: bool,
+    /// The drive's clock, as its answers tell it; shared by clones.
+    clock: std::sync::Arc<ClockSample>,
+}
+
+/// How far a drive's clock is from this one's, from its last answer that came soon
+/// enough to tell ([`PeerClient::clock_offset_ms`]).
+#[derive(Debug, Default)]
+pub(super) struct ClockSample {
+    /// The drive's clock minus this one's, ms.
+    offset_ms: std::sync::atomic::AtomicI64,
+    /// When it was taken (this clock, ms since the epoch); 0: never.
+    at_ms: std::sync::atomic::AtomicU64,
+}
+
+/// The longest round trip whose answer's time is taken as a sample: the drive answered
+/// somewhere in it, so a sample is off by at most half of it.
+const SAMPLE_ROUND_TRIP_MS: u64 = 500;
+/// How long a sample stands for the drive's clock.
+const SAMPLE_FRESH_MS: u64 = 120_000;
+
+impl ClockSample {
+    /// Takes the time of an answer that came between `sent` and `came` (this clock, ms).
+    fn take(&self, resp: &Response<Incoming>, sent: u64, came: u64) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let Some(theirs) = resp
+            .headers()
+            .get(crate::TIME_HEADER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<i64>().ok())
+        else {
+            return;
+        };
+        if came.saturating_sub(sent) > SAMPLE_ROUND_TRIP_MS {
+            return;
+        }
+        let mid = i64::try_from(sent / 2 + came / 2).unwrap_or(i64::MAX);
+        self.offset_ms.store(theirs.saturating_sub(mid), Relaxed);
+        self.at_ms.store(came, Relaxed);
+    }
+
+    /// The drive's clock minus this one's, ms, if a sample is fresh.
+    fn offset_ms(&self, now: u64) -> Option<i64> {
+        use std::sync::atomic::Ordering::Relaxed;
+        let at = self.at_ms.load(Relaxed);
+        (at > 0 && now.saturating_sub(at) <= SAMPLE_FRESH_MS).then(|| self.offset_ms.load(Relaxed))
+    }
 }
 
 /// A signed request to a peer, ready to send; [`PeerClient::request`] makes one.
 #[must_use = "a request does nothing until it is sent"]
 pub struct PeerRequest {
     http: PeerHttp,
+    /// Where the answer's time goes.
+    clock: std::sync::Arc<ClockSample>,
     head: Result<Request<()>, PeerError>,
     body: PeerBody,
+    /// The seal of its body, when its digest says it is sealed ([`auth::SEALED`]).
+    seal: Option<Seal>,
 }
 
 impl std::fmt::Debug for PeerRequest {
@@ -180,6 +233,11 @@ impl PeerRequest {
     #[cfg(test)]
     fn uri(&self) -> Result<&Uri, &PeerError> {
         self.head.as_ref().map(Request::uri)
+    }
+
+    /// The seal its body must carry, once ([`auth::SEALED`]; `None` for other requests).
+    pub fn take_seal(&mut self) -> Option<Seal> {
+        self.seal.take()
     }
 
     /// Adds header `name: value` (both fixed text; not signed).
@@ -253,12 +311,14 @@ impl PeerRequest {
     /// [`PeerError::Transport`] when no response came; [`PeerError::BadAddress`].
     pub async fn send(self) -> Result<PeerResponse, PeerError> {
         let (parts, ()) = self.head?.into_parts();
+        let sent = oed_model::record::now_ms();
         let resp = self
             .http
             .0
             .request(Request::from_parts(parts, self.body))
             .await
             .map_err(PeerError::transport)?;
+        self.clock.take(&resp, sent, oed_model::record::now_ms());
         Ok(PeerResponse(resp))
     }
 }
@@ -380,6 +440,8 @@ impl PeerClient {
             raw_min: 0,
             kept: std::sync::Arc::default(),
             framed: false,
+            sealed: true,
+            clock: std::sync::Arc::default(),
         }
     }
 
@@ -410,6 +472,32 @@ impl PeerClient {
     pub fn with_framed_reads(mut self, framed: bool) -> Self {
         self.framed = framed;
         self
+    }
+
+    /// The same client, sealing the shard uploads it sends (`sealed`, the default:
+    /// [`auth::SEALED`]) or sending them unsealed as versions before the seal do
+    /// ([`auth::STREAMING`]; `legacy_peer_requests`, for a rolling upgrade from one).
+    #[must_use]
+    pub fn with_sealed_uploads(mut self, sealed: bool) -> Self {
+        self.sealed = sealed;
+        self
+    }
+
+    /// How far the drive's clock is ahead of this one's (negative: behind), in ms, from
+    /// its last answer that came within 500 ms of the request (so off by at most 250 ms)
+    /// in the last two minutes; `None` without one.
+    #[must_use]
+    pub fn clock_offset_ms(&self) -> Option<i64> {
+        self.clock.offset_ms(oed_model::record::now_ms())
+    }
+
+    /// The digest value of a shard upload's request: sealed or not.
+    pub(super) fn shard_digest(&self) -> &'static str {
+        if self.sealed {
+            auth::SEALED
+        } else {
+            auth::STREAMING
+        }
     }
 
     /// The connections of raw uploads this client keeps for the next.
@@ -451,6 +539,15 @@ impl PeerClient {
         digest: &str,
     ) -> PeerRequest {
         let date = auth::now_secs().to_string();
+        // A request that may change something is taken once: its nonce says which.
+        let with_nonce;
+        let query = if method == Method::GET || method == Method::HEAD {
+            query
+        } else {
+            let sep = if query.is_empty() { "" } else { "&" };
+            with_nonce = format!("{query}{sep}{}={}", auth::NONCE, auth::nonce());
+            &with_nonce
+        };
         let sig = self.key.sign(method.as_str(), path, query, &date, digest);
         let head = match &self.base {
             Ok(base) => base
@@ -470,10 +567,13 @@ impl PeerClient {
                 .map_err(PeerError::transport),
             Err(text) => Err(PeerError::BadAddress(text.clone())),
         };
+        let seal = (digest == auth::SEALED).then(|| Seal::new(&self.key.seal_key(&sig)));
         PeerRequest {
             http: self.http.clone(),
+            clock: self.clock.clone(),
             head,
             body: full(Bytes::new()),
+            seal,
         }
     }
 

@@ -14,6 +14,7 @@ use crate::{Store, files, join_error, pool, remove_file_if_exists};
 use oed_model::drive::Stored;
 use oed_model::error::{Error, Result};
 use oed_model::record::{self, FileId, ObjectRecord, RecordTail, VersionId, now_ms};
+use oed_model::seal::{Seal, TAG_LEN};
 
 pub(crate) mod splice;
 
@@ -46,11 +47,32 @@ impl Store {
         S: Stream<Item = std::result::Result<Bytes, E>> + Unpin,
         E: Into<Box<dyn std::error::Error + Send + Sync>>,
     {
+        self.put_shard_sealed(record, body, with_tail, None).await
+    }
+
+    /// [`Store::put_shard`] of a body that ends with the tag of `seal` ([`oed_model::seal`]):
+    /// every byte of the file and the tail is fed to it as it is checked, and the upload
+    /// is committed only when the tag after them is the seal's.
+    ///
+    /// # Errors
+    /// Those of [`Store::put_shard`]; [`Error::Unauthenticated`] when the tag is missing or
+    /// not the seal's.
+    pub async fn put_shard_sealed<S, E>(
+        &self,
+        record: ObjectRecord,
+        body: S,
+        with_tail: bool,
+        seal: Option<Seal>,
+    ) -> Result<Stored>
+    where
+        S: Stream<Item = std::result::Result<Bytes, E>> + Unpin,
+        E: Into<Box<dyn std::error::Error + Send + Sync>>,
+    {
         let (record, expected, mut upload) = self.start_upload(record, with_tail).await?;
         let started = Instant::now();
         // On an error the upload is dropped, and its file with it.
         let tail = upload
-            .receive(body, &expected, with_tail, self.fsync)
+            .receive(body, &expected, with_tail, self.fsync, seal)
             .await?;
         self.end_upload(record, &expected, upload, tail, with_tail, started)
             .await
@@ -61,15 +83,17 @@ impl Store {
     /// TCP, into a file written through the page cache, they go from the socket through
     /// a pipe into the file with `splice`, and are checked over the file's pages
     /// ([`splice`]); otherwise they are read as any upload's body. The connection's
-    /// body ends when its sender shuts down its side.
+    /// body ends when its sender shuts down its side. With `seal`, the body ends with its
+    /// tag, as in [`Store::put_shard_sealed`].
     ///
     /// # Errors
-    /// Those of [`Store::put_shard`].
+    /// Those of [`Store::put_shard_sealed`].
     pub async fn put_shard_raw(
         &self,
         record: ObjectRecord,
         conn: &mut RawUpload,
         with_tail: bool,
+        seal: Option<Seal>,
     ) -> Result<Stored> {
         let (record, expected, mut upload) = self.start_upload(record, with_tail).await?;
         let started = Instant::now();
@@ -77,12 +101,12 @@ impl Store {
             Upload::File(file) if splice::takes(file, conn) => {
                 self.spliced
                     .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                splice::receive(file, conn, &expected, with_tail, self.fsync).await?
+                splice::receive(file, conn, &expected, with_tail, self.fsync, seal).await?
             }
             _ => {
                 let body = conn.stream();
                 upload
-                    .receive(body, &expected, with_tail, self.fsync)
+                    .receive(body, &expected, with_tail, self.fsync, seal)
                     .await?
             }
         };
@@ -656,12 +680,14 @@ impl Upload {
         expected: &oed_ec::ShardHeader,
         with_tail: bool,
         fsync: bool,
+        seal: Option<Seal>,
     ) -> Result<Option<RecordTail>>
     where
         S: Stream<Item = std::result::Result<Bytes, E>> + Unpin,
         E: Into<Box<dyn std::error::Error + Send + Sync>>,
     {
-        let mut verifier = oed_ec::StreamVerifier::new();
+        let limit = after_file_limit(with_tail, seal.is_some());
+        let mut verifier = BodyCheck::new(seal);
         let mut header_checked = false;
         let mut tail: Vec<u8> = Vec::new();
         let file_len = expected.file_len();
@@ -673,7 +699,7 @@ impl Upload {
             if piece.len() as u64 > room {
                 // Checked before the verifier sees it, so a huge body is refused early.
                 let extra = piece.split_off(room as usize);
-                if !with_tail || tail.len() + extra.len() > record::MAX_TAIL_BYTES {
+                if tail.len() + extra.len() > limit {
                     return Err(Error::Shard(oed_ec::Error::TrailingData));
                 }
                 tail.extend_from_slice(&extra);
@@ -702,17 +728,79 @@ impl Upload {
     }
 }
 
-/// The end of an upload's body: the shard file must be whole (`verifier`), and the bytes
-/// after it (`tail`) the record tail when `with_tail` is set (none otherwise, checked by
-/// the caller as they came).
-fn end_of_upload(
+/// The most bytes an upload may send after its shard file: the record tail when it has
+/// one, the seal's tag when it is sealed.
+fn after_file_limit(with_tail: bool, sealed: bool) -> usize {
+    let tail = if with_tail { record::MAX_TAIL_BYTES } else { 0 };
+    tail + if sealed { TAG_LEN } else { 0 }
+}
+
+/// The checks every byte of an upload's shard file passes as it comes: its format (header,
+/// frames and their CRC32C) and, for a sealed upload, its seal.
+#[derive(Debug, Default)]
+struct BodyCheck {
     verifier: oed_ec::StreamVerifier,
-    with_tail: bool,
-    tail: &[u8],
-) -> Result<Option<RecordTail>> {
-    verifier.finish()?;
+    seal: Option<Seal>,
+}
+
+impl BodyCheck {
+    fn new(seal: Option<Seal>) -> Self {
+        Self {
+            verifier: oed_ec::StreamVerifier::new(),
+            seal,
+        }
+    }
+
+    /// Checks the next piece of the file ([`oed_ec::StreamVerifier::feed`]).
+    fn feed(&mut self, bytes: &[u8]) -> Result<()> {
+        self.verifier.feed(bytes)?;
+        if let Some(seal) = &mut self.seal {
+            seal.update(bytes);
+        }
+        Ok(())
+    }
+
+    fn header(&self) -> Option<&oed_ec::ShardHeader> {
+        self.verifier.header()
+    }
+
+    fn bytes_seen(&self) -> u64 {
+        self.verifier.bytes_seen()
+    }
+}
+
+/// The end of an upload's body: the shard file must be whole, the bytes after it
+/// (`after`, at most [`after_file_limit`], checked by the caller as they came) the
+/// record tail when `with_tail` is set, then the seal's tag when the upload is sealed;
+/// the seal must verify.
+fn end_of_upload(check: BodyCheck, with_tail: bool, after: &[u8]) -> Result<Option<RecordTail>> {
+    check.verifier.finish()?;
+    let tail = match check.seal {
+        Some(seal) => {
+            let Some(at) = after.len().checked_sub(TAG_LEN) else {
+                return Err(Error::Unauthenticated(
+                    "the sealed upload ends without its tag",
+                ));
+            };
+            let (tail, tag) = after.split_at(at);
+            let mut seal = seal;
+            seal.update(tail);
+            if !seal.verify(tag) {
+                return Err(Error::Unauthenticated(
+                    "the upload's seal does not match its bytes: changed on the way, or not \
+                     sent by a drive of this cluster",
+                ));
+            }
+            tail
+        }
+        None => after,
+    };
     if !with_tail {
-        return Ok(None);
+        return if tail.is_empty() {
+            Ok(None)
+        } else {
+            Err(Error::Shard(oed_ec::Error::TrailingData))
+        };
     }
     serde_json::from_slice(tail)
         .map(Some)

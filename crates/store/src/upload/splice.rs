@@ -25,9 +25,10 @@ use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 
-use super::UploadFile;
+use super::{BodyCheck, UploadFile};
 use oed_model::error::{Error, Result};
-use oed_model::record::{MAX_TAIL_BYTES, RecordTail};
+use oed_model::record::RecordTail;
+use oed_model::seal::Seal;
 
 /// The connection an upgraded upload arrives on.
 pub enum RawConn {
@@ -270,7 +271,8 @@ fn broken(e: &io::Error) -> Error {
 /// Receives a whole shard file from `conn` into `file` (see the module docs), checking it
 /// as [`super::Upload::receive`] does: the header must be `expected`, every frame's CRC32C
 /// must match, and the file must end after its last frame, where the record tail
-/// follows when `with_tail` is set. Returns the tail.
+/// follows when `with_tail` is set, then the tag of `seal` when there is one. Returns the
+/// tail.
 #[cfg(target_os = "linux")]
 pub(super) async fn receive(
     file: &mut Box<UploadFile>,
@@ -278,16 +280,17 @@ pub(super) async fn receive(
     expected: &oed_ec::ShardHeader,
     with_tail: bool,
     fsync: bool,
+    seal: Option<Seal>,
 ) -> Result<Option<RecordTail>> {
     let file_len = expected.file_len();
-    let mut verifier = oed_ec::StreamVerifier::new();
-    let mut tail = read_head(file, up, &mut verifier, expected, with_tail).await?;
+    let limit = super::after_file_limit(with_tail, seal.is_some());
+    let mut verifier = BodyCheck::new(seal);
+    let mut tail = read_head(file, up, &mut verifier, expected, limit).await?;
     let mut pos = verifier.bytes_seen();
     if verifier.header().is_some() && pos < file_len {
         pos = splice_body(file, up, &mut verifier, file_len, fsync).await?;
     }
-    // After the file: the tail, or nothing.
-    let limit = if with_tail { MAX_TAIL_BYTES } else { 0 };
+    // After the file: the tail and the tag, or nothing.
     let mut rest = Vec::new();
     (&mut *up)
         .take((limit.saturating_sub(tail.len()) + 1) as u64)
@@ -303,14 +306,15 @@ pub(super) async fn receive(
 
 /// Reads the shard's header the ordinary way (the prefix, then what the header still
 /// lacks), checks it against `expected` and hands it to `file`; returns the bytes read
-/// past the file's end (the start of its tail, when the file is only a header).
+/// past the file's end (the start of its tail, when the file is only a header; at most
+/// `limit`).
 #[cfg(target_os = "linux")]
 async fn read_head(
     file: &mut UploadFile,
     up: &mut RawUpload,
-    verifier: &mut oed_ec::StreamVerifier,
+    verifier: &mut BodyCheck,
     expected: &oed_ec::ShardHeader,
-    with_tail: bool,
+    limit: usize,
 ) -> Result<Vec<u8>> {
     let file_len = expected.file_len();
     let want = oed_ec::format::HEADER_LEN.min(file_len as usize);
@@ -329,7 +333,7 @@ async fn read_head(
     let mut tail = Vec::new();
     if head.len() as u64 > file_len {
         let extra = head.split_off(file_len as usize);
-        if !with_tail || extra.len() > MAX_TAIL_BYTES {
+        if extra.len() > limit {
             return Err(Error::Shard(oed_ec::Error::TrailingData));
         }
         tail.extend_from_slice(&extra);
@@ -351,7 +355,7 @@ async fn read_head(
 async fn splice_body(
     file: &mut Box<UploadFile>,
     up: &mut RawUpload,
-    verifier: &mut oed_ec::StreamVerifier,
+    verifier: &mut BodyCheck,
     file_len: u64,
     fsync: bool,
 ) -> Result<u64> {
@@ -424,6 +428,7 @@ pub(super) async fn receive(
     _expected: &oed_ec::ShardHeader,
     _with_tail: bool,
     _fsync: bool,
+    _seal: Option<Seal>,
 ) -> Result<Option<RecordTail>> {
     unreachable!("only Linux splices (`takes`)")
 }
@@ -434,7 +439,7 @@ pub(super) async fn receive(
 #[cfg(target_os = "linux")]
 async fn drain_pipe(
     file: &mut UploadFile,
-    verifier: &mut oed_ec::StreamVerifier,
+    verifier: &mut BodyCheck,
     pipe: &Pipe,
     n: usize,
     fsync: bool,
@@ -485,7 +490,7 @@ fn check_mapped(
     file: &std::fs::File,
     start: u64,
     n: usize,
-    verifier: &mut oed_ec::StreamVerifier,
+    verifier: &mut BodyCheck,
 ) -> Result<()> {
     use std::os::fd::AsRawFd;
     if n == 0 {
@@ -521,7 +526,7 @@ fn check_mapped(
     unsafe {
         libc::munmap(p, len);
     }
-    checked.map_err(Error::from)
+    checked
 }
 
 /// One `splice` call moving at most `len` bytes from `from` to `to`, without blocking on
