@@ -17,15 +17,18 @@ pub const KEY_LEN: usize = 32;
 /// Bytes of a seal's tag, sent after the body it seals.
 pub const TAG_LEN: usize = 16;
 
-/// Poly1305's block.
-const BLOCK: usize = 16;
+/// Bytes fed to Poly1305 at a time: four of its 16-byte blocks, which its vector backend
+/// takes at once. Fed in other amounts (the body comes in pieces of any length), it would
+/// keep blocks back in a cache of its own and take every later block through it, which
+/// profiles showed costing twice the arithmetic.
+const GROUP: usize = 64;
 
 /// A seal being computed over a body fed in pieces of any size.
 #[derive(Clone)]
 pub struct Seal {
     mac: poly1305::Poly1305,
-    /// Bytes of a block not yet complete.
-    partial: [u8; BLOCK],
+    /// Bytes of a group not yet complete.
+    partial: [u8; GROUP],
     have: usize,
 }
 
@@ -41,7 +44,7 @@ impl Seal {
     pub fn new(key: &[u8; KEY_LEN]) -> Self {
         Self {
             mac: poly1305::Poly1305::new(key.into()),
-            partial: [0; BLOCK],
+            partial: [0; GROUP],
             have: 0,
         }
     }
@@ -49,19 +52,19 @@ impl Seal {
     /// Adds the next piece of the body.
     pub fn update(&mut self, mut bytes: &[u8]) {
         if self.have > 0 {
-            let n = (BLOCK - self.have).min(bytes.len());
+            let n = (GROUP - self.have).min(bytes.len());
             self.partial[self.have..self.have + n].copy_from_slice(&bytes[..n]);
             self.have += n;
             bytes = &bytes[n..];
-            if self.have < BLOCK {
+            if self.have < GROUP {
                 return;
             }
             self.mac.update_padded(&self.partial);
             self.have = 0;
         }
-        let whole = bytes.len() / BLOCK * BLOCK;
+        let whole = bytes.len() / GROUP * GROUP;
         if whole > 0 {
-            // Whole blocks only: nothing is padded.
+            // Whole groups only: nothing is padded.
             self.mac.update_padded(&bytes[..whole]);
         }
         let rest = &bytes[whole..];
@@ -101,6 +104,21 @@ mod tests {
 
     #[test]
     fn the_tag_is_rfc_8439s_however_the_body_is_cut() {
+        let long: Vec<u8> = (0..1000u32).map(|i| (i * 7) as u8).collect();
+        let mut whole = Seal::new(&KEY);
+        whole.update(&long);
+        let whole = whole.tag();
+        let reference: [u8; 16] = poly1305::Poly1305::new((&KEY).into())
+            .compute_unpadded(&long)
+            .into();
+        assert_eq!(whole, reference, "RFC 8439's Poly1305 of the whole");
+        for cut in [1, 3, 4, 15, 16, 17, 63, 64, 65, 100] {
+            let mut s = Seal::new(&KEY);
+            for piece in long.chunks(cut) {
+                s.update(piece);
+            }
+            assert_eq!(s.tag(), whole, "1000 bytes in pieces of {cut}");
+        }
         for cut in [1, 3, 15, 16, 17, 33, 34] {
             let mut s = Seal::new(&KEY);
             for piece in MESSAGE.chunks(cut) {
