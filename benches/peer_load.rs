@@ -156,7 +156,11 @@ async fn main() -> anyhow::Result<()> {
     // Shard reads ask for frames unless the drive setting's variable turns them off, as a
     // coordinator's do, so that `ENV_A` of `benches/peer-ab` sets both sides.
     let framed = std::env::var("OED_FRAMED_SHARD_READS").map_or(true, |v| v != "false");
-    let client = PeerClient::new(&args.url, PeerKey::derive(secret.trim().as_bytes()))
+    let client = PeerClient::new(&args.url, PeerKey::derive(secret.trim().as_bytes()));
+    // Its writes name the drive they are for: the one it says it is.
+    let id = client.info().await?.drive_id;
+    let client = client
+        .for_drive(&id)
         .with_raw_uploads(raw)
         .with_framed_reads(framed);
     client.create_bucket(&args.bucket).await?;

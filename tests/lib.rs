@@ -112,6 +112,9 @@ pub fn runtime() -> tokio::runtime::Runtime {
         .expect("a tokio runtime")
 }
 
+/// The id of every test drive [`Daemon::start`] starts (each alone in its map).
+pub const DRIVE_ID: &str = "test-drive";
+
 /// The secret every test drive uses.
 pub const SECRET: &str = "test-cluster-secret-0123456789";
 
@@ -124,6 +127,8 @@ pub struct Daemon {
     pub data_dir: PathBuf,
     /// Extra `--set` settings it was started with.
     pub settings: Vec<String>,
+    /// Its drive id.
+    pub id: String,
 }
 
 impl Daemon {
@@ -135,15 +140,25 @@ impl Daemon {
     #[must_use]
     pub fn start(data_dir: &Path, settings: &[&str]) -> Self {
         let settings: Vec<String> = settings.iter().map(|s| (*s).to_owned()).collect();
-        Self::start_owned(data_dir, settings, "127.0.0.1:0")
+        Self::start_owned(data_dir, settings, "127.0.0.1:0", DRIVE_ID)
     }
 
-    fn start_owned(data_dir: &Path, settings: Vec<String>, listen: &str) -> Self {
+    /// [`Daemon::start`] of a drive with id `id` instead of [`DRIVE_ID`].
+    ///
+    /// # Panics
+    /// When the daemon does not start within 60 s.
+    #[must_use]
+    pub fn start_as(data_dir: &Path, id: &str, settings: &[&str]) -> Self {
+        let settings: Vec<String> = settings.iter().map(|s| (*s).to_owned()).collect();
+        Self::start_owned(data_dir, settings, "127.0.0.1:0", id)
+    }
+
+    fn start_owned(data_dir: &Path, settings: Vec<String>, listen: &str, id: &str) -> Self {
         let mut cmd = oedd_command();
         cmd.arg("serve")
             .arg("--data-dir")
             .arg(data_dir)
-            .args(["--listen", listen, "--drive-id", "test-drive"])
+            .args(["--listen", listen, "--drive-id", id])
             .env("OED_CLUSTER_SECRET", SECRET)
             .env("OED_LOG", "warn")
             .stderr(Stdio::inherit());
@@ -160,19 +175,20 @@ impl Daemon {
             url: format!("http://{addr}"),
             data_dir: data_dir.to_owned(),
             settings,
+            id: id.to_owned(),
         }
     }
 
     /// A client signing with the cluster's key.
     #[must_use]
     pub fn client(&self) -> PeerClient {
-        PeerClient::new(&self.url, PeerKey::derive(SECRET.as_bytes()))
+        PeerClient::new(&self.url, PeerKey::derive(SECRET.as_bytes())).for_drive(&self.id)
     }
 
     /// A client signing with another key.
     #[must_use]
     pub fn client_with_secret(&self, secret: &str) -> PeerClient {
-        PeerClient::new(&self.url, PeerKey::derive(secret.as_bytes()))
+        PeerClient::new(&self.url, PeerKey::derive(secret.as_bytes())).for_drive(&self.id)
     }
 
     /// SIGKILL: no chance to flush anything.
@@ -218,7 +234,7 @@ impl Daemon {
         self.kill9();
         let data_dir = self.data_dir.clone();
         let settings = std::mem::take(&mut self.settings);
-        Self::start_owned(&data_dir, settings, "127.0.0.1:0")
+        Self::start_owned(&data_dir, settings, "127.0.0.1:0", &self.id)
     }
 
     /// Kills the drive (SIGKILL) and starts it again at the same address: its clients'
@@ -229,7 +245,7 @@ impl Daemon {
         let data_dir = self.data_dir.clone();
         let settings = std::mem::take(&mut self.settings);
         let listen = self.url.trim_start_matches("http://").to_owned();
-        Self::start_owned(&data_dir, settings, &listen)
+        Self::start_owned(&data_dir, settings, &listen, &self.id)
     }
 }
 

@@ -348,6 +348,7 @@ fn the_peer_api_over_tls_trusts_the_cluster_ca_only() {
             key.clone(),
             PeerHttp::with_tls(&client_config(Some(ca)).unwrap()),
         )
+        .for_drive(oed_tests::DRIVE_ID)
     };
     rt().block_on(async {
         let c = with_ca(&pki.ca);

@@ -7,8 +7,8 @@ use oed_model::drive::{Drive, ErrorCode};
 use oed_peer::auth::PeerKey;
 use oed_peer::client::PeerClient;
 use oed_tests::{
-    Daemon, SECRET, Tap, bytes, chunk_bytes, read_shard, record, replaced, resend, shard_file,
-    upload,
+    DRIVE_ID, Daemon, SECRET, Tap, bytes, chunk_bytes, read_shard, record, replaced, resend,
+    shard_file, upload,
 };
 
 fn rt() -> tokio::runtime::Runtime {
@@ -44,6 +44,7 @@ fn a_shard_upload_changed_on_the_way_is_refused_and_stores_nothing() {
             let capture = || async {
                 let tap = Tap::start(&elsewhere.url).await;
                 let through = PeerClient::new(&tap.url, PeerKey::derive(SECRET.as_bytes()))
+                    .for_drive(DRIVE_ID)
                     .with_raw_uploads(raw);
                 through
                     .put_shard(&rec, upload(&body, body.len()), true)
@@ -125,8 +126,9 @@ fn a_shard_upload_sent_again_does_not_bring_a_deleted_object_back() {
         c.create_bucket("bkt").await.unwrap();
         for raw in [false, true] {
             let tap = Tap::start(&d.url).await;
-            let through =
-                PeerClient::new(&tap.url, PeerKey::derive(SECRET.as_bytes())).with_raw_uploads(raw);
+            let through = PeerClient::new(&tap.url, PeerKey::derive(SECRET.as_bytes()))
+                .for_drive(DRIVE_ID)
+                .with_raw_uploads(raw);
             let data = bytes(300_000, 5);
             let rec = record("bkt", "gone", 1, data.len() as u64, 4, 2, 0);
             let file = shard_file(&rec, &data);
@@ -152,7 +154,8 @@ fn a_bucket_deletion_sent_again_after_the_bucket_is_made_again_is_refused() {
     rt().block_on(async {
         c.create_bucket("again").await.unwrap();
         let tap = Tap::start(&d.url).await;
-        let through = PeerClient::new(&tap.url, PeerKey::derive(SECRET.as_bytes()));
+        let through =
+            PeerClient::new(&tap.url, PeerKey::derive(SECRET.as_bytes())).for_drive(DRIVE_ID);
         through.delete_bucket("again").await.unwrap();
         c.create_bucket("again").await.unwrap();
         let answer = resent(&d, &tap.sent().concat()).await;
@@ -175,7 +178,8 @@ fn an_admin_action_sent_again_is_refused() {
     let d = Daemon::start(dir.path(), &[]);
     rt().block_on(async {
         let tap = Tap::start(&d.url).await;
-        let through = PeerClient::new(&tap.url, PeerKey::derive(SECRET.as_bytes()));
+        let through =
+            PeerClient::new(&tap.url, PeerKey::derive(SECRET.as_bytes())).for_drive(DRIVE_ID);
         let taken: serde_json::Value = through
             .post_json(oed_peer::PeerOp::AdminAction, "do=scrub", &())
             .await
@@ -194,7 +198,8 @@ fn a_request_from_before_a_restart_is_refused_after_it() {
     let d = Daemon::start(dir.path(), &[]);
     let sent = rt().block_on(async {
         let tap = Tap::start(&d.url).await;
-        let through = PeerClient::new(&tap.url, PeerKey::derive(SECRET.as_bytes()));
+        let through =
+            PeerClient::new(&tap.url, PeerKey::derive(SECRET.as_bytes())).for_drive(DRIVE_ID);
         through.create_bucket("before").await.unwrap();
         d.client().delete_bucket("before").await.unwrap();
         tap.sent().concat()
@@ -206,6 +211,24 @@ fn a_request_from_before_a_restart_is_refused_after_it() {
             answer.contains("signed before this drive started"),
             "{answer}"
         );
+        assert!(d.client().buckets().await.unwrap().is_empty());
+    });
+}
+
+/// A request captured on its way to one drive and sent to another is refused there: it
+/// names the drive it was for (the bucket it made on the first is not made on the second).
+#[test]
+fn a_request_for_one_drive_is_refused_by_another() {
+    let dirs = [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
+    let d = Daemon::start(dirs[0].path(), &[]);
+    let other = Daemon::start_as(dirs[1].path(), "other-drive", &[]);
+    rt().block_on(async {
+        let tap = Tap::start(&other.url).await;
+        let through =
+            PeerClient::new(&tap.url, PeerKey::derive(SECRET.as_bytes())).for_drive("other-drive");
+        through.create_bucket("elsewhere").await.unwrap();
+        let answer = resent(&d, &tap.sent().concat()).await;
+        assert!(answer.contains("addressed to another drive"), "{answer}");
         assert!(d.client().buckets().await.unwrap().is_empty());
     });
 }

@@ -719,7 +719,8 @@ fn handles(
                         .with_raw_uploads(links.raw_uploads.is_some())
                         .with_raw_upload_min(links.raw_uploads.unwrap_or(0))
                         .with_framed_reads(links.framed_reads)
-                        .with_sealed_uploads(links.sealed_uploads),
+                        .with_sealed_uploads(links.sealed_uploads)
+                        .for_drive(&d.id),
                 )
             }
         })

@@ -98,8 +98,8 @@ pub struct Config {
     /// Default: false.
     pub legacy_peer_requests: bool,
     /// Nonces of peer requests remembered at most, so that none is taken twice within
-    /// `clock_skew_seconds` (about 16 bytes each); full, a drive answers new requests
-    /// that change something with 503 `SlowDown`. Default: 1048576 (docs/peer-api.md,
+    /// `clock_skew_seconds` (at most 26 bytes each); full, a drive answers new requests
+    /// that change something with 503 `SlowDown`. Default: 524288 (docs/peer-api.md,
     /// "Replays").
     pub replay_cache_entries: usize,
     /// Requests served at once; more wait for a slot. Default: 64.
@@ -273,7 +273,7 @@ impl Default for Config {
             framed_shard_reads: true,
             shard_sendfile: true,
             legacy_peer_requests: false,
-            replay_cache_entries: 1 << 20,
+            replay_cache_entries: 1 << 19,
             max_concurrent_requests: 64,
             max_shard_bytes: 1 << 30,
             max_request_body_bytes: 64 * 1024,

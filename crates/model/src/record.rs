@@ -32,8 +32,9 @@ impl VersionId {
 
     /// [`VersionId::generate`] at this clock's time plus `correction_ms`: the time of the
     /// other drives, when this one's clock is known to be off by `-correction_ms`. Ids
-    /// made ahead before the correction was known do not hold later ones ahead: once
-    /// corrected, ids start again from the corrected time ([`next_id`]).
+    /// still only grow: after ids made ahead (before the correction was known), the next
+    /// ones follow them until the corrected time passes them, so that no later write of
+    /// this coordinator gets an older id than an earlier one.
     #[must_use]
     pub fn generate_corrected(correction_ms: i64) -> Self {
         static LAST: std::sync::Mutex<u128> = std::sync::Mutex::new(0);
@@ -42,7 +43,7 @@ impl VersionId {
         let mut last = LAST
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        *last = next_id(*last, fresh, correction_ms != 0);
+        *last = fresh.max(*last + 1);
         Self(*last)
     }
 
@@ -51,22 +52,6 @@ impl VersionId {
     pub fn millis(self) -> u64 {
         (self.0 >> 64) as u64
     }
-}
-
-/// How far ahead of a corrected time the last id may be and still be followed by the next
-/// (1 s): further, the ids before were made by a clock found off, and the next id is the
-/// corrected one.
-const CORRECTED_RESTART_MS: u128 = 1000;
-
-/// The id after `last`, given a `fresh` one made now: `fresh`, or one past `last` when
-/// `fresh` is not larger (ids only grow), unless `corrected` and `last` is more than
-/// [`CORRECTED_RESTART_MS`] ahead of `fresh`.
-fn next_id(last: u128, fresh: u128, corrected: bool) -> u128 {
-    let ahead_ms = (last >> 64).saturating_sub(fresh >> 64);
-    if corrected && ahead_ms > CORRECTED_RESTART_MS {
-        return fresh;
-    }
-    fresh.max(last + 1)
 }
 
 impl fmt::Display for VersionId {
@@ -512,21 +497,19 @@ mod tests {
     }
 
     #[test]
-    fn corrected_ids_start_again_from_the_corrected_time() {
-        let at = |ms: u128, low: u128| (ms << 64) | low;
-        // Uncorrected: ids only grow, whatever the clock did.
-        assert_eq!(next_id(at(10_000, 5), at(9_000, 1), false), at(10_000, 6));
-        assert_eq!(next_id(at(10_000, 5), at(10_000, 9), false), at(10_000, 9));
-        // Corrected: a second ahead is still followed; more is left behind.
-        assert_eq!(next_id(at(10_000, 5), at(9_000, 1), true), at(10_000, 6));
-        assert_eq!(next_id(at(10_000, 5), at(8_999, 1), true), at(8_999, 1));
-        // (Behind, so that the ids other tests make meanwhile are not held ahead.)
-        let behind = VersionId::generate_corrected(-3_600_000).millis();
+    fn corrected_ids_follow_the_corrected_time_and_still_only_grow() {
+        let a = VersionId::generate();
+        // Behind: the id follows the last one, never an older time.
+        let behind = VersionId::generate_corrected(-3_600_000);
+        assert!(behind > a);
+        // Ahead: the corrected time.
+        let ahead = VersionId::generate_corrected(5_000).millis();
         let now = now_ms();
         assert!(
-            behind + 3_500_000 < now && behind + 3_700_000 > now,
-            "{behind} {now}"
+            ahead >= now + 4_000 && ahead <= now + 6_000,
+            "{ahead} {now}"
         );
+        assert!(VersionId::generate() > VersionId(u128::from(ahead) << 64));
     }
 
     #[test]

@@ -102,6 +102,7 @@ impl DriveServer {
             framed_reads: AtomicU64::new(0),
             sendfile: config.shard_sendfile,
             legacy_requests: config.legacy_peer_requests,
+            drive_id: config.drive_id.clone(),
             replay: oed_peer::replay::ReplayGuard::new(
                 oed_model::record::now_ms(),
                 config.clock_skew_seconds,

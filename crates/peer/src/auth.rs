@@ -9,8 +9,9 @@
 //! The peer key is HMAC-SHA256(cluster secret, "oed peer api v1"), so the secret itself
 //! never signs anything. Signatures are compared in constant time. A request outside the
 //! clock-skew window is refused; within it, a request that changes anything (every method
-//! but GET) carries a nonce in its query, `nonce=<ms>-<32 hex digits>` ([`nonce`]), which
-//! the drive takes once ([`crate::replay`]).
+//! but GET) names the drive it is for, `target=<drive id>`, which refuses it when that is
+//! another, and carries a nonce, `nonce=<ms>-<32 hex digits>` ([`nonce`]), which the drive
+//! takes once ([`crate::replay`]): both in its query, so both signed.
 //!
 //! Shard uploads are streamed and may be gigabytes: hashing them with SHA-256 before
 //! sending would need them whole, or a second pass. Their body (the shard file, then the
@@ -37,6 +38,8 @@ pub const STREAMING: &str = "STREAMING-CRC32C";
 pub const SEALED: &str = "STREAMING-POLY1305";
 /// The query parameter with a request's nonce.
 pub const NONCE: &str = "nonce";
+/// The query parameter naming the drive a request is for (its id).
+pub const TARGET: &str = "target";
 /// Scheme word of the authorization header.
 pub const SCHEME: &str = "OED1-HMAC-SHA256";
 
@@ -82,14 +85,44 @@ impl PeerKey {
         )
     }
 
-    /// The key of the seal of the body of the request signed with `signature` (hex):
-    /// that request's alone.
+    /// The key of the seal of the body of the request signed with `signature` (hex, in
+    /// either case: the key is of its bytes): that request's alone.
     #[must_use]
     pub fn seal_key(&self, signature: &str) -> [u8; oed_model::seal::KEY_LEN] {
-        let mut mac = HmacSha256::new_from_slice(&self.0).expect("HMAC takes keys of any length");
-        mac.update(b"oed shard seal v1\n");
-        mac.update(signature.as_bytes());
+        let mut mac = self.keyed(b"oed shard seal v1\n");
+        mac.update(&hex::decode(signature).unwrap_or_default());
         mac.finalize().into_bytes().into()
+    }
+
+    /// The tag of the time `ms` a drive answered the request signed with `signature`
+    /// with (`x-oed-time-tag`): only a holder of the key can make it, so an answer's
+    /// time cannot be changed on the way.
+    #[must_use]
+    pub fn time_tag(&self, signature: &str, ms: u64) -> String {
+        let mut mac = self.keyed(b"oed answer time v1\n");
+        mac.update(&hex::decode(signature).unwrap_or_default());
+        mac.update(b"\n");
+        mac.update(ms.to_string().as_bytes());
+        hex::encode(mac.finalize().into_bytes())
+    }
+
+    /// Whether `tag` is [`PeerKey::time_tag`]'s, compared in constant time.
+    #[must_use]
+    pub fn verify_time(&self, signature: &str, ms: u64, tag: &str) -> bool {
+        let Ok(tag) = hex::decode(tag) else {
+            return false;
+        };
+        let mut mac = self.keyed(b"oed answer time v1\n");
+        mac.update(&hex::decode(signature).unwrap_or_default());
+        mac.update(b"\n");
+        mac.update(ms.to_string().as_bytes());
+        mac.verify_slice(&tag).is_ok()
+    }
+
+    fn keyed(&self, domain: &[u8]) -> HmacSha256 {
+        let mut mac = HmacSha256::new_from_slice(&self.0).expect("HMAC takes keys of any length");
+        mac.update(domain);
+        mac
     }
 
     /// Whether `signature` (hex) is right for the request, compared in constant time.
@@ -173,5 +206,21 @@ mod tests {
         let other = PeerKey::derive(b"0123456789abcdeF");
         assert!(!other.verify("GET", "/p", "a=1", "100", "d", &sig));
         assert!(!k.verify("GET", "/p", "a=1", "100", "d", "zz"));
+    }
+
+    #[test]
+    fn an_answers_time_and_a_seal_key_are_bound_to_the_request_and_the_key() {
+        let k = PeerKey::derive(b"0123456789abcdef");
+        let sig = k.sign("PUT", "/p", "nonce=1", "100", "d");
+        let tag = k.time_tag(&sig, 1_000);
+        assert!(k.verify_time(&sig, 1_000, &tag));
+        assert!(!k.verify_time(&sig, 1_001, &tag), "another time");
+        let other_sig = k.sign("PUT", "/p", "nonce=2", "100", "d");
+        assert!(!k.verify_time(&other_sig, 1_000, &tag), "another request");
+        let other = PeerKey::derive(b"0123456789abcdeF");
+        assert!(!other.verify_time(&sig, 1_000, &tag), "another key");
+        // The seal key is of the signature's bytes: its case does not matter.
+        assert_eq!(k.seal_key(&sig), k.seal_key(&sig.to_uppercase()));
+        assert_ne!(k.seal_key(&sig), k.seal_key(&other_sig));
     }
 }

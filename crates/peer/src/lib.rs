@@ -38,9 +38,12 @@ pub mod tls;
 pub const VERSION_HEADER: &str = "x-oed-version-id";
 /// The request header naming the epoch of the cluster map its sender runs.
 pub const EPOCH_HEADER: &str = "x-oed-map-epoch";
-/// The header of every answer with the answering drive's clock, ms since the epoch: the
-/// sender learns how far its own clock is from it ([`client::PeerClient::clock_offset_ms`]).
+/// The header of every answer to an authenticated request with the answering drive's
+/// clock, ms since the epoch: the sender learns how far its own clock is from it
+/// ([`client::PeerClient::clock_offset_ms`]).
 pub const TIME_HEADER: &str = "x-oed-time-ms";
+/// The header with [`TIME_HEADER`]'s tag ([`auth::PeerKey::time_tag`]).
+pub const TIME_TAG_HEADER: &str = "x-oed-time-tag";
 
 /// The response header of `GET shard` that names the stripes sent, `from-to`.
 pub const STRIPES_HEADER: &str = "x-oed-stripes";
@@ -221,6 +224,8 @@ pub struct PeerState {
     pub legacy_requests: bool,
     /// The nonces of requests taken ([`replay`]).
     pub replay: replay::ReplayGuard,
+    /// This drive's id: requests named for another (`target=`) are refused.
+    pub drive_id: String,
     /// The store-only extension of `drive`, when it is a store: the two transfers that
     /// move a shard file's bytes between the socket and the file without passing them
     /// through the daemon (raw uploads, [`raw`]: `Store::put_shard_raw`; framed reads,
@@ -283,22 +288,30 @@ fn refused(
 /// Checks the signature, the timestamp and (for small bodies) the body digest; counts
 /// and refuses failures before any handler runs.
 async fn authenticate(State(state): State<Arc<PeerState>>, req: Request, next: Next) -> Response {
-    let mut resp = authenticated(&state, req, next).await;
-    resp.headers_mut()
-        .insert(TIME_HEADER, HeaderValue::from(oed_model::record::now_ms()));
-    resp
-}
-
-/// [`authenticate`]'s answer before the time is added.
-async fn authenticated(state: &Arc<PeerState>, req: Request, next: Next) -> Response {
-    let state = state.clone();
     let op = PeerOp::of(req.method(), req.uri().path());
     let upload = op == Some(PeerOp::PutShard);
+    let signature = req
+        .headers()
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix(auth::SCHEME))
+        .map(|s| s.trim().to_owned());
     match check_auth(&state, req)
         .await
         .and_then(|req| check_epoch(&state, req))
     {
-        Ok(req) => next.run(req).await,
+        Ok(req) => {
+            let mut resp = next.run(req).await;
+            // Authenticated: the answer's time, tagged for this request.
+            let ms = oed_model::record::now_ms();
+            let tag = state.key.time_tag(signature.as_deref().unwrap_or(""), ms);
+            let h = resp.headers_mut();
+            h.insert(TIME_HEADER, HeaderValue::from(ms));
+            if let Ok(tag) = HeaderValue::from_str(&tag) {
+                h.insert(TIME_TAG_HEADER, tag);
+            }
+            resp
+        }
         Err(e) => {
             if matches!(e, Error::Unauthenticated(_) | Error::Expired(_)) {
                 refused(&state, op, request_client(), &e);
@@ -371,9 +384,28 @@ async fn check_auth(state: &PeerState, req: Request) -> Result<Request, Error> {
         return Err(Error::Unauthenticated("signature does not match"));
     }
     let changes = req.method() != Method::GET && req.method() != Method::HEAD;
-    let nonce = query
-        .split('&')
-        .find_map(|p| p.strip_prefix(auth::NONCE)?.strip_prefix('='));
+    let param = |name: &str| {
+        query
+            .split('&')
+            .find_map(|p| p.strip_prefix(name)?.strip_prefix('='))
+    };
+    match param(auth::TARGET) {
+        Some(to) if to != oed_model::uri::encode(&state.drive_id) => {
+            return Err(Error::Unauthenticated(
+                "addressed to another drive (target=): a request for one drive is not taken by \
+                 another",
+            ));
+        }
+        None if changes && !state.legacy_requests => {
+            return Err(Error::Unauthenticated(
+                "a request that changes something must name its drive (target=<drive id>); this \
+                 drive takes one without only with legacy_peer_requests, during a rolling \
+                 upgrade",
+            ));
+        }
+        _ => {}
+    }
+    let nonce = param(auth::NONCE);
     match nonce {
         Some(n) => state.replay.take(n, auth::now_secs())?,
         None if changes && !state.legacy_requests => {

@@ -3,7 +3,8 @@
 //! ([`crate::auth::nonce`]), and a drive takes each nonce once. It remembers the nonces
 //! it took for as long as their requests' signatures are good (`clock_skew_seconds` past
 //! their time, after which the date check refuses them anyway), in bounded memory: at most
-//! `replay_cache_entries` (about 16 bytes each). Full, it refuses new requests with 503
+//! `replay_cache_entries` (12 bytes each in a table kept at most half full: at most 26
+//! bytes each, 13.6 MiB at the default 524,288). Full, it refuses new requests with 503
 //! `SlowDown` rather than forget one early.
 //!
 //! A drive forgets the nonces when it stops, so it also refuses requests signed before
@@ -31,8 +32,9 @@ pub struct ReplayGuard {
 
 #[derive(Debug, Default)]
 struct Seen {
-    /// A nonce's first 8 random bytes, and the second after which it may be forgotten.
-    expiry: HashMap<u64, u64>,
+    /// A nonce's first 8 random bytes, and the second after which it may be forgotten
+    /// (seconds since the epoch fit 32 bits until 2106).
+    expiry: HashMap<u64, u32>,
     /// When the forgettable are next dropped, seconds since the epoch.
     next_sweep: u64,
     /// When they last were.
@@ -80,7 +82,7 @@ impl ReplayGuard {
         // Every SWEEP_EVERY seconds, and when full, at most once a second.
         let full = seen.expiry.len() >= self.capacity;
         if now >= seen.next_sweep || (full && now > seen.swept) {
-            seen.expiry.retain(|_, until| *until >= now);
+            seen.expiry.retain(|_, until| u64::from(*until) >= now);
             seen.next_sweep = now + SWEEP_EVERY;
             seen.swept = now;
         }
@@ -96,7 +98,8 @@ impl ReplayGuard {
                 self.capacity
             )));
         }
-        seen.expiry.insert(id, at + self.window + 1);
+        let until = u32::try_from(at + self.window + 1).unwrap_or(u32::MAX);
+        seen.expiry.insert(id, until);
         Ok(())
     }
 

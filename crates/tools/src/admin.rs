@@ -70,7 +70,7 @@ impl Access {
     /// A client of drive `d` of `map`.
     #[must_use]
     pub fn client(&self, map: &ClusterMap, d: &oed_model::map::DriveEntry) -> PeerClient {
-        PeerClient::with_http(&d.url(map.tls), self.key.clone(), self.http.clone())
+        PeerClient::with_http(&d.url(map.tls), self.key.clone(), self.http.clone()).for_drive(&d.id)
     }
 }
 

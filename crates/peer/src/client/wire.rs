@@ -162,6 +162,9 @@ pub struct PeerClient {
     sealed: bool,
     /// The drive's clock, as its answers tell it; shared by clones.
     clock: std::sync::Arc<ClockSample>,
+    /// The drive's id, named in every request that may change something
+    /// ([`PeerClient::for_drive`]).
+    drive: Option<String>,
 }
 
 /// How far a drive's clock is from this one's, from its last answer that came soon
@@ -181,21 +184,31 @@ const SAMPLE_ROUND_TRIP_MS: u64 = 500;
 const SAMPLE_FRESH_MS: u64 = 120_000;
 
 impl ClockSample {
-    /// Takes the time of an answer that came between `sent` and `came` (this clock, ms).
-    fn take(&self, resp: &Response<Incoming>, sent: u64, came: u64) {
+    /// Takes the time of an answer to the request signed with `signature` that came
+    /// between `sent` and `came` (this clock, ms), when its tag is right
+    /// ([`PeerKey::time_tag`]): a time changed on the way is not taken.
+    fn take(
+        &self,
+        resp: &Response<Incoming>,
+        (key, signature): (&PeerKey, &str),
+        sent: u64,
+        came: u64,
+    ) {
         use std::sync::atomic::Ordering::Relaxed;
-        let Some(theirs) = resp
-            .headers()
-            .get(crate::TIME_HEADER)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.parse::<i64>().ok())
-        else {
+        let text = |name: &str| resp.headers().get(name).and_then(|v| v.to_str().ok());
+        let (Some(theirs), Some(tag)) = (
+            text(crate::TIME_HEADER).and_then(|v| v.parse::<u64>().ok()),
+            text(crate::TIME_TAG_HEADER),
+        ) else {
             return;
         };
-        if came.saturating_sub(sent) > SAMPLE_ROUND_TRIP_MS {
+        if came.saturating_sub(sent) > SAMPLE_ROUND_TRIP_MS
+            || !key.verify_time(signature, theirs, tag)
+        {
             return;
         }
         let mid = i64::try_from(sent / 2 + came / 2).unwrap_or(i64::MAX);
+        let theirs = i64::try_from(theirs).unwrap_or(i64::MAX);
         self.offset_ms.store(theirs.saturating_sub(mid), Relaxed);
         self.at_ms.store(came, Relaxed);
     }
@@ -214,6 +227,9 @@ pub struct PeerRequest {
     http: PeerHttp,
     /// Where the answer's time goes.
     clock: std::sync::Arc<ClockSample>,
+    /// The key and the request's signature, which the answer's time is tagged with.
+    key: PeerKey,
+    signature: String,
     head: Result<Request<()>, PeerError>,
     body: PeerBody,
     /// The seal of its body, when its digest says it is sealed ([`auth::SEALED`]).
@@ -318,7 +334,12 @@ impl PeerRequest {
             .request(Request::from_parts(parts, self.body))
             .await
             .map_err(PeerError::transport)?;
-        self.clock.take(&resp, sent, oed_model::record::now_ms());
+        self.clock.take(
+            &resp,
+            (&self.key, &self.signature),
+            sent,
+            oed_model::record::now_ms(),
+        );
         Ok(PeerResponse(resp))
     }
 }
@@ -442,6 +463,7 @@ impl PeerClient {
             framed: false,
             sealed: true,
             clock: std::sync::Arc::default(),
+            drive: None,
         }
     }
 
@@ -480,6 +502,16 @@ impl PeerClient {
     #[must_use]
     pub fn with_sealed_uploads(mut self, sealed: bool) -> Self {
         self.sealed = sealed;
+        self
+    }
+
+    /// The same client, naming drive `id` as the one its requests that may change
+    /// something are for (`target=<id>`, signed): a drive refuses such a request named for
+    /// another, so one captured on its way to one drive cannot be sent to another.
+    /// Without it they name none, which a drive refuses unless `legacy_peer_requests`.
+    #[must_use]
+    pub fn for_drive(mut self, id: &str) -> Self {
+        self.drive = Some(id.to_owned());
         self
     }
 
@@ -540,12 +572,18 @@ impl PeerClient {
     ) -> PeerRequest {
         let date = auth::now_secs().to_string();
         // A request that may change something is taken once: its nonce says which.
+        // A request that may change something names the drive it is for, and is taken
+        // once: its nonce says which.
         let with_nonce;
         let query = if method == Method::GET || method == Method::HEAD {
             query
         } else {
-            let sep = if query.is_empty() { "" } else { "&" };
-            with_nonce = format!("{query}{sep}{}={}", auth::NONCE, auth::nonce());
+            let mut q = query.to_owned();
+            if let Some(id) = &self.drive {
+                let _ = write!(q, "&{}={}", auth::TARGET, oed_model::uri::encode(id));
+            }
+            let _ = write!(q, "&{}={}", auth::NONCE, auth::nonce());
+            with_nonce = q.trim_start_matches('&').to_owned();
             &with_nonce
         };
         let sig = self.key.sign(method.as_str(), path, query, &date, digest);
@@ -571,6 +609,8 @@ impl PeerClient {
         PeerRequest {
             http: self.http.clone(),
             clock: self.clock.clone(),
+            key: self.key.clone(),
+            signature: sig.clone(),
             head,
             body: full(Bytes::new()),
             seal,
