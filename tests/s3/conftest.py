@@ -179,7 +179,7 @@ class Cluster:
     def endpoint(self, i=0):
         return f"http://{self.addrs[i]}"
 
-    def client(self, i=0, secret=None, region="us-east-1", **cfg):
+    def client(self, i=0, secret=None, region="us-east-1", retries=None, **cfg):
         return boto3.client(
             "s3",
             endpoint_url=self.endpoint(i),
@@ -188,7 +188,7 @@ class Cluster:
             region_name=region,
             config=Config(
                 s3={"addressing_style": "path"},
-                retries={"max_attempts": 1},
+                retries=retries or {"max_attempts": 1},
                 **cfg,
             ),
         )
