@@ -43,9 +43,7 @@ fn a_shard_upload_changed_on_the_way_is_refused_and_stores_nothing() {
             // Each change is made to an upload of its own: each is taken once.
             let capture = || async {
                 let tap = Tap::start(&elsewhere.url).await;
-                let through = PeerClient::new(&tap.url, PeerKey::derive(SECRET.as_bytes()))
-                    .for_drive(DRIVE_ID)
-                    .with_raw_uploads(raw);
+                let through = through(&tap, DRIVE_ID).with_raw_uploads(raw);
                 through
                     .put_shard(&rec, upload(&body, body.len()), true)
                     .await
@@ -110,6 +108,11 @@ fn unsealed_uploads_are_taken_only_with_legacy_peer_requests() {
     }
 }
 
+/// A client of drive `id` whose requests go through `tap`.
+fn through(tap: &Tap, id: &str) -> PeerClient {
+    PeerClient::new(&tap.url, PeerKey::derive(SECRET.as_bytes())).for_drive(id)
+}
+
 /// The answer a drive gave to a request sent again, as text.
 async fn resent(d: &Daemon, bytes: &[u8]) -> String {
     String::from_utf8_lossy(&resend(&d.url, bytes).await).into_owned()
@@ -126,9 +129,7 @@ fn a_shard_upload_sent_again_does_not_bring_a_deleted_object_back() {
         c.create_bucket("bkt").await.unwrap();
         for raw in [false, true] {
             let tap = Tap::start(&d.url).await;
-            let through = PeerClient::new(&tap.url, PeerKey::derive(SECRET.as_bytes()))
-                .for_drive(DRIVE_ID)
-                .with_raw_uploads(raw);
+            let through = through(&tap, DRIVE_ID).with_raw_uploads(raw);
             let data = bytes(300_000, 5);
             let rec = record("bkt", "gone", 1, data.len() as u64, 4, 2, 0);
             let file = shard_file(&rec, &data);
@@ -154,8 +155,7 @@ fn a_bucket_deletion_sent_again_after_the_bucket_is_made_again_is_refused() {
     rt().block_on(async {
         c.create_bucket("again").await.unwrap();
         let tap = Tap::start(&d.url).await;
-        let through =
-            PeerClient::new(&tap.url, PeerKey::derive(SECRET.as_bytes())).for_drive(DRIVE_ID);
+        let through = through(&tap, DRIVE_ID);
         through.delete_bucket("again").await.unwrap();
         c.create_bucket("again").await.unwrap();
         let answer = resent(&d, &tap.sent().concat()).await;
@@ -178,8 +178,7 @@ fn an_admin_action_sent_again_is_refused() {
     let d = Daemon::start(dir.path(), &[]);
     rt().block_on(async {
         let tap = Tap::start(&d.url).await;
-        let through =
-            PeerClient::new(&tap.url, PeerKey::derive(SECRET.as_bytes())).for_drive(DRIVE_ID);
+        let through = through(&tap, DRIVE_ID);
         let taken: serde_json::Value = through
             .post_json(oed_peer::PeerOp::AdminAction, "do=scrub", &())
             .await
@@ -198,8 +197,7 @@ fn a_request_from_before_a_restart_is_refused_after_it() {
     let d = Daemon::start(dir.path(), &[]);
     let sent = rt().block_on(async {
         let tap = Tap::start(&d.url).await;
-        let through =
-            PeerClient::new(&tap.url, PeerKey::derive(SECRET.as_bytes())).for_drive(DRIVE_ID);
+        let through = through(&tap, DRIVE_ID);
         through.create_bucket("before").await.unwrap();
         d.client().delete_bucket("before").await.unwrap();
         tap.sent().concat()
@@ -224,8 +222,7 @@ fn a_request_for_one_drive_is_refused_by_another() {
     let other = Daemon::start_as(dirs[1].path(), "other-drive", &[]);
     rt().block_on(async {
         let tap = Tap::start(&other.url).await;
-        let through =
-            PeerClient::new(&tap.url, PeerKey::derive(SECRET.as_bytes())).for_drive("other-drive");
+        let through = through(&tap, "other-drive");
         through.create_bucket("elsewhere").await.unwrap();
         let answer = resent(&d, &tap.sent().concat()).await;
         assert!(answer.contains("addressed to another drive"), "{answer}");

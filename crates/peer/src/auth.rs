@@ -99,11 +99,7 @@ impl PeerKey {
     /// time cannot be changed on the way.
     #[must_use]
     pub fn time_tag(&self, signature: &str, ms: u64) -> String {
-        let mut mac = self.keyed(b"oed answer time v1\n");
-        mac.update(&hex::decode(signature).unwrap_or_default());
-        mac.update(b"\n");
-        mac.update(ms.to_string().as_bytes());
-        hex::encode(mac.finalize().into_bytes())
+        hex::encode(self.time_mac(signature, ms).finalize().into_bytes())
     }
 
     /// Whether `tag` is [`PeerKey::time_tag`]'s, compared in constant time.
@@ -112,11 +108,16 @@ impl PeerKey {
         let Ok(tag) = hex::decode(tag) else {
             return false;
         };
+        self.time_mac(signature, ms).verify_slice(&tag).is_ok()
+    }
+
+    /// The MAC of [`PeerKey::time_tag`], before it is finalized.
+    fn time_mac(&self, signature: &str, ms: u64) -> HmacSha256 {
         let mut mac = self.keyed(b"oed answer time v1\n");
         mac.update(&hex::decode(signature).unwrap_or_default());
         mac.update(b"\n");
         mac.update(ms.to_string().as_bytes());
-        mac.verify_slice(&tag).is_ok()
+        mac
     }
 
     fn keyed(&self, domain: &[u8]) -> HmacSha256 {

@@ -290,21 +290,15 @@ fn refused(
 async fn authenticate(State(state): State<Arc<PeerState>>, req: Request, next: Next) -> Response {
     let op = PeerOp::of(req.method(), req.uri().path());
     let upload = op == Some(PeerOp::PutShard);
-    let signature = req
-        .headers()
-        .get("authorization")
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix(auth::SCHEME))
-        .map(|s| s.trim().to_owned());
     match check_auth(&state, req)
         .await
-        .and_then(|req| check_epoch(&state, req))
+        .and_then(|(req, signature)| Ok((check_epoch(&state, req)?, signature)))
     {
-        Ok(req) => {
+        Ok((req, signature)) => {
             let mut resp = next.run(req).await;
             // Authenticated: the answer's time, tagged for this request.
             let ms = oed_model::record::now_ms();
-            let tag = state.key.time_tag(signature.as_deref().unwrap_or(""), ms);
+            let tag = state.key.time_tag(&signature, ms);
             let h = resp.headers_mut();
             h.insert(TIME_HEADER, HeaderValue::from(ms));
             if let Ok(tag) = HeaderValue::from_str(&tag) {
@@ -355,7 +349,8 @@ fn check_epoch(state: &PeerState, req: Request) -> Result<Request, Error> {
     }
 }
 
-async fn check_auth(state: &PeerState, req: Request) -> Result<Request, Error> {
+/// The request, authenticated, and its signature (hex).
+async fn check_auth(state: &PeerState, req: Request) -> Result<(Request, String), Error> {
     let h = req.headers();
     let text = |name: &str| h.get(name).and_then(|v| v.to_str().ok()).map(str::to_owned);
     let date = text(auth::DATE_HEADER).ok_or(Error::Unauthenticated("missing x-oed-date"))?;
@@ -428,7 +423,7 @@ async fn check_auth(state: &PeerState, req: Request) -> Result<Request, Error> {
         let mut req = req;
         req.extensions_mut()
             .insert(SealKey(state.key.seal_key(sig)));
-        return Ok(req);
+        return Ok((req, sig.to_owned()));
     }
     if digest == auth::STREAMING {
         if !state.legacy_requests {
@@ -438,7 +433,7 @@ async fn check_auth(state: &PeerState, req: Request) -> Result<Request, Error> {
             ));
         }
         // Unsealed: the chunks are checked by CRC32C only.
-        return Ok(req);
+        return Ok((req, sig.to_owned()));
     }
     let (parts, body) = req.into_parts();
     let bytes = http_body_util::Limited::new(body, state.max_body)
@@ -451,7 +446,10 @@ async fn check_auth(state: &PeerState, req: Request) -> Result<Request, Error> {
             "body does not match x-oed-content-sha256",
         ));
     }
-    Ok(Request::from_parts(parts, Body::from(bytes)))
+    Ok((
+        Request::from_parts(parts, Body::from(bytes)),
+        sig.to_owned(),
+    ))
 }
 
 /// The key of the seal a shard upload's body ends with, derived from its request's

@@ -776,14 +776,13 @@ impl BodyCheck {
 fn end_of_upload(check: BodyCheck, with_tail: bool, after: &[u8]) -> Result<Option<RecordTail>> {
     check.verifier.finish()?;
     let tail = match check.seal {
-        Some(seal) => {
+        Some(mut seal) => {
             let Some(at) = after.len().checked_sub(TAG_LEN) else {
                 return Err(Error::Unauthenticated(
                     "the sealed upload ends without its tag",
                 ));
             };
             let (tail, tag) = after.split_at(at);
-            let mut seal = seal;
             seal.update(tail);
             if !seal.verify(tag) {
                 return Err(Error::Unauthenticated(
