@@ -43,6 +43,12 @@ class DriveExited(RuntimeError):
     """A drive's process ended before it printed that it listens."""
 
 
+# The SDKs' standard retries, for concurrent PUTs of one key: of PUTs completing within
+# moments, the older may be answered 503 where the drives saw a newer first (docs/cluster.md,
+# "Versions and concurrent writes"), and a retry makes a newer version, as a client's would.
+SDK_RETRIES = {"max_attempts": 10, "mode": "standard"}
+
+
 class Cluster:
     """`n` drives, EC k+m, chunk size `chunk`, in a temporary directory. Each drive
     serves /metrics on its own port (`metrics_addrs`); `extra(i)` gives more `--set`

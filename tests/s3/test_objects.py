@@ -12,6 +12,8 @@ import socket
 import pytest
 from botocore.exceptions import ClientError
 
+from conftest import SDK_RETRIES
+
 STRIPE = 4 * 65536
 
 
@@ -290,7 +292,7 @@ def test_concurrent_puts_of_one_key_agree(cluster, bucket):
     bodies = [data(STRIPE + i, 100 + i) for i in range(6)]
 
     def put(i):
-        c = cluster.client(i % 6)
+        c = cluster.client(i % 6, retries=SDK_RETRIES)
         c.put_object(Bucket=bucket, Key="race", Body=bodies[i])
 
     with concurrent.futures.ThreadPoolExecutor(6) as ex:

@@ -9,6 +9,8 @@ import time
 import pytest
 from botocore.exceptions import ClientError
 
+from conftest import SDK_RETRIES
+
 MIB = 1 << 20
 
 
@@ -445,11 +447,7 @@ def test_concurrent_puts_of_one_key_leave_one_body_on_every_drive(cluster, s3, b
     from concurrent.futures import ThreadPoolExecutor
     bodies = [data(MIB + i, f"many{i}") for i in range(8)]
     md5s = {hashlib.md5(b).hexdigest(): b for b in bodies}
-    # Of PUTs of one key completing within moments, the older may be answered 503 where the
-    # drives saw a newer first (docs/cluster.md, "Versions and concurrent writes"): the
-    # SDK's standard retries make a newer version, as a client's would.
-    retries = {"max_attempts": 10, "mode": "standard"}
-    clients = [cluster.client(i % 6, retries=retries) for i in range(8)]
+    clients = [cluster.client(i % 6, retries=SDK_RETRIES) for i in range(8)]
     for round_ in range(3):
         before = {f for i in range(6) for f in cluster.shard_files(i)}
         with ThreadPoolExecutor(8) as pool:
