@@ -26,6 +26,14 @@ fn bench(c: &mut Criterion) {
             black_box(s.tag())
         });
     });
+    g.bench_function("poly1305 crate", |b| {
+        b.iter(|| {
+            let mut m =
+                <poly1305::Poly1305 as polyval::universal_hash::KeyInit>::new((&key).into());
+            m.update_padded(black_box(&data));
+            black_box(m.finalize())
+        });
+    });
     g.bench_function("blake3 keyed", |b| {
         b.iter(|| {
             let mut h = blake3::Hasher::new_keyed(&key);

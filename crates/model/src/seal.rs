@@ -23,13 +23,18 @@ pub const TAG_LEN: usize = 16;
 /// profiles showed costing twice the arithmetic.
 const GROUP: usize = 64;
 
+#[cfg(target_arch = "x86_64")]
+mod ifma;
+
 /// A seal being computed over a body fed in pieces of any size.
 #[derive(Clone)]
-pub struct Seal {
-    mac: poly1305::Poly1305,
-    /// Bytes of a group not yet complete.
-    partial: [u8; GROUP],
-    have: usize,
+pub struct Seal(Mac);
+
+#[derive(Clone)]
+enum Mac {
+    Crate(Box<Grouped>),
+    #[cfg(target_arch = "x86_64")]
+    Ifma(Box<ifma::Poly1305>),
 }
 
 impl std::fmt::Debug for Seal {
@@ -42,6 +47,68 @@ impl Seal {
     /// A seal keyed with `key`, which must seal no other body.
     #[must_use]
     pub fn new(key: &[u8; KEY_LEN]) -> Self {
+        #[cfg(target_arch = "x86_64")]
+        if ifma::supported() {
+            return Self(Mac::Ifma(Box::new(ifma::Poly1305::new(key))));
+        }
+        Self(Mac::Crate(Box::new(Grouped::new(key))))
+    }
+
+    /// The `poly1305` crate's computation, whatever the CPU: what the tests compare with.
+    #[cfg(test)]
+    fn portable(key: &[u8; KEY_LEN]) -> Self {
+        Self(Mac::Crate(Box::new(Grouped::new(key))))
+    }
+
+    /// Adds the next piece of the body.
+    pub fn update(&mut self, bytes: &[u8]) {
+        match &mut self.0 {
+            Mac::Crate(m) => m.update(bytes),
+            #[cfg(target_arch = "x86_64")]
+            Mac::Ifma(m) => m.update(bytes),
+        }
+    }
+
+    /// The tag of the body fed (RFC 8439's Poly1305 of its bytes).
+    #[must_use]
+    pub fn tag(self) -> [u8; TAG_LEN] {
+        match self.0 {
+            Mac::Crate(m) => m.tag(),
+            #[cfg(target_arch = "x86_64")]
+            Mac::Ifma(m) => m.tag(),
+        }
+    }
+
+    /// Whether `tag` is the body's, compared in constant time.
+    #[must_use]
+    pub fn verify(self, tag: &[u8]) -> bool {
+        let mine = self.tag();
+        tag.len() == TAG_LEN && mine.iter().zip(tag).fold(0u8, |d, (a, b)| d | (a ^ b)) == 0
+    }
+
+    /// Which computation this CPU gets: `"avx512-ifma"` or `"poly1305-crate"`.
+    #[must_use]
+    pub fn backend() -> &'static str {
+        #[cfg(target_arch = "x86_64")]
+        if ifma::supported() {
+            return "avx512-ifma";
+        }
+        "poly1305-crate"
+    }
+}
+
+/// The `poly1305` crate's Poly1305 (its 256-bit vector backend where the CPU has AVX2),
+/// fed whole groups.
+#[derive(Clone)]
+struct Grouped {
+    mac: poly1305::Poly1305,
+    /// Bytes of a group not yet complete.
+    partial: [u8; GROUP],
+    have: usize,
+}
+
+impl Grouped {
+    fn new(key: &[u8; KEY_LEN]) -> Self {
         Self {
             mac: poly1305::Poly1305::new(key.into()),
             partial: [0; GROUP],
@@ -49,8 +116,7 @@ impl Seal {
         }
     }
 
-    /// Adds the next piece of the body.
-    pub fn update(&mut self, mut bytes: &[u8]) {
+    fn update(&mut self, mut bytes: &[u8]) {
         if self.have > 0 {
             let n = (GROUP - self.have).min(bytes.len());
             self.partial[self.have..self.have + n].copy_from_slice(&bytes[..n]);
@@ -72,17 +138,8 @@ impl Seal {
         self.have = rest.len();
     }
 
-    /// The tag of the body fed (RFC 8439's Poly1305 of its bytes).
-    #[must_use]
-    pub fn tag(self) -> [u8; TAG_LEN] {
+    fn tag(self) -> [u8; TAG_LEN] {
         self.mac.compute_unpadded(&self.partial[..self.have]).into()
-    }
-
-    /// Whether `tag` is the body's, compared in constant time.
-    #[must_use]
-    pub fn verify(self, tag: &[u8]) -> bool {
-        let mine = self.tag();
-        tag.len() == TAG_LEN && mine.iter().zip(tag).fold(0u8, |d, (a, b)| d | (a ^ b)) == 0
     }
 }
 
@@ -131,6 +188,72 @@ mod tests {
         s.update(&[]);
         s.update(&MESSAGE[5..]);
         assert!(s.verify(&TAG));
+    }
+
+    /// Deterministic bytes for the comparisons below (splitmix64).
+    fn bytes(seed: u64, n: usize) -> Vec<u8> {
+        let mut x = seed;
+        (0..n)
+            .map(|_| {
+                x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+                let mut z = x;
+                z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+                z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+                (z ^ (z >> 31)) as u8
+            })
+            .collect()
+    }
+
+    /// The computation this CPU gets (AVX-512 IFMA where it has it) gives the crate's tag
+    /// for every key, length and cut, including the extremes of the limbs' bounds: keys
+    /// whose `r` is all ones after the clamp and bodies of all-ones blocks.
+    #[test]
+    fn the_fast_tag_is_the_crates_for_any_key_body_and_cut() {
+        let mut keys: Vec<[u8; 32]> = (0..24).map(|i| bytes(i, 32).try_into().unwrap()).collect();
+        keys.push([0xff; 32]);
+        keys.push([0; 32]);
+        let mut edge = [0xff; 32];
+        edge[16..].fill(0);
+        keys.push(edge);
+        let lengths = [
+            0, 1, 15, 16, 17, 127, 128, 129, 255, 256, 300, 1023, 1024, 4099,
+        ];
+        for (k, key) in keys.iter().enumerate() {
+            for (l, &len) in lengths.iter().enumerate() {
+                let seed = (k * 100 + l) as u64;
+                let bodies = [bytes(seed, len), vec![0xff; len], vec![0; len]];
+                for body in &bodies {
+                    let mut want = Seal::portable(key);
+                    want.update(body);
+                    let want = want.tag();
+                    for cut in [1, 7, 16, 100, 128, 200, 4096] {
+                        let mut s = Seal::new(key);
+                        for piece in body.chunks(cut) {
+                            s.update(piece);
+                        }
+                        assert_eq!(s.tag(), want, "key {k}, {len} bytes in pieces of {cut}");
+                    }
+                }
+            }
+        }
+        let big = bytes(7, (1 << 20) + 77);
+        for key in &keys[..4] {
+            let mut want = Seal::portable(key);
+            want.update(&big);
+            let mut s = Seal::new(key);
+            s.update(&big[..5]);
+            s.update(&big[5..]);
+            assert_eq!(s.tag(), want.tag(), "1 MiB and 77 bytes");
+        }
+    }
+
+    /// CI names the computation its host must get (`OED_EXPECT_SEAL`), so a detection
+    /// that silently falls back to the slower one fails the build.
+    #[test]
+    fn the_seal_backend_is_the_one_ci_expects() {
+        if let Ok(want) = std::env::var("OED_EXPECT_SEAL") {
+            assert_eq!(Seal::backend(), want);
+        }
     }
 
     #[test]
