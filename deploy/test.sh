@@ -54,8 +54,12 @@ if [ "$(uname -m)" = x86_64 ] && grep -qw gfni /proc/cpuinfo && grep -qw avx512b
 fi
 if [ "$(uname -m)" = aarch64 ]; then host_kernel=neon64; fi
 
-step "host tests ($(uname -m), expecting the $host_kernel kernel)"
-OED_EXPECT_KERNEL=$host_kernel cargo_for "$host" test --workspace --locked
+# The shard upload seal's Poly1305: AVX-512 IFMA where the CPU has it.
+host_seal=poly1305-crate
+if [ "$(uname -m)" = x86_64 ] && grep -qw avx512ifma /proc/cpuinfo; then host_seal=avx512-ifma; fi
+
+step "host tests ($(uname -m), expecting the $host_kernel kernel and the $host_seal seal)"
+OED_EXPECT_KERNEL=$host_kernel OED_EXPECT_SEAL=$host_seal cargo_for "$host" test --workspace --locked
 
 target_root=${CARGO_TARGET_DIR:-target}
 

@@ -1,5 +1,6 @@
-//! The cost of sealing a shard upload's body ([`oed_model::seal`]: Poly1305), against the
-//! other MACs it was chosen from (BLAKE3 keyed, HMAC-SHA256, POLYVAL) and the CRC32C each
+//! The cost of sealing a shard upload's body ([`oed_model::seal`]: Poly1305, with AVX-512
+//! IFMA where the CPU has it), against the `poly1305` crate's and the other MACs it was
+//! chosen from (BLAKE3 keyed, HMAC-SHA256, POLYVAL) and the CRC32C each
 //! chunk already gets: bytes per second over a 256 KiB chunk (the default chunk size), fed
 //! as one piece, from cache. Built for armv7 and aarch64 and run under qemu-user as well
 //! (`docs/results.md`, "Shard upload seal").

@@ -88,6 +88,8 @@ pub(super) struct Poly1305 {
     h: [u64; 3],
     /// `r^1` to `r^BLOCKS`.
     pows: [Mult; BLOCKS],
+    /// The last step's multipliers, per accumulator and lane.
+    last: [LaneMults; ACCS],
     pad: [u64; 2],
     partial: [u8; STEP],
     have: usize,
@@ -106,9 +108,11 @@ impl Poly1305 {
         for k in 1..pows.len() {
             pows[k] = Mult::new(mul(pows[k - 1].r, &pows[0]));
         }
+        let last = std::array::from_fn(|k| LaneMults::descending(&pows, BLOCKS - LANES * (k + 1)));
         Self {
             h: [0; 3],
             pows,
+            last,
             pad: [word(16), word(24)],
             partial: [0; STEP],
             have: 0,
@@ -140,7 +144,7 @@ impl Poly1305 {
     fn steps(&mut self, bytes: &[u8]) {
         // SAFETY: a `Poly1305` is made only where `supported()` found both features, and
         // `bytes` is whole steps.
-        self.h = unsafe { steps(self.h, &self.pows, bytes) };
+        self.h = unsafe { steps(self.h, &self.pows, &self.last, bytes) };
     }
 
     /// One block at a time, the last padded with a 1 and zeros and given no bit 128.
@@ -286,18 +290,33 @@ fn broadcast(m: &Mult) -> VMult {
     }
 }
 
-/// Lane `j` gets `pows[first + 7 - j]`: the higher power for the lower lane, whose block
-/// comes first.
-#[target_feature(enable = "avx512f")]
-fn descending(pows: &[Mult; BLOCKS], first: usize) -> VMult {
-    let lanes = |f: &dyn Fn(&Mult) -> u64| {
-        let v = |k: usize| f(&pows[first + k]).cast_signed();
-        _mm512_set_epi64(v(0), v(1), v(2), v(3), v(4), v(5), v(6), v(7))
-    };
-    VMult {
-        r: [lanes(&|m| m.r[0]), lanes(&|m| m.r[1]), lanes(&|m| m.r[2])],
-        s1: lanes(&|m| m.s1),
-        s2: lanes(&|m| m.s2),
+/// A multiplier per lane, as [`VMult`] holds it: the limbs of `r`, then `s1` and `s2`.
+#[derive(Clone, Copy)]
+struct LaneMults([[u64; LANES]; 5]);
+
+impl LaneMults {
+    /// Lane `j` gets `pows[first + 7 - j]`: the higher power for the lower lane, whose
+    /// block comes first.
+    fn descending(pows: &[Mult; BLOCKS], first: usize) -> Self {
+        let lanes = |f: fn(&Mult) -> u64| std::array::from_fn(|j| f(&pows[first + LANES - 1 - j]));
+        Self([
+            lanes(|m| m.r[0]),
+            lanes(|m| m.r[1]),
+            lanes(|m| m.r[2]),
+            lanes(|m| m.s1),
+            lanes(|m| m.s2),
+        ])
+    }
+
+    #[target_feature(enable = "avx512f")]
+    fn load(&self) -> VMult {
+        // SAFETY: each row is 64 bytes; unaligned loads.
+        let row = |i: usize| unsafe { _mm512_loadu_si512(self.0[i].as_ptr().cast()) };
+        VMult {
+            r: [row(0), row(1), row(2)],
+            s1: row(3),
+            s2: row(4),
+        }
     }
 }
 
@@ -347,11 +366,16 @@ fn add(a: Lanes, b: Lanes) -> Lanes {
 /// # Safety
 /// The CPU must have AVX-512F and AVX-512 IFMA.
 #[target_feature(enable = "avx512f,avx512ifma")]
-unsafe fn steps(h: [u64; 3], pows: &[Mult; BLOCKS], bytes: &[u8]) -> [u64; 3] {
+unsafe fn steps(
+    h: [u64; 3],
+    pows: &[Mult; BLOCKS],
+    last: &[LaneMults; ACCS],
+    bytes: &[u8],
+) -> [u64; 3] {
     debug_assert!(!bytes.is_empty() && bytes.len().is_multiple_of(STEP));
     let r_all = broadcast(&pows[BLOCKS - 1]);
     // Accumulator `k` holds blocks `8k` to `8k + 7` of each step.
-    let last: [VMult; ACCS] = std::array::from_fn(|k| descending(pows, BLOCKS - LANES * (k + 1)));
+    let last: [VMult; ACCS] = std::array::from_fn(|k| last[k].load());
     let z = _mm512_setzero_si512();
     let mut acc = [Lanes([z, z, z]); ACCS];
     let first = |v: u64| _mm512_set_epi64(0, 0, 0, 0, 0, 0, 0, v.cast_signed());
