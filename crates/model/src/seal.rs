@@ -103,44 +103,72 @@ impl Seal {
 #[derive(Clone)]
 struct Grouped {
     mac: poly1305::Poly1305,
-    /// Bytes of a group not yet complete.
-    partial: [u8; GROUP],
-    have: usize,
+    pending: Pending<GROUP>,
 }
 
 impl Grouped {
     fn new(key: &[u8; KEY_LEN]) -> Self {
         Self {
             mac: poly1305::Poly1305::new(key.into()),
-            partial: [0; GROUP],
-            have: 0,
+            pending: Pending::default(),
         }
     }
 
-    fn update(&mut self, mut bytes: &[u8]) {
-        if self.have > 0 {
-            let n = (GROUP - self.have).min(bytes.len());
-            self.partial[self.have..self.have + n].copy_from_slice(&bytes[..n]);
-            self.have += n;
-            bytes = &bytes[n..];
-            if self.have < GROUP {
-                return;
-            }
-            self.mac.update_padded(&self.partial);
-            self.have = 0;
-        }
-        let whole = bytes.len() / GROUP * GROUP;
-        if whole > 0 {
-            // Whole groups only: nothing is padded.
-            self.mac.update_padded(&bytes[..whole]);
-        }
-        let rest = &bytes[whole..];
-        self.partial[..rest.len()].copy_from_slice(rest);
-        self.have = rest.len();
+    fn update(&mut self, bytes: &[u8]) {
+        // Whole groups only: nothing is padded.
+        self.pending
+            .feed(bytes, |whole| self.mac.update_padded(whole));
     }
 
     fn tag(self) -> [u8; TAG_LEN] {
-        self.mac.compute_unpadded(&self.partial[..self.have]).into()
+        self.mac.compute_unpadded(self.pending.rest()).into()
+    }
+}
+
+/// The bytes of a body not yet making up a whole piece of `N`, for a MAC that takes whole
+/// pieces only.
+#[derive(Clone)]
+struct Pending<const N: usize> {
+    bytes: [u8; N],
+    have: usize,
+}
+
+impl<const N: usize> Default for Pending<N> {
+    fn default() -> Self {
+        Self {
+            bytes: [0; N],
+            have: 0,
+        }
+    }
+}
+
+impl<const N: usize> Pending<N> {
+    /// Hands `take` every whole piece `bytes` completes, as few calls as it can (a
+    /// multiple of `N` at once), and keeps the rest.
+    fn feed(&mut self, mut bytes: &[u8], mut take: impl FnMut(&[u8])) {
+        if self.have > 0 {
+            let n = (N - self.have).min(bytes.len());
+            self.bytes[self.have..self.have + n].copy_from_slice(&bytes[..n]);
+            self.have += n;
+            bytes = &bytes[n..];
+            if self.have < N {
+                return;
+            }
+            take(&self.bytes);
+            self.have = 0;
+        }
+        let whole = bytes.len() / N * N;
+        if whole > 0 {
+            take(&bytes[..whole]);
+        }
+        let rest = &bytes[whole..];
+        self.bytes[..rest.len()].copy_from_slice(rest);
+        self.have = rest.len();
+    }
+
+    /// The bytes kept: fewer than `N`.
+    fn rest(&self) -> &[u8] {
+        &self.bytes[..self.have]
     }
 }
 

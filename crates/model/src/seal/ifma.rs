@@ -12,6 +12,8 @@
 //! seal").
 #![allow(unsafe_code)]
 
+use super::Pending;
+
 use core::arch::x86_64::{
     __m512i, _mm512_add_epi64, _mm512_and_si512, _mm512_loadu_si512, _mm512_madd52hi_epu64,
     _mm512_madd52lo_epu64, _mm512_or_si512, _mm512_permutex2var_epi64, _mm512_reduce_add_epi64,
@@ -91,8 +93,7 @@ pub(super) struct Poly1305 {
     /// The last step's multipliers, per accumulator and lane.
     last: [LaneMults; ACCS],
     pad: [u64; 2],
-    partial: [u8; STEP],
-    have: usize,
+    pending: Pending<STEP>,
 }
 
 impl Poly1305 {
@@ -114,37 +115,23 @@ impl Poly1305 {
             pows,
             last,
             pad: [word(16), word(24)],
-            partial: [0; STEP],
-            have: 0,
+            pending: Pending::default(),
         }
     }
 
-    pub(super) fn update(&mut self, mut bytes: &[u8]) {
-        if self.have > 0 {
-            let n = (STEP - self.have).min(bytes.len());
-            self.partial[self.have..self.have + n].copy_from_slice(&bytes[..n]);
-            self.have += n;
-            bytes = &bytes[n..];
-            if self.have < STEP {
-                return;
-            }
-            let step = self.partial;
-            self.steps(&step);
-            self.have = 0;
-        }
-        let whole = bytes.len() / STEP * STEP;
-        if whole > 0 {
-            self.steps(&bytes[..whole]);
-        }
-        let rest = &bytes[whole..];
-        self.partial[..rest.len()].copy_from_slice(rest);
-        self.have = rest.len();
-    }
-
-    fn steps(&mut self, bytes: &[u8]) {
-        // SAFETY: a `Poly1305` is made only where `supported()` found both features, and
-        // `bytes` is whole steps.
-        self.h = unsafe { steps(self.h, &self.pows, &self.last, bytes) };
+    pub(super) fn update(&mut self, bytes: &[u8]) {
+        let Self {
+            h,
+            pows,
+            last,
+            pending,
+            ..
+        } = self;
+        pending.feed(bytes, |whole| {
+            // SAFETY: a `Poly1305` is made only where `supported()` found both features,
+            // and `feed` hands whole steps.
+            *h = unsafe { steps(*h, pows, last, whole) };
+        });
     }
 
     /// One block at a time, the last padded with a 1 and zeros and given no bit 128.
@@ -168,8 +155,8 @@ impl Poly1305 {
     }
 
     pub(super) fn tag(mut self) -> [u8; 16] {
-        let rest = self.partial;
-        self.blocks(&rest[..self.have]);
+        let pending = self.pending.clone();
+        self.blocks(pending.rest());
         let [mut h0, mut h1, mut h2] = self.h;
         // Carry fully: every limb under its width and h under 2^130 + a little.
         for _ in 0..2 {
