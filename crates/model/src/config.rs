@@ -326,14 +326,10 @@ impl Default for Config {
 
 /// `OED_*` variables that are not config fields: the secret (read on its own), the log
 /// filter, and knobs of the tests and benchmarks.
-const NOT_FIELDS: &[&str] = &[
-    "cluster_secret",
-    "s3_secret_key",
-    "log",
-    "expect_kernel",
-    "bless",
-];
-const NOT_FIELD_PREFIXES: &[&str] = &["test_", "bench_", "lab_"];
+const NOT_FIELDS: &[&str] = &["cluster_secret", "s3_secret_key", "log", "bless"];
+/// Variables for the tests (`OED_EXPECT_KERNEL`, `OED_EXPECT_SEAL`: what CI expects this
+/// CPU to get), the benchmarks and the lab, which are no settings.
+const NOT_FIELD_PREFIXES: &[&str] = &["test_", "bench_", "lab_", "expect_"];
 
 /// Budget for RocksDB's block cache plus its (two) memtables.
 pub const ROCKSDB_MEMORY_LIMIT: usize = 64 << 20;
@@ -724,6 +720,8 @@ mod tests {
             env(&[
                 ("OED_MAX_CONCURRENT_REQUESTS", "5"),
                 ("OED_CLUSTER_SECRET", "x"),
+                ("OED_EXPECT_KERNEL", "gfni"),
+                ("OED_EXPECT_SEAL", "avx512-ifma"),
                 ("PATH", "/bin"),
             ]),
             &[("drive_id".into(), "b".into())],
