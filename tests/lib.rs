@@ -430,8 +430,10 @@ pub struct LocalDrive {
     pub dir: PathBuf,
     /// The cluster as it coordinates requests.
     pub cluster: std::sync::Arc<oed_cluster::Cluster>,
+    config: oed_model::config::Config,
     stop: tokio_util::sync::CancellationToken,
-    served: tokio::task::JoinHandle<()>,
+    /// The server's task, until the drive is stopped.
+    served: Option<tokio::task::JoinHandle<()>>,
 }
 
 impl LocalDrive {
@@ -439,9 +441,56 @@ impl LocalDrive {
     ///
     /// # Panics
     /// When serving failed.
-    pub async fn stop(self) {
+    pub async fn stop(mut self) {
+        self.down().await;
+    }
+
+    /// Stops serving, keeping what it takes to start the drive again
+    /// ([`LocalDrive::restart`]).
+    ///
+    /// # Panics
+    /// When serving failed.
+    pub async fn down(&mut self) {
         self.stop.cancel();
-        self.served.await.expect("the drive's server task");
+        if let Some(served) = self.served.take() {
+            served.await.expect("the drive's server task");
+        }
+    }
+
+    /// Stops the drive if it runs, then starts it again on its data directory and
+    /// address.
+    ///
+    /// # Panics
+    /// When serving failed or the drive cannot be started again.
+    pub async fn restart(mut self) -> Self {
+        let config = self.config.clone();
+        self.down().await;
+        // Its cluster holds the store (and RocksDB's lock) until dropped.
+        drop(self);
+        let listener = tokio::net::TcpListener::bind(config.listen)
+            .await
+            .expect("bind the drive's address again");
+        serve_local(config, listener)
+    }
+}
+
+/// Opens the drive of `config` and serves it on `listener` in the current runtime.
+fn serve_local(config: oed_model::config::Config, listener: tokio::net::TcpListener) -> LocalDrive {
+    let server = oed_daemon::server::DriveServer::open(&config, SECRET.as_bytes(), None)
+        .expect("open the drive");
+    let cluster = server.cluster.clone();
+    let stop = tokio_util::sync::CancellationToken::new();
+    let served = tokio::spawn({
+        let stop = stop.clone();
+        async move { server.serve(listener, None, stop).await.expect("serve") }
+    });
+    LocalDrive {
+        id: config.drive_id.clone(),
+        dir: config.data_dir.clone(),
+        cluster,
+        config,
+        stop,
+        served: Some(served),
     }
 }
 
@@ -483,21 +532,7 @@ pub async fn local_cluster(root: &Path, k: usize, m: usize, chunk: usize) -> Vec
             op_timeout_seconds: 10,
             ..oed_model::config::Config::default()
         };
-        let server = oed_daemon::server::DriveServer::open(&config, SECRET.as_bytes(), None)
-            .expect("open the drive");
-        let cluster = server.cluster.clone();
-        let stop = tokio_util::sync::CancellationToken::new();
-        let served = tokio::spawn({
-            let stop = stop.clone();
-            async move { server.serve(listener, None, stop).await.expect("serve") }
-        });
-        drives.push(LocalDrive {
-            id: format!("d{i}"),
-            dir,
-            cluster,
-            stop,
-            served,
-        });
+        drives.push(serve_local(config, listener));
     }
     drives
 }

@@ -54,9 +54,11 @@ class Cluster:
     serves /metrics on its own port (`metrics_addrs`); `extra(i)` gives more `--set`
     settings for drive i, `env(i)` more environment variables."""
 
-    def __init__(self, n=6, k=4, m=2, chunk=65536, extra=None, from_init=None, env=None):
+    def __init__(self, n=6, k=4, m=2, chunk=65536, extra=None, from_init=None, env=None,
+                 logs=False):
         """With `from_init`, a directory `oedd cluster init` wrote, the drives run its
-        map and secrets instead."""
+        map and secrets instead. With `logs`, each drive's log goes to `log_path(i)`."""
+        self.logs = logs
         self.bin = os.environ.get("OED_TEST_OEDD_BIN", "target/debug/oedd")
         self.dir = Path(tempfile.mkdtemp(prefix="oed-s3-test-"))
         self.extra = extra or (lambda i: [])
@@ -139,6 +141,7 @@ class Cluster:
             ],
             env=env,
             stdout=subprocess.PIPE,
+            stderr=open(self.log_path(i), "a") if self.logs else None,
             text=True,
         )
         ready = threading.Event()
@@ -157,6 +160,9 @@ class Cluster:
                 p.kill()
                 raise RuntimeError(f"{self.ids[i]} did not start")
         self.procs[i] = p
+
+    def log_path(self, i):
+        return self.dir / f"{self.ids[i]}.log"
 
     def kill9(self, i):
         p = self.procs[i]

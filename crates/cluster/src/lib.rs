@@ -11,6 +11,7 @@
 //! version that at least `k` drives hold, so a write that did not reach its quorum is
 //! never shown.
 
+pub mod accounts;
 pub mod budget;
 pub mod compute;
 pub mod init;
@@ -107,6 +108,30 @@ pub struct ClusterStats {
     /// Connections closed because their TLS handshake failed or did not finish within
     /// `http_header_timeout_seconds`.
     pub tls_handshake_failures: AtomicU64,
+    /// S3 requests refused for want of a right, by operation.
+    denied: Mutex<std::collections::BTreeMap<String, u64>>,
+}
+
+impl ClusterStats {
+    /// Counts an S3 request of operation `op` refused for want of a right.
+    pub fn count_denied(&self, op: &str) {
+        let mut m = self
+            .denied
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        *m.entry(op.to_owned()).or_default() += 1;
+    }
+
+    /// The requests refused for want of a right so far, by operation.
+    #[must_use]
+    pub fn denied_by_op(&self) -> Vec<(String, u64)> {
+        self.denied
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .iter()
+            .map(|(k, v)| (k.clone(), *v))
+            .collect()
+    }
 }
 
 /// One cluster map, with a [`Drive`] for each of its drives (this drive's own store for

@@ -17,6 +17,7 @@ use bytes::Bytes;
 use futures_util::Stream;
 use serde::{Deserialize, Serialize};
 
+use crate::account::{AccountDigest, SignedEntry};
 pub use crate::error::{DriveError, ErrorCode};
 pub use crate::heal::HealEntry;
 use crate::record::{BucketRecord, ObjectRecord, PartRef, VersionId};
@@ -400,4 +401,25 @@ pub trait Drive: Send + Sync + std::fmt::Debug {
     /// # Errors
     /// `BadRequest` for more than [`MAX_BATCH`] settlements.
     async fn settle(&self, settlements: &[Settlement]) -> Result<Vec<bool>, DriveError>;
+
+    /// The digest of the account table held there and how many entries it has.
+    ///
+    /// # Errors
+    /// When the drive cannot answer.
+    async fn account_digest(&self) -> Result<AccountDigest, DriveError>;
+
+    /// Every entry of the account table held there, deleted keys included, as signed.
+    ///
+    /// # Errors
+    /// When the drive cannot answer.
+    async fn account_entries(&self) -> Result<Vec<SignedEntry>, DriveError>;
+
+    /// Merges `entries` into the account table there (each taken when it is newer than
+    /// the one of its name), stored before they are in force. Returns how many were taken.
+    ///
+    /// # Errors
+    /// `BadRequest` for more than [`MAX_BATCH`] entries or one not signed with the
+    /// cluster's key (then none is taken); `ServiceUnavailable` while the drive's table is
+    /// not open yet.
+    async fn merge_accounts(&self, entries: &[SignedEntry]) -> Result<usize, DriveError>;
 }

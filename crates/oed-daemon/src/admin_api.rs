@@ -16,6 +16,8 @@ use axum::routing::{get, post};
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
+use oed_cluster::Cluster;
+use oed_model::account::{AccountAnswer, AccountRequest};
 use oed_model::drive::DriveError;
 use oed_model::error::Error;
 use oed_model::map::ClusterMap;
@@ -24,13 +26,29 @@ use oed_repair::{Repair, RepairStatus};
 
 type Answer<T> = Result<T, DriveError>;
 
-/// The admin routes, acting on `repair`, for a router of any state.
-pub fn routes<S: Clone + Send + Sync + 'static>(repair: Arc<Repair>) -> Router<S> {
+/// The admin routes, acting on `repair` and `cluster`, for a router of any state.
+pub fn routes<S: Clone + Send + Sync + 'static>(
+    repair: Arc<Repair>,
+    cluster: Arc<Cluster>,
+) -> Router<S> {
     Router::new()
         .route(PeerOp::AdminStatus.route().1, get(status))
         .route(PeerOp::AdminAction.route().1, post(action))
         .route(PeerOp::GetMap.route().1, get(get_map).post(put_map))
         .with_state(repair)
+        .merge(
+            Router::new()
+                .route(PeerOp::AdminAccounts.route().1, post(accounts))
+                .with_state(cluster),
+        )
+}
+
+/// `POST admin/accounts`: one [`AccountRequest`] (JSON), carried out by this drive and
+/// spread to the others (`oed_cluster::accounts`).
+async fn accounts(State(cluster): State<Arc<Cluster>>, body: Bytes) -> Answer<Json<AccountAnswer>> {
+    let req: AccountRequest = serde_json::from_slice(&body)
+        .map_err(|e| Error::BadRequest(format!("account request: {e}")))?;
+    Ok(Json(cluster.administer(req).await?))
 }
 
 /// A maintenance action (`POST admin/action?do=ACTION`).

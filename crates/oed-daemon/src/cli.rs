@@ -285,6 +285,98 @@ pub enum AdminAction {
     },
     /// Push the map file as it is to every drive (one that was down when it changed).
     Push,
+    /// Access keys for S3 clients: create, list, info, delete, rotate (`docs/access.md`).
+    Key {
+        #[command(subcommand)]
+        action: KeyAction,
+    },
+    /// What keys may do in a bucket: allow, deny, info (`docs/access.md`).
+    Bucket {
+        #[command(subcommand)]
+        action: BucketAction,
+    },
+}
+
+#[derive(Subcommand)]
+pub enum KeyAction {
+    /// A new key named NAME; prints its id and secret (the secret is shown this once).
+    Create {
+        /// A name for people (not unique).
+        name: String,
+        /// Print `{"access_key_id", "secret_access_key", "name"}`.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Every key: id, name, when made, buckets with rights.
+    List {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// One key and its rights in each bucket.
+    Info {
+        /// The access key id.
+        id: String,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Delete a key: requests signed with it are refused on every drive from then on.
+    Delete {
+        /// The access key id.
+        id: String,
+    },
+    /// A new secret for a key; the old one is refused from then on (no grace period).
+    Rotate {
+        /// The access key id.
+        id: String,
+        /// Print `{"access_key_id", "secret_access_key", "name"}`.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// The rights named on the command line.
+#[derive(Args)]
+pub struct RightsArgs {
+    /// The access key id.
+    #[arg(long)]
+    pub key: String,
+    /// GET, HEAD, listings, near-data operations that read.
+    #[arg(long)]
+    pub read: bool,
+    /// PUT, copy into, delete, multipart, operations that write.
+    #[arg(long)]
+    pub write: bool,
+    /// Bucket settings, deleting the bucket.
+    #[arg(long)]
+    pub owner: bool,
+}
+
+#[derive(Subcommand)]
+pub enum BucketAction {
+    /// Give KEY the rights named in BUCKET (adding to those it has).
+    Allow {
+        /// The bucket.
+        bucket: String,
+        #[command(flatten)]
+        rights: RightsArgs,
+    },
+    /// Take the rights named from KEY in BUCKET.
+    Deny {
+        /// The bucket.
+        bucket: String,
+        #[command(flatten)]
+        rights: RightsArgs,
+    },
+    /// The keys with rights in BUCKET, and which.
+    Info {
+        /// The bucket.
+        bucket: String,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Args)]

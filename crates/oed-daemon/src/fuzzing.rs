@@ -174,7 +174,11 @@ pub fn ranges_and_headers(data: &[u8]) {
     if let Ok(v) = http::HeaderValue::from_str(range) {
         headers.insert(http::header::RANGE, v);
     }
-    let _ = oed_s3::range::unusable(&http::Method::GET, &headers);
+    let _ = oed_s3::range::unusable(
+        &http::Method::GET,
+        &http::Uri::from_static("/bucket/key"),
+        &headers,
+    );
     let parsed = s3s::dto::Range::parse(range).ok();
     for size in [0, 1, 10, 5 << 30, u64::MAX] {
         let rec = oed_model::record::test_record("k", 1, size);

@@ -157,6 +157,8 @@ struct StateCollector {
     slowdown: CounterVec,
     /// Bytes hashed for MD5 `ETag`s, by streams hashed together.
     md5: CounterVec,
+    /// S3 requests refused for want of a right, by operation.
+    denied: CounterVec,
     /// Counters kept as atomics on the hot path, copied here on scrape.
     counters: [Counter; 14],
 }
@@ -233,6 +235,13 @@ impl StateCollector {
                 &["reason"],
             )?,
             md5: md5_counter()?,
+            denied: CounterVec::new(
+                Opts::new(
+                    "oed_s3_denied_total",
+                    "S3 requests this drive refused with 403 AccessDenied because the key (or an unsigned request) lacks the right the operation needs in its bucket (docs/access.md), by operation.",
+                ),
+                &["op"],
+            )?,
             counters: hot_counters()?,
             store,
             cluster,
@@ -254,6 +263,7 @@ impl StateCollector {
             &self.info,
             &self.slowdown,
             &self.md5,
+            &self.denied,
         ];
         v.extend(self.counters.iter().map(|c| c as &dyn Collector));
         v
@@ -299,6 +309,9 @@ impl StateCollector {
                 &self.md5.with_label_values(&[&streams.to_string()]),
                 bytes as f64,
             );
+        }
+        for (op, n) in self.cluster.stats.denied_by_op() {
+            advance(&self.denied.with_label_values(&[op.as_str()]), n as f64);
         }
         let stats = &self.cluster.stats;
         let now = [

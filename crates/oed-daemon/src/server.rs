@@ -73,6 +73,7 @@ impl DriveServer {
         }
         let metrics = DriveMetrics::new()?;
         let store = Store::open(config, metrics.traffic.clone())?;
+        store.open_accounts(Arc::new(oed_model::account::AccountKeys::derive(secret)))?;
         if config.cluster_map.is_some() {
             check_epoch_grows(&store, &map)?;
         }
@@ -183,25 +184,17 @@ impl DriveServer {
             };
             tasks.spawn(serve_http(l, app, limits, shutdown.child_token()));
         }
-        let store = self.store.clone();
-        let sweep_token = shutdown.child_token();
-        tasks.spawn(async move {
-            // Orphans are harmless but take space; sweep once at start, off the hot path.
-            let swept = tokio::select! {
-                r = tokio::task::spawn_blocking(move || store.sweep_orphans()) => r,
-                () = sweep_token.cancelled() => return,
-            };
-            match swept {
-                Ok(Ok(n)) if n > 0 => tracing::info!(removed = n, "orphan shard files removed"),
-                Ok(Ok(_)) => {}
-                Ok(Err(e)) => tracing::warn!(error = %e, "orphan sweep failed"),
-                Err(e) => tracing::warn!(error = %e, "orphan sweep panicked"),
-            }
-        });
+        tasks.spawn(sweep_orphans(self.store.clone(), shutdown.child_token()));
         self.repair.spawn(&tasks, &shutdown);
+        let (synced, accounts_ready) = tokio::sync::watch::channel(false);
+        tasks.spawn(sync_accounts(
+            self.cluster.clone(),
+            synced,
+            shutdown.child_token(),
+        ));
         let app = oed_peer::router(
             self.peer.clone(),
-            crate::admin_api::routes(self.repair.clone()),
+            crate::admin_api::routes(self.repair.clone(), self.cluster.clone()),
         );
         let app = match self.s3.clone() {
             Some(s3) => app.fallback_service(axum::error_handling::HandleError::new(
@@ -211,6 +204,10 @@ impl DriveServer {
             None => app.fallback(|| async { Error::NotFound(oed_model::error::Missing::S3Off) }),
         };
         let app = app
+            .layer(axum::middleware::from_fn_with_state(
+                accounts_ready,
+                after_accounts_sync,
+            ))
             .layer(axum::middleware::from_fn(oed_s3::precheck))
             .layer(axum::middleware::from_fn_with_state(
                 self.metrics.traffic.clone(),
@@ -854,6 +851,56 @@ impl HttpBody for Finished {
     fn size_hint(&self) -> SizeHint {
         self.inner.size_hint()
     }
+}
+
+/// Sweeps orphan shard files once, off the hot path: they are harmless but take space.
+async fn sweep_orphans(store: Store, stop: CancellationToken) {
+    let swept = tokio::select! {
+        r = tokio::task::spawn_blocking(move || store.sweep_orphans()) => r,
+        () = stop.cancelled() => return,
+    };
+    match swept {
+        Ok(Ok(n)) if n > 0 => tracing::info!(removed = n, "orphan shard files removed"),
+        Ok(Ok(_)) => {}
+        Ok(Err(e)) => tracing::warn!(error = %e, "orphan sweep failed"),
+        Err(e) => tracing::warn!(error = %e, "orphan sweep panicked"),
+    }
+}
+
+/// Compares the account table with the other drives' at start and every
+/// [`oed_cluster::accounts::SYNC_PERIOD`] until `stop` (`oed_cluster::accounts`); `synced`
+/// turns true once the first comparison is over (every other drive answered or failed).
+async fn sync_accounts(
+    cluster: Arc<Cluster>,
+    synced: tokio::sync::watch::Sender<bool>,
+    stop: CancellationToken,
+) {
+    loop {
+        tokio::select! {
+            _ = cluster.sync_accounts() => {}
+            () = stop.cancelled() => return,
+        }
+        synced.send_replace(true);
+        tokio::select! {
+            () = tokio::time::sleep(oed_cluster::accounts::SYNC_PERIOD) => {}
+            () = stop.cancelled() => return,
+        }
+    }
+}
+
+/// Holds S3 requests until the drive's first comparison of account tables is over, so
+/// that a drive that was down when a key was revoked refuses it from its first S3 request
+/// (the peer API is served meanwhile: the other drives compare with it). The comparison
+/// is bounded by the peer timeout per drive; a request waits at most a minute.
+async fn after_accounts_sync(
+    axum::extract::State(mut ready): axum::extract::State<tokio::sync::watch::Receiver<bool>>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    if !*ready.borrow() && !req.uri().path().starts_with("/_oed/") {
+        let _ = tokio::time::timeout(Duration::from_mins(1), ready.wait_for(|r| *r)).await;
+    }
+    next.run(req).await
 }
 
 #[cfg(test)]

@@ -206,9 +206,72 @@ fn admin(args: AdminArgs) -> anyhow::Result<()> {
                 rt.block_on(admin::act(&map, &access, "retry", &all(drive)))?
             );
         }
+        AdminAction::Key { action } => {
+            print!("{}", rt.block_on(admin_keys(&map, &access, action))?);
+        }
+        AdminAction::Bucket { action } => {
+            print!("{}", rt.block_on(admin_bucket(&map, &access, action))?);
+        }
         action => admin_map(&args.map, &map, &access, action, &rt)?,
     }
     Ok(())
+}
+
+/// `oedd admin key ...`: the request, sent to a drive of the map, and its answer shown.
+async fn admin_keys(
+    map: &oed_model::map::ClusterMap,
+    access: &oed_tools::admin::Access,
+    action: oed_daemon::cli::KeyAction,
+) -> anyhow::Result<String> {
+    use oed_daemon::cli::KeyAction;
+    use oed_model::account::AccountRequest as R;
+    let (req, json) = match action {
+        KeyAction::Create { name, json } => (R::KeyCreate { name }, json),
+        KeyAction::List { json } => (R::KeyList, json),
+        KeyAction::Info { id, json } => (R::KeyInfo { id }, json),
+        KeyAction::Delete { id } => (R::KeyDelete { id }, false),
+        KeyAction::Rotate { id, json } => (R::KeyRotate { id }, json),
+    };
+    let answer = oed_tools::admin::accounts(map, access, &req).await?;
+    Ok(oed_tools::admin::show_accounts(access, &answer, json)?)
+}
+
+/// `oedd admin bucket ...`.
+async fn admin_bucket(
+    map: &oed_model::map::ClusterMap,
+    access: &oed_tools::admin::Access,
+    action: oed_daemon::cli::BucketAction,
+) -> anyhow::Result<String> {
+    use oed_daemon::cli::BucketAction;
+    use oed_model::account::{AccountRequest as R, Rights};
+    let grant = |bucket: String, r: oed_daemon::cli::RightsArgs, give: bool| {
+        let rights = Rights {
+            read: r.read,
+            write: r.write,
+            owner: r.owner,
+        };
+        let key = r.key;
+        if give {
+            R::BucketAllow {
+                bucket,
+                key,
+                rights,
+            }
+        } else {
+            R::BucketDeny {
+                bucket,
+                key,
+                rights,
+            }
+        }
+    };
+    let (req, json) = match action {
+        BucketAction::Allow { bucket, rights } => (grant(bucket, rights, true), false),
+        BucketAction::Deny { bucket, rights } => (grant(bucket, rights, false), false),
+        BucketAction::Info { bucket, json } => (R::BucketInfo { bucket }, json),
+    };
+    let answer = oed_tools::admin::accounts(map, access, &req).await?;
+    Ok(oed_tools::admin::show_accounts(access, &answer, json)?)
 }
 
 /// The `oedd admin` actions that change the cluster map.
@@ -256,7 +319,9 @@ fn admin_map(
             print!("{}", rt.block_on(admin::push(&new, access)));
         }
         AdminAction::Push => print!("{}", rt.block_on(admin::push(map, access))),
-        AdminAction::Status { .. }
+        AdminAction::Key { .. }
+        | AdminAction::Bucket { .. }
+        | AdminAction::Status { .. }
         | AdminAction::Scrub { .. }
         | AdminAction::Refill { .. }
         | AdminAction::Retry { .. } => {}

@@ -72,6 +72,7 @@ use tokio::sync::Semaphore;
 
 use auth::PeerKey;
 use oed_meter::traffic::{BodyMeter, Class, Direction};
+use oed_model::account::{AccountDigest, SignedEntry};
 use oed_model::drive::{
     Drive, DriveError, DriveInfo, HealEntry, MAX_LIST, ObjectRef, OpAnswer, OpRequest, RecordPage,
     Relocation, Settlement, Stored,
@@ -132,10 +133,14 @@ peer_ops! {
     RecordsFor => GET "records",
     Relocate => POST "relocate",
     Settle => POST "settle",
+    AccountDigest => GET "accounts/digest",
+    AccountEntries => GET "accounts",
+    MergeAccounts => POST "accounts",
     AdminStatus => GET "admin/status",
     AdminAction => POST "admin/action",
     GetMap => GET "admin/map",
     PutMap => POST "admin/map",
+    AdminAccounts => POST "admin/accounts",
 }
 
 impl PeerOp {
@@ -167,7 +172,14 @@ impl PeerOp {
             Self::RecordsFor => get(records_for),
             Self::Relocate => axum::routing::post(relocate),
             Self::Settle => axum::routing::post(settle),
-            Self::AdminStatus | Self::AdminAction | Self::GetMap | Self::PutMap => return None,
+            Self::AccountDigest => get(account_digest),
+            Self::AccountEntries => get(account_entries),
+            Self::MergeAccounts => axum::routing::post(merge_accounts),
+            Self::AdminStatus
+            | Self::AdminAction
+            | Self::GetMap
+            | Self::PutMap
+            | Self::AdminAccounts => return None,
         })
     }
 }
@@ -773,4 +785,22 @@ async fn settle(State(state): State<Arc<PeerState>>, body: Bytes) -> Answer<Json
     let settlements: Vec<Settlement> = serde_json::from_slice(&body)
         .map_err(|e| Error::BadRequest(format!("settlements: {e}")))?;
     Ok(Json(state.drive.settle(&settlements).await?))
+}
+
+async fn account_digest(State(state): State<Arc<PeerState>>) -> Answer<Json<AccountDigest>> {
+    Ok(Json(state.drive.account_digest().await?))
+}
+
+async fn account_entries(State(state): State<Arc<PeerState>>) -> Answer<Json<Vec<SignedEntry>>> {
+    Ok(Json(state.drive.account_entries().await?))
+}
+
+async fn merge_accounts(State(state): State<Arc<PeerState>>, body: Bytes) -> Answer<Json<usize>> {
+    let entries: Vec<SignedEntry> = serde_json::from_slice(&body)
+        .map_err(|e| Error::BadRequest(format!("account entries: {e}")))?;
+    let taken = state.drive.merge_accounts(&entries).await?;
+    if taken > 0 {
+        tracing::info!(taken, "account entries taken from a peer");
+    }
+    Ok(Json(taken))
 }

@@ -6,6 +6,7 @@ use s3s::dto::{
 use s3s::{S3ErrorCode, S3Response, S3Result};
 
 use super::{OrS3, err, timestamp};
+use crate::access::{self, Who};
 use oed_cluster::Cluster;
 
 /// The owner every bucket and object shows: the cluster has one account.
@@ -16,8 +17,10 @@ pub(crate) fn owner() -> Owner {
     }
 }
 
+/// Makes the bucket; the key that made it gets every right there (`access::new_bucket`).
 pub(crate) async fn create(
     cluster: &Cluster,
+    who: &Who<'_>,
     input: CreateBucketInput,
 ) -> S3Result<S3Response<CreateBucketOutput>> {
     if cluster.bucket_exists(&input.bucket).await.or_s3()? {
@@ -27,17 +30,23 @@ pub(crate) async fn create(
         ));
     }
     cluster.create_bucket(&input.bucket).await.or_s3()?;
+    access::new_bucket(cluster, who, &input.bucket).await?;
     Ok(S3Response::new(CreateBucketOutput {
         location: Some(format!("/{}", input.bucket)),
     }))
 }
 
-pub(crate) async fn list(cluster: &Cluster) -> S3Result<S3Response<ListBucketsOutput>> {
+/// The buckets the signer has any right in.
+pub(crate) async fn list(
+    cluster: &Cluster,
+    who: &Who<'_>,
+) -> S3Result<S3Response<ListBucketsOutput>> {
     let buckets = cluster
         .buckets()
         .await
         .or_s3()?
         .into_iter()
+        .filter(|b| access::may_see(cluster, who, &b.name))
         .map(|b| Bucket {
             name: Some(b.name),
             creation_date: Some(timestamp(b.created_ms)),
@@ -56,5 +65,6 @@ pub(crate) async fn delete(
     bucket: &str,
 ) -> S3Result<S3Response<DeleteBucketOutput>> {
     cluster.delete_bucket(bucket).await.or_s3()?;
+    access::bucket_deleted(cluster, bucket).await?;
     Ok(S3Response::new(DeleteBucketOutput {}))
 }

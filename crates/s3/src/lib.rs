@@ -8,6 +8,7 @@
 //! Keys beginning with U+0001 are the cluster's own (multipart uploads and their parts,
 //! see [`multipart`]); clients cannot create them, and listings never show them.
 
+mod access;
 pub mod bucket;
 pub mod checksum;
 pub mod error;
@@ -74,20 +75,25 @@ impl OpName {
 pub struct OedS3 {
     cluster: Arc<Cluster>,
     region: String,
+    /// The bootstrap access key (`s3_access_key`): every right, everywhere.
+    root: String,
 }
 
 impl OedS3 {
     /// The S3 service coordinating through `cluster`, answering as `region`.
     #[must_use]
-    pub fn new(cluster: Arc<Cluster>, region: &str) -> Self {
+    pub fn new(cluster: Arc<Cluster>, region: &str, root: &str) -> Self {
         Self {
+            root: root.to_owned(),
             cluster,
             region: region.to_owned(),
         }
     }
 }
 
-/// The `s3s` service with SigV4 checked against one access key and secret, for `region`.
+/// The `s3s` service for `region`, with signatures checked against the bootstrap key
+/// (`access_key`, `secret_key`: every right) and the account table's keys, and each
+/// request's rights in its bucket ([`access`]).
 #[must_use]
 pub fn service(
     cluster: Arc<Cluster>,
@@ -95,21 +101,30 @@ pub fn service(
     secret_key: &str,
     region: &str,
 ) -> s3s::service::S3Service {
-    let mut b = s3s::service::S3ServiceBuilder::new(OedS3::new(cluster.clone(), region));
+    let mut b =
+        s3s::service::S3ServiceBuilder::new(OedS3::new(cluster.clone(), region, access_key));
     // No body read whole is read past XML_BODY_MAX (precheck refuses a longer one first).
     let mut config = s3s::config::S3Config::default();
     config.xml_max_body_size = XML_BODY_MAX;
     b.set_config(Arc::new(s3s::config::StaticConfigProvider::new(Arc::new(
         config,
     ))));
-    b.set_auth(s3s::auth::SimpleAuth::from_single(access_key, secret_key));
+    b.set_auth(access::KeyAuth {
+        cluster: cluster.clone(),
+        root: access_key.to_owned(),
+        root_secret: secret_key.to_owned(),
+    });
     b.set_access(NameOperation {
         region: region.to_owned(),
+        cluster: cluster.clone(),
+        root: access_key.to_owned(),
     });
-    let plain = s3s::service::S3ServiceBuilder::new(OedS3::new(cluster.clone(), region)).build();
+    let plain =
+        s3s::service::S3ServiceBuilder::new(OedS3::new(cluster.clone(), region, access_key))
+            .build();
     b.set_route(Routes {
-        op: op::OpRoute::new(cluster),
-        range: range::IgnoreRange::new(plain, region),
+        op: op::OpRoute::new(cluster.clone(), access_key),
+        range: range::IgnoreRange::new(plain, region, cluster, access_key),
     });
     b.build()
 }
@@ -138,7 +153,7 @@ impl S3Route for Routes {
         if self.op.is_match(method, uri, headers, extensions) {
             return true;
         }
-        let unusable = range::unusable(method, headers);
+        let unusable = range::unusable(method, uri, headers);
         if unusable {
             extensions.insert(TookRange);
         }
@@ -165,11 +180,13 @@ impl S3Route for Routes {
 /// The access check `s3s` runs once it has verified a request's signature and resolved
 /// its operation: it names the operation for the request metrics ([`OpName`]), refuses
 /// a request signed for another region (as S3 does: `AuthorizationHeaderMalformed`, or
-/// `AuthorizationQueryParametersError` for a presigned URL) and, as `s3s`' default check
-/// does, anonymous requests.
-#[derive(Debug)]
+/// `AuthorizationQueryParametersError` for a presigned URL), anonymous requests, and
+/// requests whose key lacks the right the operation needs in its bucket
+/// ([`access::needs`]); after the request is parsed, a copy's source bucket too.
 struct NameOperation {
     region: String,
+    cluster: Arc<Cluster>,
+    root: String,
 }
 
 #[async_trait::async_trait]
@@ -179,7 +196,33 @@ impl s3s::access::S3Access for NameOperation {
         if let Some(slot) = cx.extensions_mut().get::<OpName>() {
             slot.set(&name);
         }
-        signed_for(cx.credentials(), cx.headers(), cx.uri(), &self.region)
+        signed_for(cx.credentials(), cx.headers(), cx.uri(), &self.region)?;
+        let who = access::who(&self.root, cx.credentials());
+        let bucket = match cx.s3_path() {
+            s3s::path::S3Path::Root => return Ok(()),
+            s3s::path::S3Path::Bucket { bucket } | s3s::path::S3Path::Object { bucket, .. } => {
+                bucket
+            }
+        };
+        match access::needs(&name) {
+            Some(right) => access::require(&self.cluster, &who, &name, bucket, right),
+            None => Ok(()),
+        }
+    }
+
+    async fn copy_object(&self, req: &mut S3Request<CopyObjectInput>) -> S3Result<()> {
+        let who = access::who(&self.root, req.credentials.as_ref());
+        access::require_source(&self.cluster, &who, "CopyObject", &req.input.copy_source)
+    }
+
+    async fn upload_part_copy(&self, req: &mut S3Request<UploadPartCopyInput>) -> S3Result<()> {
+        let who = access::who(&self.root, req.credentials.as_ref());
+        access::require_source(
+            &self.cluster,
+            &who,
+            "UploadPartCopy",
+            &req.input.copy_source,
+        )
     }
 }
 
@@ -548,7 +591,8 @@ impl S3 for OedS3 {
         &self,
         req: S3Request<CreateBucketInput>,
     ) -> S3Result<S3Response<CreateBucketOutput>> {
-        bucket::create(&self.cluster, req.input).await
+        let who = access::who(&self.root, req.credentials.as_ref());
+        bucket::create(&self.cluster, &who, req.input).await
     }
 
     async fn head_bucket(
@@ -561,9 +605,10 @@ impl S3 for OedS3 {
 
     async fn list_buckets(
         &self,
-        _req: S3Request<ListBucketsInput>,
+        req: S3Request<ListBucketsInput>,
     ) -> S3Result<S3Response<ListBucketsOutput>> {
-        bucket::list(&self.cluster).await
+        let who = access::who(&self.root, req.credentials.as_ref());
+        bucket::list(&self.cluster, &who).await
     }
 
     async fn delete_bucket(

@@ -16,7 +16,9 @@ use s3s::{Body, S3ErrorCode, S3Request, S3Response, S3Result};
 
 use super::OpName;
 use super::{OrS3, err, has_param, need_bucket, param, record};
+use crate::access;
 use oed_cluster::Cluster;
+use oed_model::account::Right;
 use oed_model::uri::decode as percent_decode;
 
 /// The query parameter that names a near-data operation.
@@ -86,17 +88,42 @@ fn check_targets(op: &Op, key: &str) -> S3Result<()> {
     Ok(())
 }
 
+/// Whether `op` writes objects (its `target`): then it needs the write right in the
+/// bucket, besides the read right every operation needs.
+fn writes(op: &Op) -> bool {
+    matches!(
+        op,
+        Op::Compress(_) | Op::Sort(_) | Op::Decompress(_) | Op::Add(_)
+    )
+}
+
+/// The bucket a request's path names, if it names one.
+fn op_bucket(uri: &http::Uri) -> Option<String> {
+    let path = percent_decode(uri.path())?;
+    match s3s::path::parse_path_style(&path).ok()? {
+        s3s::path::S3Path::Object { bucket, .. } | s3s::path::S3Path::Bucket { bucket } => {
+            Some(bucket.into())
+        }
+        s3s::path::S3Path::Root => None,
+    }
+}
+
 /// The route `s3s` hands `POST ...?oed-op` to.
 #[derive(Debug)]
 pub struct OpRoute {
     cluster: Arc<Cluster>,
+    /// The bootstrap access key (`s3_access_key`).
+    root: String,
 }
 
 impl OpRoute {
-    /// The route, running operations through `cluster`.
+    /// The route, running operations through `cluster`; `root` is the bootstrap key.
     #[must_use]
-    pub fn new(cluster: Arc<Cluster>) -> Self {
-        Self { cluster }
+    pub fn new(cluster: Arc<Cluster>, root: &str) -> Self {
+        Self {
+            cluster,
+            root: root.to_owned(),
+        }
     }
 }
 
@@ -116,9 +143,14 @@ impl S3Route for OpRoute {
         if let Some(slot) = req.extensions.get::<OpName>() {
             slot.set("OedOp");
         }
-        match req.credentials {
-            Some(_) => Ok(()),
-            None => Err(err(S3ErrorCode::AccessDenied, "Signature is required")),
+        let who = access::who(&self.root, req.credentials.as_ref());
+        if matches!(who, access::Who::Anonymous) {
+            return Err(err(S3ErrorCode::AccessDenied, "Signature is required"));
+        }
+        // Every operation reads; one that writes needs more once its body is read.
+        match op_bucket(&req.uri) {
+            Some(bucket) => access::require(&self.cluster, &who, "OedOp", &bucket, Right::Read),
+            None => Ok(()),
         }
     }
 
@@ -152,6 +184,10 @@ impl S3Route for OpRoute {
                 format!("the operation is not one OED knows: {e}"),
             )
         })?;
+        if writes(&op) {
+            let who = access::who(&self.root, req.credentials.as_ref());
+            access::require(&self.cluster, &who, "OedOp", &bucket, Right::Write)?;
+        }
         let range = asked_range(&req.headers)?;
         if range.is_some() && key.is_none() {
             return Err(err(

@@ -17,9 +17,13 @@ use s3s::{Body, S3ErrorCode, S3Request, S3Response, S3Result};
 use super::OpName;
 use super::err;
 
-/// Whether a request is a GET or HEAD whose `Range` header `s3s` would refuse.
-pub fn unusable(method: &http::Method, headers: &http::HeaderMap) -> bool {
+/// Whether a request is a GET or HEAD of an object whose `Range` header `s3s` would
+/// refuse (it reads none on other paths).
+pub fn unusable(method: &http::Method, uri: &http::Uri, headers: &http::HeaderMap) -> bool {
     if method != http::Method::GET && method != http::Method::HEAD {
+        return false;
+    }
+    if object_bucket(uri).is_none() {
         return false;
     }
     headers.get_all(http::header::RANGE).iter().count() > 1
@@ -33,20 +37,41 @@ pub fn unusable(method: &http::Method, headers: &http::HeaderMap) -> bool {
 pub struct IgnoreRange {
     plain: s3s::service::S3Service,
     region: String,
+    cluster: std::sync::Arc<oed_cluster::Cluster>,
+    /// The bootstrap access key (`s3_access_key`).
+    root: String,
+}
+
+/// The bucket of a path-style object path.
+fn object_bucket(uri: &http::Uri) -> Option<String> {
+    let path = oed_model::uri::decode(uri.path())?;
+    match s3s::path::parse_path_style(&path).ok()? {
+        s3s::path::S3Path::Object { bucket, .. } => Some(bucket.into()),
+        _ => None,
+    }
 }
 
 impl IgnoreRange {
-    /// The route, forwarding to `plain`, for a cluster answering as `region`.
+    /// The route, forwarding to `plain`, for a cluster answering as `region` whose
+    /// bootstrap key is `root`.
     #[must_use]
-    pub fn new(plain: s3s::service::S3Service, region: &str) -> Self {
+    pub fn new(
+        plain: s3s::service::S3Service,
+        region: &str,
+        cluster: std::sync::Arc<oed_cluster::Cluster>,
+        root: &str,
+    ) -> Self {
         Self {
             plain,
             region: region.to_owned(),
+            cluster,
+            root: root.to_owned(),
         }
     }
 
     /// Names the operation for the request metrics, and refuses what the signed service's
-    /// access check refuses (anonymous requests, another region).
+    /// access check refuses (anonymous requests, another region, a key without the read
+    /// right in the bucket).
     ///
     /// # Errors
     /// `AccessDenied` or `AuthorizationHeaderMalformed`, as the access check refuses.
@@ -63,6 +88,21 @@ impl IgnoreRange {
             &req.headers,
             &req.uri,
             &self.region,
+        )?;
+        let who = crate::access::who(&self.root, req.credentials.as_ref());
+        let bucket = object_bucket(&req.uri)
+            .ok_or_else(|| err(S3ErrorCode::InvalidURI, "the request names no object"))?;
+        let op = if req.method == http::Method::HEAD {
+            "HeadObject"
+        } else {
+            "GetObject"
+        };
+        crate::access::require(
+            &self.cluster,
+            &who,
+            op,
+            &bucket,
+            oed_model::account::Right::Read,
         )
     }
 

@@ -11,6 +11,7 @@ use bytes::Bytes;
 use futures_util::StreamExt as _;
 
 use super::Store;
+use oed_model::account::{AccountDigest, SignedEntry};
 use oed_model::drive::{
     Drive, DriveError, DriveInfo, HealEntry, MAX_LIST, ObjectRef, OpAnswer, OpRequest, RecordPage,
     Relocation, Settlement, ShardRead, ShardStream, ShardUpload, Stored, check_batch,
@@ -217,6 +218,20 @@ impl Drive for Store {
 
     async fn settle(&self, settlements: &[Settlement]) -> Result<Vec<bool>, DriveError> {
         self.each(settlements, Store::settle).await
+    }
+
+    async fn account_digest(&self) -> Result<AccountDigest, DriveError> {
+        Ok(self.accounts().digest())
+    }
+
+    async fn account_entries(&self) -> Result<Vec<SignedEntry>, DriveError> {
+        Ok(self.accounts().entries())
+    }
+
+    async fn merge_accounts(&self, entries: &[SignedEntry]) -> Result<usize, DriveError> {
+        check_batch(entries.len())?;
+        let (store, entries) = (self.clone(), entries.to_vec());
+        Ok(blocking(move || store.merge_accounts(entries).map(|taken| taken.len())).await?)
     }
 }
 

@@ -10,6 +10,7 @@
 //! RocksDB write. A crash at any point leaves either the old state or the new one visible,
 //! plus at most an unreferenced file, which [`Store::sweep_orphans`] removes.
 
+mod accounts;
 mod drive;
 mod files;
 pub mod limiter;
@@ -139,6 +140,8 @@ pub struct Shared {
     pool: Arc<pool::Pool>,
     /// Raw uploads received by `splice` since the start, stored or not ([`upload::splice`]).
     spliced: std::sync::atomic::AtomicU64,
+    /// The account table ([`accounts`]).
+    accounts: accounts::Accounts,
 }
 
 /// A drive's identity, in `identity.json` of its data directory: written once, at the
@@ -261,6 +264,7 @@ impl Store {
             files,
             pool,
             spliced: std::sync::atomic::AtomicU64::new(0),
+            accounts: accounts::Accounts::default(),
         })))
     }
 

@@ -10,6 +10,7 @@ use rocksdb::{
     WriteBatch, WriteOptions,
 };
 
+use oed_model::account::SignedEntry;
 use oed_model::config::{Config, FsyncPolicy};
 use oed_model::error::{Error, Result};
 use oed_model::heal::{HealCause, HealEntry};
@@ -27,7 +28,9 @@ pub(crate) const QUEUE: &str = "heal_queue";
 const STATE: &str = "state";
 /// Versions a client write replaced, kept until that write is settled ([`Kept`]).
 const KEPT: &str = "kept";
-const FAMILIES: [&str; 8] = [
+/// The account table's entries, by name (`oed_model::account`).
+const ACCOUNTS: &str = "accounts";
+const FAMILIES: [&str; 9] = [
     BUCKETS,
     OBJECTS,
     INLINE,
@@ -36,6 +39,7 @@ const FAMILIES: [&str; 8] = [
     QUEUE,
     STATE,
     KEPT,
+    ACCOUNTS,
 ];
 
 /// The version of a key that a client write replaced here, kept (record, and its shard
@@ -450,6 +454,29 @@ impl MetaStore {
     #[must_use]
     pub fn checksum_failures(&self) -> u64 {
         self.checksum_failures.load(Ordering::Relaxed)
+    }
+
+    /// Every entry of the account table held here.
+    ///
+    /// # Errors
+    /// [`Error::Meta`] or [`Error::Record`].
+    pub fn account_entries(&self) -> Result<Vec<SignedEntry>> {
+        self.db
+            .iterator_cf(self.cf(ACCOUNTS), IteratorMode::Start)
+            .map(|kv| Ok(serde_json::from_slice(&kv.map_err(crate::meta_error)?.1)?))
+            .collect()
+    }
+
+    /// Stores `entries` (each replacing the one of its name), in one synced write.
+    ///
+    /// # Errors
+    /// [`Error::Meta`] or [`Error::Record`]; then none is stored.
+    pub fn put_account_entries(&self, entries: &[SignedEntry]) -> Result<()> {
+        let mut batch = WriteBatch::default();
+        for e in entries {
+            batch.put_cf(self.cf(ACCOUNTS), e.entry.name(), serde_json::to_vec(e)?);
+        }
+        self.write(batch)
     }
 
     /// A value of the drive's own state (scrub and refill progress), decoded.

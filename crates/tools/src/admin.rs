@@ -23,7 +23,8 @@ use std::time::Duration;
 use futures_util::future::join_all;
 use serde::Serialize;
 
-use oed_model::drive::DriveError;
+use oed_model::account::{AccountAnswer, AccountKeys, AccountRequest, Rights};
+use oed_model::drive::{DriveError, ErrorCode};
 use oed_model::error::{Error, Result};
 use oed_model::map::{ClusterMap, DriveState};
 use oed_peer::PeerOp;
@@ -52,6 +53,8 @@ pub struct DriveAnswer {
 pub struct Access {
     key: PeerKey,
     http: PeerHttp,
+    /// Opens the secrets of new keys, which come sealed.
+    accounts: std::sync::Arc<AccountKeys>,
 }
 
 impl Access {
@@ -64,6 +67,7 @@ impl Access {
         Ok(Self {
             key: PeerKey::derive(secret),
             http: PeerHttp::with_tls(&oed_peer::tls::client_config(ca)?),
+            accounts: std::sync::Arc::new(AccountKeys::derive(secret)),
         })
     }
 
@@ -480,5 +484,160 @@ fn totals(
             .map(|(l, n)| format!("{n} with {l} to spare"))
             .collect();
         let _ = writeln!(out, "redundancy (last scrub passes): {}", parts.join(", "));
+    }
+}
+
+/// Sends an account request to the first drive of the map that answers (a drive that
+/// is down is skipped; one that refuses the request answers for all).
+///
+/// # Errors
+/// The drive's refusal (`BadRequest` naming what is wrong), or [`Error::Unavailable`]
+/// when no drive answered.
+pub async fn accounts(
+    map: &ClusterMap,
+    access: &Access,
+    req: &AccountRequest,
+) -> Result<AccountAnswer> {
+    let mut last = String::from("the map lists no drive");
+    for d in map.drives.iter().filter(|d| d.state == DriveState::In) {
+        let c = access.client(map, d);
+        match oed_model::drive::within(
+            Duration::from_secs(15),
+            c.post_json::<_, AccountAnswer>(PeerOp::AdminAccounts, "", req),
+        )
+        .await
+        {
+            Ok(a) => return Ok(a),
+            Err(e) if e.code == ErrorCode::Unreachable => last = format!("{}: {e}", d.id),
+            Err(e) => return Err(Error::BadRequest(e.message)),
+        }
+    }
+    Err(Error::Unavailable(format!("no drive answered ({last})")))
+}
+
+/// An account answer as `oedd admin key` and `oedd admin bucket` print it: for people, or
+/// JSON with `json` (a new key's secret opened: `access_key_id`, `secret_access_key`,
+/// `name`).
+///
+/// # Errors
+/// [`Error::Config`] when a new secret does not open with this cluster secret.
+pub fn show_accounts(access: &Access, answer: &AccountAnswer, json: bool) -> Result<String> {
+    let rights = |r: &Rights| {
+        let mut v = Vec::new();
+        for (on, name) in [(r.read, "read"), (r.write, "write"), (r.owner, "owner")] {
+            if on {
+                v.push(name);
+            }
+        }
+        v.join(" ")
+    };
+    let pretty = |v: &dyn erased::Json| v.pretty();
+    let mut out = String::new();
+    match answer {
+        AccountAnswer::NewSecret {
+            access_key_id,
+            name,
+            sealed_secret,
+        } => {
+            let secret = access
+                .accounts
+                .open(access_key_id, sealed_secret)
+                .ok_or_else(|| {
+                    Error::Config(
+                        "the new key's secret does not open with this cluster secret".into(),
+                    )
+                })?;
+            if json {
+                let v = serde_json::json!({
+                    "access_key_id": access_key_id,
+                    "secret_access_key": secret,
+                    "name": name,
+                });
+                let _ = writeln!(out, "{}", pretty(&v));
+            } else {
+                let _ = writeln!(out, "access key id:     {access_key_id}");
+                let _ = writeln!(out, "secret access key: {secret}");
+                let _ = writeln!(out, "name:              {name}");
+                let _ = writeln!(out, "The secret is shown this once: keep it now.");
+            }
+        }
+        AccountAnswer::Keys { keys } if json => {
+            let _ = writeln!(out, "{}", pretty(keys));
+        }
+        AccountAnswer::Keys { keys } => {
+            for k in keys {
+                let _ = writeln!(
+                    out,
+                    "{}  {:<24}  made {}  {} bucket(s)",
+                    k.id,
+                    k.name,
+                    utc(k.created_ms),
+                    k.buckets.len()
+                );
+            }
+        }
+        AccountAnswer::Key(k) if json => {
+            let _ = writeln!(out, "{}", pretty(k));
+        }
+        AccountAnswer::Key(k) => {
+            let _ = writeln!(out, "{}  {}  made {}", k.id, k.name, utc(k.created_ms));
+            for (b, r) in &k.buckets {
+                let _ = writeln!(out, "  {b}: {}", rights(r));
+            }
+        }
+        AccountAnswer::Bucket { bucket, grants } if json => {
+            let v = serde_json::json!({ "bucket": bucket, "grants": grants });
+            let _ = writeln!(out, "{}", pretty(&v));
+        }
+        AccountAnswer::Bucket { bucket, grants } => {
+            let _ = writeln!(out, "bucket {bucket}");
+            for (k, r) in grants {
+                let _ = writeln!(out, "  {k}: {}", rights(r));
+            }
+        }
+        AccountAnswer::Done { message } => {
+            let _ = writeln!(out, "{message}");
+        }
+    }
+    Ok(out)
+}
+
+/// `ms` since the epoch as `YYYY-MM-DD HH:MM UTC` (the civil calendar from the day
+/// count, as in Howard Hinnant's `civil_from_days`).
+fn utc(ms: u64) -> String {
+    let secs = ms / 1000;
+    let days = i64::try_from(secs / 86_400).unwrap_or(0);
+    let (hour, minute) = (secs % 86_400 / 3600, secs % 3600 / 60);
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!("{year:04}-{month:02}-{day:02} {hour:02}:{minute:02} UTC")
+}
+
+/// Pretty JSON of any answer part.
+mod erased {
+    pub trait Json {
+        fn pretty(&self) -> String;
+    }
+    impl<T: serde::Serialize> Json for T {
+        fn pretty(&self) -> String {
+            serde_json::to_string_pretty(self).unwrap_or_default()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn times_are_shown_in_utc() {
+        assert_eq!(super::utc(0), "1970-01-01 00:00 UTC");
+        assert_eq!(super::utc(1_795_791_600_000), "2026-11-27 15:00 UTC");
+        assert_eq!(super::utc(951_782_400_000), "2000-02-29 00:00 UTC");
     }
 }

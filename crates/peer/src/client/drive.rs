@@ -7,6 +7,7 @@ use http::StatusCode;
 
 use crate::PeerOp;
 use crate::auth::{self};
+use oed_model::account::{AccountDigest, SignedEntry};
 use oed_model::drive::{
     Drive, DriveError, DriveInfo, ErrorCode, HealEntry, ObjectRef, OpAnswer, OpRequest, RecordPage,
     Relocation, Settlement, ShardRead, ShardUpload, Stored,
@@ -173,6 +174,19 @@ impl Drive for PeerClient {
     async fn settle(&self, settlements: &[Settlement]) -> Result<Vec<bool>, DriveError> {
         oed_model::drive::check_batch(settlements.len())?;
         self.post_json(PeerOp::Settle, "", settlements).await
+    }
+
+    async fn account_digest(&self) -> Result<AccountDigest, DriveError> {
+        self.send(PeerOp::AccountDigest, "").await?.json().await
+    }
+
+    async fn account_entries(&self) -> Result<Vec<SignedEntry>, DriveError> {
+        self.send(PeerOp::AccountEntries, "").await?.json().await
+    }
+
+    async fn merge_accounts(&self, entries: &[SignedEntry]) -> Result<usize, DriveError> {
+        oed_model::drive::check_batch(entries.len())?;
+        self.post_json(PeerOp::MergeAccounts, "", entries).await
     }
 }
 

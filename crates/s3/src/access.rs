@@ -1,0 +1,214 @@
+//! Who may do what (`docs/access.md`): the secrets S3 requests are checked against (the
+//! bootstrap key of the settings, then the keys of the account table) and the right each
+//! operation needs in its bucket. Every check is a lookup in the table in memory.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use s3s::auth::{Credentials, S3Auth, SecretKey};
+use s3s::dto::CopySource;
+use s3s::{S3ErrorCode, S3Result};
+
+use oed_cluster::Cluster;
+use oed_model::account::{AccountEntry, BucketAccess, Right, Rights};
+use oed_model::record::VersionId;
+
+use crate::err;
+
+/// The secrets requests are checked against.
+pub(crate) struct KeyAuth {
+    pub(crate) cluster: Arc<Cluster>,
+    /// The bootstrap key (`s3_access_key`) and its secret: every right, everywhere.
+    pub(crate) root: String,
+    pub(crate) root_secret: String,
+}
+
+#[async_trait::async_trait]
+impl S3Auth for KeyAuth {
+    async fn get_secret_key(&self, access_key: &str) -> S3Result<SecretKey> {
+        if access_key == self.root {
+            return Ok(SecretKey::from(self.root_secret.as_str()));
+        }
+        let table = self.cluster.accounts();
+        let Some(key) = table.key(access_key) else {
+            return Err(err(
+                S3ErrorCode::InvalidAccessKeyId,
+                "The AWS Access Key Id you provided does not exist in our records.",
+            ));
+        };
+        let keys = self
+            .cluster
+            .account_keys()
+            .map_err(|e| err(S3ErrorCode::ServiceUnavailable, e.to_string()))?;
+        if let Some(secret) = keys.open(&key.id, &key.secret) {
+            return Ok(SecretKey::from(secret));
+        }
+        tracing::error!(key = %key.id, "an access key's secret does not open with this cluster's key");
+        Err(err(
+            S3ErrorCode::InternalError,
+            "the access key's secret cannot be read on this drive",
+        ))
+    }
+}
+
+/// The right an operation needs in its bucket; `None` for those that need none there
+/// (`ListBuckets` lists what the key may see; `CreateBucket` is open to every key).
+pub(crate) fn needs(op: &str) -> Option<Right> {
+    Some(match op {
+        "ListBuckets" | "CreateBucket" => return None,
+        "GetObject"
+        | "HeadObject"
+        | "GetObjectAttributes"
+        | "ListObjects"
+        | "ListObjectsV2"
+        | "ListObjectVersions"
+        | "HeadBucket"
+        | "GetBucketLocation"
+        | "GetBucketVersioning"
+        | "ListMultipartUploads"
+        | "ListParts" => Right::Read,
+        "PutObject"
+        | "DeleteObject"
+        | "DeleteObjects"
+        | "CopyObject"
+        | "CreateMultipartUpload"
+        | "UploadPart"
+        | "UploadPartCopy"
+        | "CompleteMultipartUpload"
+        | "AbortMultipartUpload" => Right::Write,
+        // Bucket settings, the bucket's deletion, and whatever else names a bucket.
+        _ => Right::Owner,
+    })
+}
+
+/// The signer of a request: the bootstrap key, a key of the table, or nobody.
+pub(crate) enum Who<'a> {
+    Root,
+    Key(&'a str),
+    Anonymous,
+}
+
+pub(crate) fn who<'a>(root: &str, credentials: Option<&'a Credentials>) -> Who<'a> {
+    match credentials {
+        None => Who::Anonymous,
+        Some(c) if c.access_key == root => Who::Root,
+        Some(c) => Who::Key(&c.access_key),
+    }
+}
+
+/// Refuses unless the signer has `right` in `bucket`: `AccessDenied`, and nothing is done.
+///
+/// # Errors
+/// As said.
+pub(crate) fn require(
+    cluster: &Cluster,
+    who: &Who<'_>,
+    op: &str,
+    bucket: &str,
+    right: Right,
+) -> S3Result<()> {
+    match who {
+        Who::Root => Ok(()),
+        Who::Anonymous => {
+            cluster.stats.count_denied(op);
+            Err(err(S3ErrorCode::AccessDenied, "Signature is required"))
+        }
+        Who::Key(id) => {
+            if cluster.accounts().rights(id, bucket).allow(right) {
+                Ok(())
+            } else {
+                cluster.stats.count_denied(op);
+                Err(err(
+                    S3ErrorCode::AccessDenied,
+                    format!(
+                        "Access Denied: the key has no {} right in bucket {bucket:?}",
+                        name(right)
+                    ),
+                ))
+            }
+        }
+    }
+}
+
+fn name(right: Right) -> &'static str {
+    match right {
+        Right::Read => "read",
+        Right::Write => "write",
+        Right::Owner => "owner",
+    }
+}
+
+/// The read right in a copy's source bucket.
+///
+/// # Errors
+/// `AccessDenied` without it.
+pub(crate) fn require_source(
+    cluster: &Cluster,
+    who: &Who<'_>,
+    op: &str,
+    src: &CopySource,
+) -> S3Result<()> {
+    match src {
+        CopySource::Bucket { bucket, .. } => require(cluster, who, op, bucket, Right::Read),
+        // Refused later as not supported; nothing is read.
+        _ => Ok(()),
+    }
+}
+
+/// Whether the signer may see `bucket` in `ListBuckets`: any right there.
+pub(crate) fn may_see(cluster: &Cluster, who: &Who<'_>, bucket: &str) -> bool {
+    match who {
+        Who::Root => true,
+        Who::Anonymous => false,
+        Who::Key(id) => !cluster.accounts().rights(id, bucket).is_none(),
+    }
+}
+
+/// After a bucket is made, the grants it starts with: every right for the key that made
+/// it, none for anyone else (the grants of an earlier bucket of that name are gone).
+///
+/// # Errors
+/// `ServiceUnavailable` when the change could not be stored on this drive.
+pub(crate) async fn new_bucket(cluster: &Cluster, who: &Who<'_>, bucket: &str) -> S3Result<()> {
+    let grants = match who {
+        Who::Key(id) => [((*id).to_owned(), Rights::ALL)].into(),
+        Who::Root | Who::Anonymous => BTreeMap::default(),
+    };
+    if matches!(who, Who::Root) && cluster.accounts().bucket(bucket).is_none() {
+        return Ok(());
+    }
+    set_grants(cluster, bucket, grants).await
+}
+
+/// After a bucket is deleted: its grants go with it.
+///
+/// # Errors
+/// `ServiceUnavailable` when the change could not be stored on this drive.
+pub(crate) async fn bucket_deleted(cluster: &Cluster, bucket: &str) -> S3Result<()> {
+    match cluster.accounts().bucket(bucket) {
+        Some(b) if !b.grants.is_empty() => set_grants(cluster, bucket, BTreeMap::default()).await,
+        _ => Ok(()),
+    }
+}
+
+async fn set_grants(
+    cluster: &Cluster,
+    bucket: &str,
+    grants: BTreeMap<String, Rights>,
+) -> S3Result<()> {
+    let entry = AccountEntry::Bucket(BucketAccess {
+        bucket: bucket.to_owned(),
+        grants,
+        version: VersionId(0),
+    });
+    cluster
+        .change_accounts(vec![entry])
+        .await
+        .map(|_| ())
+        .map_err(|e| {
+            err(
+                S3ErrorCode::ServiceUnavailable,
+                format!("the bucket's grants could not be stored: {e}"),
+            )
+        })
+}
