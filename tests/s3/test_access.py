@@ -22,6 +22,7 @@ OBJ = "present"
 def acl():
     c = Cluster(n=3, k=2, m=1, env=lambda i: {"OED_LOG": "info"}, logs=True)
     root = c.client()
+    ROOT[:] = [root]
     root.create_bucket(Bucket=B)
     root.put_object(Bucket=B, Key=OBJ, Body=b"0123456789" * 100)
     keys = {}
@@ -60,6 +61,34 @@ def multipart_upload(s3):
     s3.abort_multipart_upload(Bucket=B, Key=key, UploadId=up["UploadId"])
 
 
+# The bootstrap key's client, for uploads the key under test then works on.
+ROOT = []
+
+
+def root_upload():
+    key = fresh()
+    return key, ROOT[0].create_multipart_upload(Bucket=B, Key=key)["UploadId"]
+
+
+def upload_and_complete(s3):
+    key, upload = root_upload()
+    part = s3.upload_part(Bucket=B, Key=key, UploadId=upload, PartNumber=1, Body=b"p" * 100)
+    s3.complete_multipart_upload(
+        Bucket=B, Key=key, UploadId=upload,
+        MultipartUpload={"Parts": [{"PartNumber": 1, "ETag": part["ETag"]}]})
+
+
+def list_parts(s3):
+    key, upload = root_upload()
+    s3.list_parts(Bucket=B, Key=key, UploadId=upload)
+
+
+def upload_part_copy(s3):
+    key, upload = root_upload()
+    s3.upload_part_copy(Bucket=B, Key=key, UploadId=upload, PartNumber=1,
+                        CopySource={"Bucket": B, "Key": OBJ})
+
+
 # Every operation, the rights it needs in the bucket, and how it is called. A key with
 # all of them gets an answer other than AccessDenied (allowed, even if S3 then refuses
 # for another reason, e.g. BucketNotEmpty); any other key gets 403 AccessDenied.
@@ -84,6 +113,9 @@ OPERATIONS = [
     ("CopyObject (source in the bucket)", {"read", "write"},
      lambda s3: s3.copy_object(Bucket=B, Key=fresh(), CopySource={"Bucket": B, "Key": OBJ})),
     ("CreateMultipartUpload, AbortMultipartUpload", {"write"}, multipart_upload),
+    ("UploadPart, CompleteMultipartUpload", {"write"}, upload_and_complete),
+    ("ListParts", {"read"}, list_parts),
+    ("UploadPartCopy (source in the bucket)", {"read", "write"}, upload_part_copy),
     ("DeleteBucket", {"owner"}, lambda s3: s3.delete_bucket(Bucket=B)),
 ]
 
@@ -140,11 +172,20 @@ def test_a_key_lists_the_buckets_it_has_rights_in_and_owns_what_it_makes(acl):
     info = json.loads(c.admin("bucket", "info", "made-by-none", "--json"))
     assert info["grants"] == {
         keys["none"]["access_key_id"]: {"read": True, "write": True, "owner": True}}
-    # Copying out of a bucket needs the read right there.
+    # Copying out of a bucket needs the read right there: the write key may write in B,
+    # and is refused a copy from a bucket it cannot read, allowed one from a bucket it can.
     w = client(c, keys["write"])
     assert outcome(lambda s: s.copy_object(Bucket=B, Key=fresh(),
                                            CopySource={"Bucket": "made-by-none", "Key": "a"}),
                    w) == "denied"
+    c.admin("bucket", "allow", "made-by-none", "--key", keys["write"]["access_key_id"], "--read")
+    assert outcome(lambda s: s.copy_object(Bucket=B, Key=fresh(),
+                                           CopySource={"Bucket": "made-by-none", "Key": "a"}),
+                   w) == "allowed"
+    # A bucket another key holds rights in is not made over to a second key.
+    with pytest.raises(ClientError) as e:
+        client(c, keys["read"]).create_bucket(Bucket="made-by-none")
+    assert e.value.response["Error"]["Code"] in ("BucketAlreadyExists", "BucketAlreadyOwnedByYou")
     mine.delete_object(Bucket="made-by-none", Key="a")
     mine.delete_bucket(Bucket="made-by-none")
     # The bucket's grants went with it: made again by the bootstrap key, it is nobody's.

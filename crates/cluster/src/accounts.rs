@@ -73,7 +73,16 @@ impl Cluster {
             .map(|mut e| {
                 let mut version = self.new_version_id();
                 if let Some(old) = table.get(&e.name()) {
-                    version = version.max(VersionId(old.entry.version().0 + 1));
+                    // Past an entry made ahead of this drive's clock: its time, and new
+                    // random low bits, so that two drives doing so at once differ.
+                    let old = old.entry.version().0;
+                    if version.0 <= old {
+                        version = VersionId(
+                            (old & !u128::from(u64::MAX))
+                                + (1 << 64)
+                                + u128::from(rand::random::<u64>()),
+                        );
+                    }
                 }
                 match &mut e {
                     AccountEntry::Key(k) => k.version = version,
@@ -173,7 +182,7 @@ impl Cluster {
             .accounts()
             .entries()
             .into_iter()
-            .filter(|e| theirs.is_newer(&e.entry))
+            .filter(|e| theirs.is_newer(e))
             .collect();
         let given = give(drive.as_ref(), &newer, self.timeout).await?;
         Ok((taken, given))
@@ -194,6 +203,17 @@ impl Cluster {
         // admin command sends every request to the same drive while it is up.
         static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
         let _one = ONE_AT_A_TIME.lock().await;
+        if !matches!(
+            req,
+            AccountRequest::KeyList
+                | AccountRequest::KeyInfo { .. }
+                | AccountRequest::BucketInfo { .. }
+        ) {
+            // A change starts from the newest entries any drive has, not from this drive's
+            // copy alone (it may have missed changes while it was down): otherwise the
+            // change, newer, would undo them everywhere.
+            self.sync_accounts().await;
+        }
         let table = self.accounts();
         let known = |id: &str| {
             table
@@ -266,23 +286,26 @@ impl Cluster {
                 key,
                 rights,
             } => self.grant(&table, &bucket, &key, rights, false).await,
-            AccountRequest::BucketInfo { bucket } => {
-                if !self.bucket_exists(&bucket).await? {
-                    return Err(Error::BadRequest(format!("no bucket {bucket:?}")));
-                }
-                let grants = table
-                    .bucket(&bucket)
-                    .map(|b| {
-                        b.grants
-                            .iter()
-                            .filter(|(id, _)| table.key(id).is_some())
-                            .map(|(id, r)| (id.clone(), *r))
-                            .collect()
-                    })
-                    .unwrap_or_default();
-                Ok(AccountAnswer::Bucket { bucket, grants })
-            }
+            AccountRequest::BucketInfo { bucket } => self.bucket_info(&table, bucket).await,
         }
+    }
+
+    /// The grants of `bucket` (of keys not deleted).
+    async fn bucket_info(&self, table: &AccountTable, bucket: String) -> Result<AccountAnswer> {
+        if !self.bucket_exists(&bucket).await? {
+            return Err(Error::BadRequest(format!("no bucket {bucket:?}")));
+        }
+        let grants = table
+            .bucket(&bucket)
+            .map(|b| {
+                b.grants
+                    .iter()
+                    .filter(|(id, _)| table.key(id).is_some())
+                    .map(|(id, r)| (id.clone(), *r))
+                    .collect()
+            })
+            .unwrap_or_default();
+        Ok(AccountAnswer::Bucket { bucket, grants })
     }
 
     /// A new key named `name`, with a new secret.

@@ -170,14 +170,26 @@ impl AccountEntry {
             Self::Bucket(b) => b.version,
         }
     }
+}
 
-    /// What the table's digest adds for it.
+impl SignedEntry {
+    /// What the table's digest adds for it: its name, version and MAC, so that two
+    /// entries of one name and version that differ (made at once on two drives) show as
+    /// a difference.
     fn fingerprint(&self) -> [u8; 32] {
         let mut h = Sha256::new();
-        h.update(self.name().as_bytes());
+        h.update(self.entry.name().as_bytes());
         h.update([0]);
-        h.update(self.version().0.to_be_bytes());
+        h.update(self.entry.version().0.to_be_bytes());
+        h.update(self.mac.as_bytes());
         h.finalize().into()
+    }
+
+    /// Whether it replaces `old`, an entry of the same name: a larger version, or, of two
+    /// of one version, the larger MAC (a rule every drive applies alike).
+    #[must_use]
+    pub fn replaces(&self, old: &SignedEntry) -> bool {
+        (self.entry.version(), &self.mac) > (old.entry.version(), &old.mac)
     }
 }
 
@@ -207,14 +219,14 @@ impl AccountTable {
     /// Takes `signed` if the table has no entry of its name or an older one (a smaller
     /// version). Returns whether it was taken.
     pub fn merge(&mut self, signed: SignedEntry) -> bool {
-        if !self.is_newer(&signed.entry) {
+        if !self.is_newer(&signed) {
             return false;
         }
         if let Some(old) = self.get(&signed.entry.name()) {
-            let fp = old.entry.fingerprint();
+            let fp = old.fingerprint();
             xor(&mut self.digest, &fp);
         }
-        xor(&mut self.digest, &signed.entry.fingerprint());
+        xor(&mut self.digest, &signed.fingerprint());
         match &signed.entry {
             AccountEntry::Key(k) => {
                 self.keys.insert(k.id.clone(), signed);
@@ -226,11 +238,11 @@ impl AccountTable {
         true
     }
 
-    /// Whether [`AccountTable::merge`] would take `entry`.
+    /// Whether [`AccountTable::merge`] would take `signed` ([`SignedEntry::replaces`]).
     #[must_use]
-    pub fn is_newer(&self, entry: &AccountEntry) -> bool {
-        self.get(&entry.name())
-            .is_none_or(|old| old.entry.version() < entry.version())
+    pub fn is_newer(&self, signed: &SignedEntry) -> bool {
+        self.get(&signed.entry.name())
+            .is_none_or(|old| signed.replaces(old))
     }
 
     /// The entry of `name` (`k/<id>`, `b/<bucket>`).
@@ -636,6 +648,28 @@ mod tests {
             AccountTable::default().digest().digest,
             hex::encode([0u8; 32])
         );
+    }
+
+    #[test]
+    fn two_entries_of_one_version_show_apart_and_settle_alike() {
+        let a = grants("b", "A", Rights::ALL, 9);
+        let b = grants("b", "B", Rights::ALL, 9);
+        let (mut x, mut y) = (AccountTable::of([a.clone()]), AccountTable::of([b.clone()]));
+        assert_ne!(x.digest(), y.digest(), "the digest covers the MAC");
+        x.merge(b.clone());
+        y.merge(a.clone());
+        assert_eq!(
+            x.digest(),
+            y.digest(),
+            "both keep the one of the larger MAC"
+        );
+        let kept = if a.mac > b.mac { "A" } else { "B" };
+        assert_eq!(
+            x.rights(kept, "b"),
+            Rights::default(),
+            "no such key, no right"
+        );
+        assert!(x.bucket("b").unwrap().grants.contains_key(kept));
     }
 
     #[test]

@@ -51,11 +51,23 @@ impl S3Auth for KeyAuth {
     }
 }
 
-/// The right an operation needs in its bucket; `None` for those that need none there
-/// (`ListBuckets` lists what the key may see; `CreateBucket` is open to every key).
-pub(crate) fn needs(op: &str) -> Option<Right> {
-    Some(match op {
-        "ListBuckets" | "CreateBucket" => return None,
+/// What an operation needs of a key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Need {
+    /// Nothing in a bucket: `ListBuckets` lists what the key may see; `CreateBucket` is
+    /// open to every key.
+    Nothing,
+    /// This right in the operation's bucket.
+    Right(Right),
+    /// Refused to every key but the bootstrap key: an operation this list does not name
+    /// (none is let through by accident when `s3s` or OED serves a new one).
+    Refused,
+}
+
+/// What operation `op` (as `s3s` names it) needs.
+pub(crate) fn needs(op: &str) -> Need {
+    match op {
+        "ListBuckets" | "CreateBucket" => Need::Nothing,
         "GetObject"
         | "HeadObject"
         | "GetObjectAttributes"
@@ -66,8 +78,9 @@ pub(crate) fn needs(op: &str) -> Option<Right> {
         | "GetBucketLocation"
         | "GetBucketVersioning"
         | "ListMultipartUploads"
-        | "ListParts" => Right::Read,
+        | "ListParts" => Need::Right(Right::Read),
         "PutObject"
+        | "PostObject"
         | "DeleteObject"
         | "DeleteObjects"
         | "CopyObject"
@@ -75,10 +88,17 @@ pub(crate) fn needs(op: &str) -> Option<Right> {
         | "UploadPart"
         | "UploadPartCopy"
         | "CompleteMultipartUpload"
-        | "AbortMultipartUpload" => Right::Write,
-        // Bucket settings, the bucket's deletion, and whatever else names a bucket.
-        _ => Right::Owner,
-    })
+        | "AbortMultipartUpload" => Need::Right(Right::Write),
+        // The bucket's deletion and its settings.
+        "DeleteBucket" => Need::Right(Right::Owner),
+        s if s.starts_with("PutBucket")
+            || s.starts_with("GetBucket")
+            || s.starts_with("DeleteBucket") =>
+        {
+            Need::Right(Right::Owner)
+        }
+        _ => Need::Refused,
+    }
 }
 
 /// The signer of a request: the bootstrap key, a key of the table, or nobody.
@@ -130,6 +150,21 @@ pub(crate) fn require(
     }
 }
 
+/// Refuses every key but the bootstrap key (an operation no right covers).
+///
+/// # Errors
+/// `AccessDenied`.
+pub(crate) fn refuse_unless_root(cluster: &Cluster, who: &Who<'_>, op: &str) -> S3Result<()> {
+    if matches!(who, Who::Root) {
+        return Ok(());
+    }
+    cluster.stats.count_denied(op);
+    Err(err(
+        S3ErrorCode::AccessDenied,
+        format!("Access Denied: {op} is open to the bootstrap key only"),
+    ))
+}
+
 fn name(right: Right) -> &'static str {
     match right {
         Right::Read => "read",
@@ -164,20 +199,29 @@ pub(crate) fn may_see(cluster: &Cluster, who: &Who<'_>, bucket: &str) -> bool {
     }
 }
 
-/// After a bucket is made, the grants it starts with: every right for the key that made
-/// it, none for anyone else (the grants of an earlier bucket of that name are gone).
+/// After a key made a bucket: every right there for it. When another key holds rights
+/// there already (it made the bucket at the same moment, and its grants were stored
+/// first), the bucket is that key's: `BucketAlreadyExists`. The grants of an earlier
+/// bucket of the name went with it ([`bucket_deleted`]).
 ///
 /// # Errors
-/// `ServiceUnavailable` when the change could not be stored on this drive.
+/// As said; `ServiceUnavailable` when the change could not be stored on this drive.
 pub(crate) async fn new_bucket(cluster: &Cluster, who: &Who<'_>, bucket: &str) -> S3Result<()> {
-    let grants = match who {
-        Who::Key(id) => [((*id).to_owned(), Rights::ALL)].into(),
-        Who::Root | Who::Anonymous => BTreeMap::default(),
-    };
-    if matches!(who, Who::Root) && cluster.accounts().bucket(bucket).is_none() {
+    let Who::Key(id) = who else {
+        // The bootstrap key has every right without a grant.
         return Ok(());
+    };
+    let table = cluster.accounts();
+    let taken = table
+        .bucket(bucket)
+        .is_some_and(|b| b.grants.keys().any(|k| k != id && table.key(k).is_some()));
+    if taken {
+        return Err(err(
+            S3ErrorCode::BucketAlreadyExists,
+            format!("bucket {bucket:?} was made by another key"),
+        ));
     }
-    set_grants(cluster, bucket, grants).await
+    set_grants(cluster, bucket, [((*id).to_owned(), Rights::ALL)].into()).await
 }
 
 /// After a bucket is deleted: its grants go with it.

@@ -196,17 +196,26 @@ impl s3s::access::S3Access for NameOperation {
         if let Some(slot) = cx.extensions_mut().get::<OpName>() {
             slot.set(&name);
         }
+        if cx.credentials().is_none() {
+            self.cluster.stats.count_denied(&name);
+        }
         signed_for(cx.credentials(), cx.headers(), cx.uri(), &self.region)?;
         let who = access::who(&self.root, cx.credentials());
+        let need = access::needs(&name);
         let bucket = match cx.s3_path() {
-            s3s::path::S3Path::Root => return Ok(()),
+            s3s::path::S3Path::Root => "",
             s3s::path::S3Path::Bucket { bucket } | s3s::path::S3Path::Object { bucket, .. } => {
                 bucket
             }
         };
-        match access::needs(&name) {
-            Some(right) => access::require(&self.cluster, &who, &name, bucket, right),
-            None => Ok(()),
+        match need {
+            access::Need::Nothing => Ok(()),
+            access::Need::Right(right) if !bucket.is_empty() => {
+                access::require(&self.cluster, &who, &name, bucket, right)
+            }
+            access::Need::Right(_) | access::Need::Refused => {
+                access::refuse_unless_root(&self.cluster, &who, &name)
+            }
         }
     }
 

@@ -145,12 +145,13 @@ impl S3Route for OpRoute {
         }
         let who = access::who(&self.root, req.credentials.as_ref());
         if matches!(who, access::Who::Anonymous) {
+            self.cluster.stats.count_denied("OedOp");
             return Err(err(S3ErrorCode::AccessDenied, "Signature is required"));
         }
         // Every operation reads; one that writes needs more once its body is read.
         match op_bucket(&req.uri) {
             Some(bucket) => access::require(&self.cluster, &who, "OedOp", &bucket, Right::Read),
-            None => Ok(()),
+            None => access::refuse_unless_root(&self.cluster, &who, "OedOp"),
         }
     }
 

@@ -83,6 +83,14 @@ impl IgnoreRange {
                 "GetObject"
             });
         }
+        let op = if req.method == http::Method::HEAD {
+            "HeadObject"
+        } else {
+            "GetObject"
+        };
+        if req.credentials.is_none() {
+            self.cluster.stats.count_denied(op);
+        }
         super::signed_for(
             req.credentials.as_ref(),
             &req.headers,
@@ -92,11 +100,6 @@ impl IgnoreRange {
         let who = crate::access::who(&self.root, req.credentials.as_ref());
         let bucket = object_bucket(&req.uri)
             .ok_or_else(|| err(S3ErrorCode::InvalidURI, "the request names no object"))?;
-        let op = if req.method == http::Method::HEAD {
-            "HeadObject"
-        } else {
-            "GetObject"
-        };
         crate::access::require(
             &self.cluster,
             &who,

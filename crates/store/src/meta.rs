@@ -28,9 +28,11 @@ pub(crate) const QUEUE: &str = "heal_queue";
 const STATE: &str = "state";
 /// Versions a client write replaced, kept until that write is settled ([`Kept`]).
 const KEPT: &str = "kept";
-/// The account table's entries, by name (`oed_model::account`).
-const ACCOUNTS: &str = "accounts";
-const FAMILIES: [&str; 9] = [
+/// Where the account table's entries are kept, by name (`oed_model::account`): in the
+/// [`STATE`] family under this prefix, not a family of their own, so that a drive rolled
+/// back to a version without accounts still opens its database.
+const ACCOUNTS_PREFIX: &str = "account/";
+const FAMILIES: [&str; 8] = [
     BUCKETS,
     OBJECTS,
     INLINE,
@@ -39,7 +41,6 @@ const FAMILIES: [&str; 9] = [
     QUEUE,
     STATE,
     KEPT,
-    ACCOUNTS,
 ];
 
 /// The version of a key that a client write replaced here, kept (record, and its shard
@@ -456,15 +457,29 @@ impl MetaStore {
         self.checksum_failures.load(Ordering::Relaxed)
     }
 
-    /// Every entry of the account table held here.
+    /// Every entry of the account table held here. One that does not decode is logged
+    /// and left out (the other drives' copy replaces it).
     ///
     /// # Errors
-    /// [`Error::Meta`] or [`Error::Record`].
+    /// [`Error::Meta`].
     pub fn account_entries(&self) -> Result<Vec<SignedEntry>> {
-        self.db
-            .iterator_cf(self.cf(ACCOUNTS), IteratorMode::Start)
-            .map(|kv| Ok(serde_json::from_slice(&kv.map_err(crate::meta_error)?.1)?))
-            .collect()
+        let mut out = Vec::new();
+        let from = IteratorMode::From(ACCOUNTS_PREFIX.as_bytes(), rocksdb::Direction::Forward);
+        for kv in self.db.iterator_cf(self.cf(STATE), from) {
+            let (k, v) = kv.map_err(crate::meta_error)?;
+            if !k.starts_with(ACCOUNTS_PREFIX.as_bytes()) {
+                break;
+            }
+            match serde_json::from_slice(&v) {
+                Ok(e) => out.push(e),
+                Err(e) => tracing::error!(
+                    entry = %String::from_utf8_lossy(&k),
+                    error = %e,
+                    "an account entry on this drive's disk does not decode: left out"
+                ),
+            }
+        }
+        Ok(out)
     }
 
     /// Stores `entries` (each replacing the one of its name), in one synced write.
@@ -474,7 +489,8 @@ impl MetaStore {
     pub fn put_account_entries(&self, entries: &[SignedEntry]) -> Result<()> {
         let mut batch = WriteBatch::default();
         for e in entries {
-            batch.put_cf(self.cf(ACCOUNTS), e.entry.name(), serde_json::to_vec(e)?);
+            let key = format!("{ACCOUNTS_PREFIX}{}", e.entry.name());
+            batch.put_cf(self.cf(STATE), key, serde_json::to_vec(e)?);
         }
         self.write(batch)
     }
