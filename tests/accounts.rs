@@ -21,7 +21,6 @@ fn key_entry(id: &str, deleted: bool) -> AccountEntry {
         } else {
             keys.seal(id, "a secret of forty characters, near enough")
         },
-        previous: None,
         created_ms: 1,
         deleted,
         version: VersionId(0),

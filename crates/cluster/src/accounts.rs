@@ -241,7 +241,6 @@ impl Cluster {
                 let mut key = known(&id)?;
                 key.deleted = true;
                 key.secret.clear();
-                key.previous = None;
                 tracing::info!(key = %id, "access key deleted");
                 self.change_accounts(vec![AccountEntry::Key(key)]).await?;
                 Ok(AccountAnswer::Done {
@@ -251,7 +250,6 @@ impl Cluster {
             AccountRequest::KeyRotate { id } => {
                 let mut key = known(&id)?;
                 key.secret = self.account_keys()?.seal(&id, &new_secret());
-                key.previous = None;
                 let answer = AccountAnswer::NewSecret {
                     access_key_id: key.id.clone(),
                     name: key.name.clone(),
@@ -321,7 +319,6 @@ impl Cluster {
             secret: self.account_keys()?.seal(&id, &new_secret()),
             id,
             name,
-            previous: None,
             created_ms: now_ms(),
             deleted: false,
             version: VersionId(0),

@@ -55,7 +55,6 @@ fn main() {
                 id: id.clone(),
                 name: format!("application {i}"),
                 secret: keys.seal(id, &new_secret()),
-                previous: None,
                 created_ms: 1_795_000_000_000,
                 deleted: false,
                 version: VersionId::generate(),

@@ -94,9 +94,6 @@ pub struct AccessKey {
     pub name: String,
     /// The secret, sealed ([`AccountKeys::seal`]); empty once the key is deleted.
     pub secret: String,
-    /// A secret replaced by a rotation, still accepted until `until_ms`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub previous: Option<PreviousSecret>,
     /// Milliseconds since the epoch it was made at.
     pub created_ms: u64,
     /// Deleted: kept so that an older copy cannot bring it back.
@@ -104,16 +101,6 @@ pub struct AccessKey {
     pub deleted: bool,
     /// The version of its last change.
     pub version: VersionId,
-}
-
-/// A rotated key's old secret and the end of its grace.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct PreviousSecret {
-    /// Sealed as [`AccessKey::secret`].
-    pub secret: String,
-    /// Milliseconds since the epoch after which it is refused.
-    pub until_ms: u64,
 }
 
 /// The grants of a bucket: which keys have which rights there. A bucket without an entry
@@ -399,27 +386,24 @@ impl AccountKeys {
         }
     }
 
-    fn entry_mac(&self, entry: &AccountEntry) -> ring::hmac::Tag {
-        let json = serde_json::to_vec(entry).expect("an entry serialises");
-        let mut ctx = ring::hmac::Context::with_key(&self.mac);
-        ctx.update(b"oed account entry v1\n");
-        ctx.update(&json);
-        ctx.sign()
+    /// What an entry's MAC is computed over: a label, then its JSON.
+    fn signed_bytes(entry: &AccountEntry) -> Vec<u8> {
+        let mut msg = b"oed account entry v1\n".to_vec();
+        serde_json::to_writer(&mut msg, entry).expect("an entry serialises");
+        msg
     }
 
     /// `entry` with its MAC.
     #[must_use]
     pub fn sign(&self, entry: AccountEntry) -> SignedEntry {
-        let mac = hex::encode(self.entry_mac(&entry));
+        let mac = hex::encode(ring::hmac::sign(&self.mac, &Self::signed_bytes(&entry)));
         SignedEntry { entry, mac }
     }
 
     /// The entry, when its MAC is this cluster's for it (compared in constant time).
     #[must_use]
     pub fn verify(&self, signed: &SignedEntry) -> bool {
-        let json = serde_json::to_vec(&signed.entry).expect("an entry serialises");
-        let mut msg = b"oed account entry v1\n".to_vec();
-        msg.extend_from_slice(&json);
+        let msg = Self::signed_bytes(&signed.entry);
         hex::decode(&signed.mac).is_ok_and(|mac| ring::hmac::verify(&self.mac, &msg, &mac).is_ok())
     }
 
@@ -600,7 +584,6 @@ mod tests {
             id: id.into(),
             name: "n".into(),
             secret: String::new(),
-            previous: None,
             created_ms: 1,
             deleted,
             version: VersionId(version),

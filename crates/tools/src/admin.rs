@@ -531,7 +531,6 @@ pub fn show_accounts(access: &Access, answer: &AccountAnswer, json: bool) -> Res
         }
         v.join(" ")
     };
-    let pretty = |v: &dyn erased::Json| v.pretty();
     let mut out = String::new();
     match answer {
         AccountAnswer::NewSecret {
@@ -620,16 +619,9 @@ fn utc(ms: u64) -> String {
     format!("{year:04}-{month:02}-{day:02} {hour:02}:{minute:02} UTC")
 }
 
-/// Pretty JSON of any answer part.
-mod erased {
-    pub trait Json {
-        fn pretty(&self) -> String;
-    }
-    impl<T: serde::Serialize> Json for T {
-        fn pretty(&self) -> String {
-            serde_json::to_string_pretty(self).unwrap_or_default()
-        }
-    }
+/// Pretty JSON of an answer or a part of one.
+fn pretty<T: Serialize + ?Sized>(v: &T) -> String {
+    serde_json::to_string_pretty(v).unwrap_or_default()
 }
 
 #[cfg(test)]

@@ -155,7 +155,7 @@ impl Poly1305 {
     }
 
     pub(super) fn tag(mut self) -> [u8; 16] {
-        let pending = self.pending.clone();
+        let pending = std::mem::take(&mut self.pending);
         self.blocks(pending.rest());
         let [mut h0, mut h1, mut h2] = self.h;
         // Carry fully: every limb under its width and h under 2^130 + a little.
