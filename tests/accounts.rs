@@ -185,3 +185,94 @@ async fn no_drive_takes_an_entry_the_cluster_did_not_sign() {
         d.stop().await;
     }
 }
+
+/// An admin request about accounts (`oedd admin bucket allow`), captured on the network:
+/// sent again, it is refused as a replay; changed on the way (another right asked for),
+/// it is refused as not signed; in neither case do the key's rights change.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_admin_request_sent_again_or_changed_on_the_way_is_refused() {
+    use oed_model::account::{AccountAnswer, AccountRequest};
+    use oed_peer::PeerOp;
+    use oed_peer::auth::PeerKey;
+    use oed_peer::client::PeerClient;
+    use oed_tests::{Tap, replaced, resend};
+
+    let root = tempfile::tempdir().unwrap();
+    let drives = local_cluster(root.path(), 2, 1, 4096).await;
+    let (a, b) = (&drives[0], &drives[1]);
+    a.cluster.create_bucket("bkt").await.unwrap();
+    let AccountAnswer::NewSecret { access_key_id, .. } = a
+        .cluster
+        .administer(AccountRequest::KeyCreate {
+            name: "k".into(),
+            id: None,
+        })
+        .await
+        .unwrap()
+    else {
+        panic!("a new key")
+    };
+    let read = Rights {
+        read: true,
+        ..Rights::default()
+    };
+    let allow = AccountRequest::BucketAllow {
+        bucket: "bkt".into(),
+        key: access_key_id.clone(),
+        rights: read,
+    };
+    // A key create sent again (its answer lost) to another drive makes no second key.
+    let again = AccountRequest::KeyCreate {
+        name: "k".into(),
+        id: Some(access_key_id.clone()),
+    };
+    let AccountAnswer::NewSecret { sealed_secret, .. } = b.cluster.administer(again).await.unwrap()
+    else {
+        panic!("the same key")
+    };
+    let keys = oed_model::account::AccountKeys::derive(SECRET.as_bytes());
+    let first = a
+        .cluster
+        .accounts()
+        .key(&access_key_id)
+        .unwrap()
+        .secret
+        .clone();
+    assert_eq!(
+        keys.open(&access_key_id, &sealed_secret),
+        keys.open(&access_key_id, &first)
+    );
+    assert_eq!(a.cluster.accounts().keys().len(), 1);
+    let taken = AccountRequest::KeyCreate {
+        name: "another".into(),
+        id: Some(access_key_id.clone()),
+    };
+    assert!(b.cluster.administer(taken).await.is_err());
+
+    let (b_url, c_url) = (b.url(), drives[2].url());
+    let client =
+        |tap: &Tap| PeerClient::new(&tap.url, PeerKey::derive(SECRET.as_bytes())).for_drive("d1");
+
+    // Sent again to the drive that took it.
+    let tap = Tap::start(&b_url).await;
+    let _: AccountAnswer = client(&tap)
+        .post_json(PeerOp::AdminAccounts, "", &allow)
+        .await
+        .unwrap();
+    let answer = String::from_utf8_lossy(&resend(&b_url, &tap.sent().concat()).await).into_owned();
+    assert!(answer.contains("replayed"), "{answer}");
+
+    // Captured on its way to another drive (which refuses it: it is for d1), changed to
+    // ask for the owner right, and sent to d1.
+    let tap = Tap::start(&c_url).await;
+    let _ = client(&tap)
+        .post_json::<_, AccountAnswer>(PeerOp::AdminAccounts, "", &allow)
+        .await;
+    let sent = tap.sent().concat();
+    let changed = replaced(&sent, br#""owner":false"#, br#""owner":true "#);
+    let answer = String::from_utf8_lossy(&resend(&b_url, &changed).await).into_owned();
+    assert!(answer.contains("401"), "{answer}");
+    for d in &drives {
+        assert_eq!(d.cluster.accounts().rights(&access_key_id, "bkt"), read);
+    }
+}

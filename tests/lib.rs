@@ -437,6 +437,12 @@ pub struct LocalDrive {
 }
 
 impl LocalDrive {
+    /// `http://ADDRESS` of its API (S3 and peer).
+    #[must_use]
+    pub fn url(&self) -> String {
+        format!("http://{}", self.config.listen)
+    }
+
     /// Stops serving (a drive gone down) and waits until it has.
     ///
     /// # Panics

@@ -229,3 +229,29 @@ fn a_request_for_one_drive_is_refused_by_another() {
         assert!(d.client().buckets().await.unwrap().is_empty());
     });
 }
+
+/// The epoch of the sender's cluster map is signed: a request whose `epoch=` was changed
+/// on the way is refused (a drive could otherwise be made to refuse every write as from
+/// a stale map, or take one from a drive that runs an old map), and changes nothing.
+#[test]
+fn a_map_epoch_changed_on_the_way_is_refused() {
+    let dirs = [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
+    let d = Daemon::start(dirs[0].path(), &[]);
+    let elsewhere = Daemon::start(dirs[1].path(), &[]);
+    rt().block_on(async {
+        let tap = Tap::start(&elsewhere.url).await;
+        through(&tap, DRIVE_ID)
+            .with_epoch(5)
+            .create_bucket("epoch")
+            .await
+            .unwrap();
+        let sent = tap.sent().concat();
+        let answer = resent(&d, &replaced(&sent, b"epoch=5", b"epoch=6")).await;
+        assert!(answer.contains("401"), "{answer}");
+        assert!(d.client().buckets().await.unwrap().is_empty());
+        // Unchanged, the same request is taken: the change is what was refused.
+        let answer = resent(&d, &sent).await;
+        assert!(answer.starts_with("HTTP/1.1 2"), "{answer}");
+        assert_eq!(d.client().buckets().await.unwrap().len(), 1);
+    });
+}

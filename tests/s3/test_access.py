@@ -89,34 +89,64 @@ def upload_part_copy(s3):
                         CopySource={"Bucket": B, "Key": OBJ})
 
 
-# Every operation, the rights it needs in the bucket, and how it is called. A key with
-# all of them gets an answer other than AccessDenied (allowed, even if S3 then refuses
-# for another reason, e.g. BucketNotEmpty); any other key gets 403 AccessDenied.
+# A policy that makes nothing public that the table below reads (an owner puts it and
+# deletes it again in the owner's column).
+HARMLESS = json.dumps({"Version": "2012-10-17", "Statement": [{
+    "Effect": "Allow", "Principal": "*", "Action": "s3:GetObject",
+    "Resource": f"arn:aws:s3:::{B}/nothing-here/*"}]})
+
+# What the column "anonymous, policy" has in force: the bucket readable and listable.
+PUBLIC = json.dumps({"Version": "2012-10-17", "Statement": [{
+    "Effect": "Allow", "Principal": "*", "Action": ["s3:GetObject", "s3:ListBucket"],
+    "Resource": [f"arn:aws:s3:::{B}", f"arn:aws:s3:::{B}/*"]}]})
+
+OWNER_FULL = {"Owner": {"ID": "oed"}, "Grants": [
+    {"Grantee": {"ID": "oed", "Type": "CanonicalUser"}, "Permission": "FULL_CONTROL"}]}
+
+# Every operation, the rights a key needs for it in the bucket, whether an anonymous
+# client may do it under the PUBLIC policy, and how it is called. The expected answer of
+# each cell: a key with all the rights named gets an answer other than AccessDenied
+# (allowed, even if S3 then refuses for another reason, e.g. BucketNotEmpty); any other
+# key gets 403 AccessDenied; an anonymous client is denied everything without a policy,
+# and allowed exactly the rows marked public under PUBLIC.
 OPERATIONS = [
-    ("HeadBucket", {"read"}, lambda s3: s3.head_bucket(Bucket=B)),
-    ("GetBucketLocation", {"read"}, lambda s3: s3.get_bucket_location(Bucket=B)),
-    ("GetBucketVersioning", {"read"}, lambda s3: s3.get_bucket_versioning(Bucket=B)),
-    ("ListObjects", {"read"}, lambda s3: s3.list_objects(Bucket=B)),
-    ("ListObjectsV2", {"read"}, lambda s3: s3.list_objects_v2(Bucket=B)),
-    ("ListObjectVersions", {"read"}, lambda s3: s3.list_object_versions(Bucket=B)),
-    ("ListMultipartUploads", {"read"}, lambda s3: s3.list_multipart_uploads(Bucket=B)),
-    ("GetObject", {"read"}, lambda s3: s3.get_object(Bucket=B, Key=OBJ)["Body"].read()),
-    ("GetObject with a bad Range", {"read"},
+    # name, rights needed, public, call
+    ("HeadBucket", {"read"}, True, lambda s3: s3.head_bucket(Bucket=B)),
+    ("GetBucketLocation", {"read"}, False, lambda s3: s3.get_bucket_location(Bucket=B)),
+    ("GetBucketVersioning", {"read"}, False, lambda s3: s3.get_bucket_versioning(Bucket=B)),
+    ("ListObjects", {"read"}, True, lambda s3: s3.list_objects(Bucket=B)),
+    ("ListObjectsV2", {"read"}, True, lambda s3: s3.list_objects_v2(Bucket=B)),
+    ("ListObjectVersions", {"read"}, False, lambda s3: s3.list_object_versions(Bucket=B)),
+    ("ListMultipartUploads", {"read"}, False, lambda s3: s3.list_multipart_uploads(Bucket=B)),
+    ("GetObject", {"read"}, True, lambda s3: s3.get_object(Bucket=B, Key=OBJ)["Body"].read()),
+    ("GetObject with a bad Range", {"read"}, True,
      lambda s3: s3.get_object(Bucket=B, Key=OBJ, Range="bytes=9-1")["Body"].read()),
-    ("HeadObject", {"read"}, lambda s3: s3.head_object(Bucket=B, Key=OBJ)),
-    ("GetObjectAttributes", {"read"},
+    ("HeadObject", {"read"}, True, lambda s3: s3.head_object(Bucket=B, Key=OBJ)),
+    ("GetObjectAttributes", {"read"}, False,
      lambda s3: s3.get_object_attributes(Bucket=B, Key=OBJ, ObjectAttributes=["ObjectSize"])),
-    ("PutObject", {"write"}, lambda s3: s3.put_object(Bucket=B, Key=fresh(), Body=b"x")),
-    ("DeleteObject", {"write"}, lambda s3: s3.delete_object(Bucket=B, Key=fresh())),
-    ("DeleteObjects", {"write"},
+    ("GetObjectAcl", {"read"}, False, lambda s3: s3.get_object_acl(Bucket=B, Key=OBJ)),
+    ("PutObject", {"write"}, False, lambda s3: s3.put_object(Bucket=B, Key=fresh(), Body=b"x")),
+    ("PutObjectAcl", {"write"}, False,
+     lambda s3: s3.put_object_acl(Bucket=B, Key=OBJ, ACL="bucket-owner-full-control")),
+    ("DeleteObject", {"write"}, False, lambda s3: s3.delete_object(Bucket=B, Key=fresh())),
+    ("DeleteObjects", {"write"}, False,
      lambda s3: s3.delete_objects(Bucket=B, Delete={"Objects": [{"Key": fresh()}]})),
-    ("CopyObject (source in the bucket)", {"read", "write"},
+    ("CopyObject (source in the bucket)", {"read", "write"}, False,
      lambda s3: s3.copy_object(Bucket=B, Key=fresh(), CopySource={"Bucket": B, "Key": OBJ})),
-    ("CreateMultipartUpload, AbortMultipartUpload", {"write"}, multipart_upload),
-    ("UploadPart, CompleteMultipartUpload", {"write"}, upload_and_complete),
-    ("ListParts", {"read"}, list_parts),
-    ("UploadPartCopy (source in the bucket)", {"read", "write"}, upload_part_copy),
-    ("DeleteBucket", {"owner"}, lambda s3: s3.delete_bucket(Bucket=B)),
+    ("CreateMultipartUpload, AbortMultipartUpload", {"write"}, False, multipart_upload),
+    ("UploadPart, CompleteMultipartUpload", {"write"}, False, upload_and_complete),
+    ("ListParts", {"read"}, False, list_parts),
+    ("UploadPartCopy (source in the bucket)", {"read", "write"}, False, upload_part_copy),
+    ("GetBucketAcl", {"owner"}, False, lambda s3: s3.get_bucket_acl(Bucket=B)),
+    ("PutBucketAcl", {"owner"}, False,
+     lambda s3: s3.put_bucket_acl(Bucket=B, AccessControlPolicy=OWNER_FULL)),
+    ("GetBucketPolicyStatus", {"owner"}, False,
+     lambda s3: s3.get_bucket_policy_status(Bucket=B)),
+    ("PutBucketPolicy", {"owner"}, False,
+     lambda s3: s3.put_bucket_policy(Bucket=B, Policy=HARMLESS)),
+    ("GetBucketPolicy", {"owner"}, False, lambda s3: s3.get_bucket_policy(Bucket=B)),
+    ("DeleteBucketPolicy", {"owner"}, False, lambda s3: s3.delete_bucket_policy(Bucket=B)),
+    ("DeleteBucket", {"owner"}, False, lambda s3: s3.delete_bucket(Bucket=B)),
 ]
 
 KEYS = {
@@ -125,6 +155,7 @@ KEYS = {
     "write": {"write"},
     "owner": {"owner"},
     "anonymous": set(),
+    "anonymous, policy": set(),
 }
 
 
@@ -144,13 +175,21 @@ def outcome(call, s3):
 def test_every_operation_against_every_right(acl, who):
     c, keys = acl
     s3 = client(c, keys.get(who))
+    policy = who == "anonymous, policy"
+    if policy:
+        ROOT[0].put_bucket_policy(Bucket=B, Policy=PUBLIC)
     wrong = []
-    for name, needs, call in OPERATIONS:
-        got = outcome(call, s3)
-        want = "allowed" if needs <= KEYS[who] else "denied"
-        if got.split(" ")[0] != want:
-            wrong.append(f"{name}: {got}, expected {want}")
-    assert not wrong, f"key {who}:\n" + "\n".join(wrong)
+    try:
+        for name, needs, public, call in OPERATIONS:
+            got = outcome(call, s3)
+            allowed = public if policy else needs <= KEYS[who] and who != "anonymous"
+            want = "allowed" if allowed else "denied"
+            if got.split(" ")[0] != want:
+                wrong.append(f"{name}: {got}, expected {want}")
+    finally:
+        if policy:
+            ROOT[0].delete_bucket_policy(Bucket=B)
+    assert not wrong, f"{who}:\n" + "\n".join(wrong)
     # Nothing a denied key tried changed the bucket's object.
     body = c.client().get_object(Bucket=B, Key=OBJ)["Body"].read()
     assert body == b"0123456789" * 100
@@ -318,3 +357,224 @@ def test_refusals_are_counted_by_operation(acl):
     assert c.metric_sum(0, "oed_s3_denied_total", op="PutObject") == before + 3
     # Key ids are no label.
     assert keys["read"]["access_key_id"] not in c.metrics_text(0)
+
+
+def error_of(call):
+    with pytest.raises(ClientError) as e:
+        call()
+    return e.value.response["Error"]["Code"], e.value.response["Error"].get("Message", "")
+
+
+def bucket_of_keys(bucket, keys):
+    """A bucket made by the bootstrap key with `keys`, each holding its own name."""
+    ROOT[0].create_bucket(Bucket=bucket)
+    for k in keys:
+        ROOT[0].put_object(Bucket=bucket, Key=k, Body=k.encode())
+    return ROOT[0]
+
+
+def test_a_policy_makes_a_prefix_public_on_every_drive_and_nothing_more(acl):
+    c, keys = acl
+    bucket = "public-data"
+    root = bucket_of_keys(bucket, ["pub/a.csv", "pub/deep/b.csv", "private/c.csv"])
+    policy = json.dumps({"Version": "2012-10-17", "Statement": [
+        {"Sid": "objects", "Effect": "Allow", "Principal": {"AWS": "*"},
+         "Action": "s3:GetObject", "Resource": f"arn:aws:s3:::{bucket}/pub/*"},
+        {"Sid": "listing", "Effect": "Allow", "Principal": "*", "Action": "s3:ListBucket",
+         "Resource": f"arn:aws:s3:::{bucket}",
+         "Condition": {"StringLike": {"s3:prefix": ["pub/*"]}}}]})
+    anon = [client(c, None, i) for i in range(3)]
+    assert error_of(lambda: anon[1].get_object(Bucket=bucket, Key="pub/a.csv"))[0] \
+        == "AccessDenied"
+    started = time.monotonic()
+    root.put_bucket_policy(Bucket=bucket, Policy=policy)
+    # In force on every drive within 5 s.
+    for i in range(3):
+        c.wait_for(f"the policy on drive {i}",
+                   lambda: outcome(lambda s: s.get_object(Bucket=bucket, Key="pub/a.csv"),
+                                   anon[i]) == "allowed", timeout=5, every=0.1)
+    assert time.monotonic() - started < 6
+    assert root.get_bucket_policy(Bucket=bucket)["Policy"] == policy
+    assert root.get_bucket_policy_status(Bucket=bucket)["PolicyStatus"]["IsPublic"] is True
+    s3 = anon[2]
+    assert s3.get_object(Bucket=bucket, Key="pub/deep/b.csv")["Body"].read() == b"pub/deep/b.csv"
+    assert s3.head_object(Bucket=bucket, Key="pub/a.csv")["ContentLength"] == 9
+    listed = s3.list_objects_v2(Bucket=bucket, Prefix="pub/")
+    assert [o["Key"] for o in listed["Contents"]] == ["pub/a.csv", "pub/deep/b.csv"]
+    # Outside the prefix, a listing without it, any write, the policy itself: refused.
+    for call in [
+        lambda: s3.get_object(Bucket=bucket, Key="private/c.csv"),
+        lambda: s3.list_objects_v2(Bucket=bucket),
+        lambda: s3.list_objects_v2(Bucket=bucket, Prefix="private/"),
+        lambda: s3.put_object(Bucket=bucket, Key="pub/new", Body=b"x"),
+        lambda: s3.delete_object(Bucket=bucket, Key="pub/a.csv"),
+        lambda: s3.get_bucket_policy(Bucket=bucket),
+        lambda: s3.list_buckets(),
+    ]:
+        assert error_of(call)[0] == "AccessDenied"
+    # A key without rights in the bucket reads what anyone may read, and no more.
+    none = client(c, keys["none"])
+    assert none.get_object(Bucket=bucket, Key="pub/a.csv")["Body"].read() == b"pub/a.csv"
+    assert error_of(lambda: none.get_object(Bucket=bucket, Key="private/c.csv"))[0] \
+        == "AccessDenied"
+    info = json.loads(c.admin("bucket", "info", bucket, "--json"))
+    assert info["policy"] == policy
+    assert (info["objects"], info["bytes"], info["complete"]) == (3, 9 + 14 + 13, True)
+    # Deleted: private again everywhere; the bucket's policy reads as none.
+    root.delete_bucket_policy(Bucket=bucket)
+    for i in range(3):
+        c.wait_for(f"the policy gone on drive {i}",
+                   lambda: outcome(lambda s: s.get_object(Bucket=bucket, Key="pub/a.csv"),
+                                   anon[i]) == "denied", timeout=5, every=0.1)
+    assert error_of(lambda: root.get_bucket_policy(Bucket=bucket))[0] == "NoSuchBucketPolicy"
+    assert error_of(lambda: root.get_bucket_policy_status(Bucket=bucket))[0] \
+        == "NoSuchBucketPolicy"
+    # A bucket deleted and made again has no policy left from before.
+    root.put_bucket_policy(Bucket=bucket, Policy=policy)
+    for k in ["pub/a.csv", "pub/deep/b.csv", "private/c.csv"]:
+        root.delete_object(Bucket=bucket, Key=k)
+    root.delete_bucket(Bucket=bucket)
+    root.create_bucket(Bucket=bucket)
+    assert error_of(lambda: root.get_bucket_policy(Bucket=bucket))[0] == "NoSuchBucketPolicy"
+    root.delete_bucket(Bucket=bucket)
+
+
+def test_a_policy_outside_the_subset_is_refused_by_name_and_changes_nothing(acl):
+    root = ROOT[0]
+
+    def stmt(**kw):
+        s = {"Effect": "Allow", "Principal": "*", "Action": "s3:GetObject",
+             "Resource": f"arn:aws:s3:::{B}/*"}
+        s.update(kw)
+        return json.dumps({"Version": "2012-10-17", "Statement": [s]})
+
+    cases = [
+        ("{not json", "valid JSON"),
+        (stmt(Effect="Deny"), "Deny"),
+        (stmt(Action="s3:PutObject"), "s3:PutObject"),
+        (stmt(Principal={"AWS": "arn:aws:iam::123456789012:root"}), "Principal"),
+        (stmt(Resource="arn:aws:s3:::another-bucket/*"), "invalid resource"),
+        (stmt(Condition={"IpAddress": {"aws:SourceIp": "10.0.0.0/8"}}), "IpAddress"),
+        (json.dumps({"Statement": []}), "must not be empty"),
+    ]
+    for text, says in cases:
+        code, message = error_of(lambda: root.put_bucket_policy(Bucket=B, Policy=text))
+        assert code == "MalformedPolicy" and says in message, (text, code, message)
+    assert error_of(lambda: root.get_bucket_policy(Bucket=B))[0] == "NoSuchBucketPolicy"
+    code, _ = error_of(lambda: root.put_bucket_policy(Bucket="no-such-bucket", Policy=stmt()))
+    assert code == "NoSuchBucket"
+
+
+def test_acls_answer_as_s3_with_acls_disabled(acl):
+    c, keys = acl
+    root = ROOT[0]
+    acl_ = root.get_bucket_acl(Bucket=B)
+    assert [g["Permission"] for g in acl_["Grants"]] == ["FULL_CONTROL"]
+    assert acl_["Owner"]["ID"] == "oed"
+    assert root.get_object_acl(Bucket=B, Key=OBJ)["Grants"][0]["Permission"] == "FULL_CONTROL"
+    # An ACL that gives the owner alone full control is taken (private too, which rclone
+    # sends by default); any other is refused and nothing stored.
+    root.put_object(Bucket=B, Key="acl-bofc", Body=b"x", ACL="bucket-owner-full-control")
+    root.put_object(Bucket=B, Key="acl-bofc", Body=b"x", ACL="private")
+    for canned in ["public-read", "authenticated-read"]:
+        code, message = error_of(
+            lambda: root.put_object(Bucket=B, Key="acl-refused", Body=b"x", ACL=canned))
+        assert code == "AccessControlListNotSupported" and canned in message
+    assert error_of(lambda: root.head_object(Bucket=B, Key="acl-refused"))[0] in ("404", "NoSuchKey")
+    # Refused for want of the right first, as S3 answers.
+    assert error_of(lambda: client(c, keys["read"]).put_object(
+        Bucket=B, Key="acl-refused", Body=b"x", ACL="public-read"))[0] == "AccessDenied"
+    assert error_of(lambda: root.put_bucket_acl(Bucket=B, ACL="public-read"))[0] \
+        == "AccessControlListNotSupported"
+    assert error_of(lambda: root.put_object_acl(Bucket=B, Key=OBJ, ACL="public-read-write"))[0] \
+        == "AccessControlListNotSupported"
+    assert error_of(lambda: root.create_bucket(Bucket="acl-bucket", ACL="public-read"))[0] \
+        == "InvalidBucketAclWithObjectOwnership"
+    assert error_of(lambda: root.put_bucket_acl(Bucket=B, ACL="public-read-write"))[0] \
+        == "AccessControlListNotSupported"
+    root.put_bucket_acl(Bucket=B, ACL="private")
+    root.create_bucket(Bucket="acl-private-made", ACL="private")
+    root.delete_bucket(Bucket="acl-private-made")
+    root.delete_object(Bucket=B, Key="acl-bofc")
+
+
+def test_a_keys_last_use_is_shown(acl):
+    c, keys = acl
+    key = json.loads(c.admin("key", "create", "used-later", "--json"))
+    c.admin("bucket", "allow", B, "--key", key["access_key_id"], "--read")
+    info = json.loads(c.admin("key", "info", key["access_key_id"], "--json"))
+    assert "last_used_ms" not in info
+    before = time.time() * 1000
+    c.wait_for("the new key on drive 1",
+               lambda: outcome(lambda s: s.head_bucket(Bucket=B), client(c, key, 1))
+               == "allowed", timeout=5, every=0.1)
+    info = json.loads(c.admin("key", "info", key["access_key_id"], "--json"))
+    assert before - 1000 <= info["last_used_ms"] <= time.time() * 1000 + 1000
+    assert "used 20" in c.admin("key", "list")
+
+
+def test_a_policy_cannot_be_got_around(acl):
+    """Encoded parameter names, a policy listing only the top level, response overrides,
+    keys that do not exist, and a Range the route around s3s takes."""
+    import urllib.error
+    import urllib.request
+    c, keys = acl
+    bucket = "public-top"
+    root = bucket_of_keys(bucket, ["top.txt", "home/a.txt", "private/b.txt"])
+    # AWS's example: list the top level and home/ only, read home/ only.
+    policy = json.dumps({"Version": "2012-10-17", "Statement": [
+        {"Effect": "Allow", "Principal": "*", "Action": "s3:ListBucket",
+         "Resource": f"arn:aws:s3:::{bucket}",
+         "Condition": {"StringEquals": {"s3:prefix": ["", "home/"]}}},
+        {"Effect": "Allow", "Principal": "*", "Action": "s3:GetObject",
+         "Resource": f"arn:aws:s3:::{bucket}/home/*"}]})
+    root.put_bucket_policy(Bucket=bucket, Policy=policy)
+    base = c.endpoint() + "/" + bucket
+
+    def get(path):
+        try:
+            with urllib.request.urlopen(base + path, timeout=30) as r:
+                return r.status, r.read()
+        except urllib.error.HTTPError as e:
+            return e.code, e.read()
+
+    assert get("?list-type=2")[0] == 200
+    assert get("?list-type=2&prefix=home%2F")[0] == 200
+    assert get("?list-type=2&prefix=private%2F")[0] == 403
+    # The parameter's name encoded: s3s reads it as prefix, and so does the check.
+    status, body = get("?list-type=2&%70refix=private%2F")
+    assert status == 403 and b"private/b.txt" not in body, body
+    assert get("?list-type=2&prefix=%zz")[0] in (400, 403)
+    assert get("/home/a.txt") == (200, b"home/a.txt")
+    assert get("/private/b.txt")[0] == 403
+    # Overrides of the answer's headers are for signed requests only, as in S3.
+    status, body = get("/home/a.txt?response-content-type=text%2Fhtml")
+    assert status == 400 and b"InvalidRequest" in body, body
+    status, body = get("/home/a.txt?%72esponse-content-type=text%2Fhtml")
+    assert status == 400 and b"InvalidRequest" in body, body
+    # A Range that cannot be used is ignored (the route around s3s) for a public object.
+    req = urllib.request.Request(base + "/home/a.txt", headers={"Range": "bytes=9-1"})
+    with urllib.request.urlopen(req, timeout=30) as r:
+        assert r.read() == b"home/a.txt"
+    req = urllib.request.Request(base + "/home/a.txt?x-id=GetObject",
+                                 headers={"Range": "bytes=9-1"})
+    with urllib.request.urlopen(req, timeout=30) as r:
+        assert r.read() == b"home/a.txt"
+    req = urllib.request.Request(base + "/private/b.txt", headers={"Range": "bytes=9-1"})
+    with pytest.raises(urllib.error.HTTPError) as e:
+        urllib.request.urlopen(req, timeout=30)
+    assert e.value.code == 403
+    # A key under the public pattern that does not exist: 404 only where the policy lets
+    # anyone list (here the top level is listable: 404), otherwise 403.
+    assert get("/home/none.txt")[0] == 404
+    only_get = json.dumps({"Version": "2012-10-17", "Statement": [
+        {"Effect": "Allow", "Principal": "*", "Action": "s3:GetObject",
+         "Resource": f"arn:aws:s3:::{bucket}/home/*"}]})
+    root.put_bucket_policy(Bucket=bucket, Policy=only_get)
+    assert get("/home/none.txt")[0] == 403
+    assert get("/home/a.txt") == (200, b"home/a.txt")
+    assert get("?list-type=2")[0] == 403
+    root.delete_bucket_policy(Bucket=bucket)
+    for k in ["top.txt", "home/a.txt", "private/b.txt"]:
+        root.delete_object(Bucket=bucket, Key=k)
+    root.delete_bucket(Bucket=bucket)

@@ -7,15 +7,17 @@
 //! exchange what each has newer: a drive that was down or missed a change learns it, and
 //! one that has entries the other lacks gives them.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::future::join_all;
 use oed_model::account::{
     AccessKey, AccountAnswer, AccountEntry, AccountKeys, AccountRequest, AccountTable,
-    BucketAccess, Rights, SignedEntry, new_key_id, new_secret,
+    BUCKET_COUNT_LIMIT, BucketAccess, KeyView, Rights, SignedEntry, is_key_id, new_key_id,
+    new_secret,
 };
-use oed_model::drive::{Drive, DriveError, MAX_BATCH, within};
+use oed_model::drive::{Drive, DriveError, ErrorCode, MAX_BATCH, within};
 use oed_model::error::{Error, Result};
 use oed_model::record::{VersionId, now_ms};
 
@@ -84,10 +86,7 @@ impl Cluster {
                         );
                     }
                 }
-                match &mut e {
-                    AccountEntry::Key(k) => k.version = version,
-                    AccountEntry::Bucket(b) => b.version = version,
-                }
+                e.set_version(version);
                 keys.sign(e)
             })
             .collect();
@@ -190,6 +189,32 @@ impl Cluster {
 }
 
 impl Cluster {
+    /// Notes that key `id` signed a request on this drive (for `oedd admin key info`); the
+    /// time is stored at most once a minute, off the request's thread.
+    pub fn note_key_used(&self, id: &str) {
+        if self.store.note_key_used(id) {
+            let (store, id) = (self.store.clone(), id.to_owned());
+            tokio::task::spawn_blocking(move || store.store_key_used(&id));
+        }
+    }
+
+    /// When each key last signed a request, the latest of every drive that answers.
+    async fn keys_used(&self) -> HashMap<String, u64> {
+        let map = self.map();
+        let asks = map
+            .all()
+            .iter()
+            .map(|d| within(self.timeout, d.keys_used()));
+        let mut out: HashMap<String, u64> = HashMap::new();
+        for answer in join_all(asks).await.into_iter().flatten() {
+            for (id, ms) in answer {
+                let e = out.entry(id).or_default();
+                *e = (*e).max(ms);
+            }
+        }
+        out
+    }
+
     /// Carries out an admin request about accounts (`oedd admin key ...`, `oedd admin
     /// bucket ...`). Every change is logged on this drive (never a secret) and spread as
     /// [`Cluster::change_accounts`] spreads it.
@@ -222,19 +247,24 @@ impl Cluster {
                 .ok_or_else(|| Error::BadRequest(format!("no access key {id:?}")))
         };
         match req {
-            AccountRequest::KeyCreate { name } => self.create_key(&name).await,
-            AccountRequest::KeyList => Ok(AccountAnswer::Keys {
-                keys: table
-                    .keys()
-                    .iter()
-                    .filter_map(|k| table.view(&k.id))
-                    .collect(),
-            }),
+            AccountRequest::KeyCreate { name, id } => self.create_key(&table, &name, id).await,
+            AccountRequest::KeyList => {
+                let used = self.keys_used().await;
+                Ok(AccountAnswer::Keys {
+                    keys: table
+                        .keys()
+                        .iter()
+                        .filter_map(|k| table.view(&k.id))
+                        .map(|v| with_use(v, &used))
+                        .collect(),
+                })
+            }
             AccountRequest::KeyInfo { id } => {
                 known(&id)?;
+                let used = self.keys_used().await;
                 table
                     .view(&id)
-                    .map(AccountAnswer::Key)
+                    .map(|v| AccountAnswer::Key(with_use(v, &used)))
                     .ok_or_else(|| Error::BadRequest(format!("no access key {id:?}")))
             }
             AccountRequest::KeyDelete { id } => {
@@ -303,18 +333,70 @@ impl Cluster {
                     .collect()
             })
             .unwrap_or_default();
-        Ok(AccountAnswer::Bucket { bucket, grants })
+        let (objects, bytes, complete) = self.count_bucket(&bucket).await;
+        Ok(AccountAnswer::Bucket {
+            policy: table.policy_text(&bucket).map(str::to_owned),
+            bucket,
+            grants,
+            objects,
+            bytes,
+            complete,
+        })
+    }
+
+    /// The objects of `bucket` and their bytes, as listed, for at most
+    /// [`BUCKET_COUNT_LIMIT`]; whether that was all of them.
+    async fn count_bucket(&self, bucket: &str) -> (u64, u64, bool) {
+        let mut merge = crate::list::Merge::new(self, bucket, "");
+        let (mut objects, mut bytes) = (0u64, 0u64);
+        let counted = tokio::time::timeout(BUCKET_COUNT_LIMIT, async {
+            while let Some(r) = merge.next().await? {
+                objects += 1;
+                bytes += r.size;
+            }
+            Ok::<_, Error>(())
+        })
+        .await;
+        (objects, bytes, matches!(counted, Ok(Ok(()))))
     }
 
     /// A new key named `name`, with a new secret.
-    async fn create_key(&self, name: &str) -> Result<AccountAnswer> {
+    async fn create_key(
+        &self,
+        table: &AccountTable,
+        name: &str,
+        id: Option<String>,
+    ) -> Result<AccountAnswer> {
         let name = name.trim().to_owned();
         if name.is_empty() || name.len() > 256 {
             return Err(Error::BadRequest(
                 "a key's name must have 1 to 256 characters".into(),
             ));
         }
-        let id = new_key_id();
+        let id = match id {
+            None => new_key_id(),
+            Some(id) if !is_key_id(&id) => {
+                return Err(Error::BadRequest(format!(
+                    "{id:?} is not an access key id (OED and 17 upper-case letters and digits)"
+                )));
+            }
+            Some(id) => {
+                if let Some(old) = table.get(&format!("k/{id}")) {
+                    return match &old.entry {
+                        // The same request sent again: the same key.
+                        AccountEntry::Key(k) if !k.deleted && k.name == name => {
+                            Ok(AccountAnswer::NewSecret {
+                                access_key_id: k.id.clone(),
+                                name: k.name.clone(),
+                                sealed_secret: k.secret.clone(),
+                            })
+                        }
+                        _ => Err(Error::BadRequest(format!("access key id {id} is taken"))),
+                    };
+                }
+                id
+            }
+        };
         let key = AccessKey {
             secret: self.account_keys()?.seal(&id, &new_secret()),
             id,
@@ -386,15 +468,38 @@ impl Cluster {
     }
 }
 
+/// `view` with the time its key was last used.
+fn with_use(mut view: KeyView, used: &HashMap<String, u64>) -> KeyView {
+    view.last_used_ms = used.get(&view.id).copied();
+    view
+}
+
 /// Sends `entries` to `drive` in batches; returns how many it took.
 async fn give(
     drive: &dyn Drive,
     entries: &[SignedEntry],
     timeout: Duration,
 ) -> std::result::Result<usize, DriveError> {
+    // Keys and grants first, policies in batches of their own: a drive of a version
+    // before policies refuses a batch that holds one as a whole (it cannot decode it),
+    // and still takes the rest.
+    let (policies, rest): (Vec<&SignedEntry>, Vec<&SignedEntry>) = entries
+        .iter()
+        .partition(|e| matches!(e.entry, AccountEntry::Policy(_)));
     let mut taken = 0;
-    for batch in entries.chunks(MAX_BATCH) {
-        taken += within(timeout, drive.merge_accounts(batch)).await?;
+    for batch in rest.chunks(MAX_BATCH) {
+        let batch: Vec<SignedEntry> = batch.iter().map(|e| (*e).clone()).collect();
+        taken += within(timeout, drive.merge_accounts(&batch)).await?;
+    }
+    for batch in policies.chunks(MAX_BATCH) {
+        let batch: Vec<SignedEntry> = batch.iter().map(|e| (*e).clone()).collect();
+        match within(timeout, drive.merge_accounts(&batch)).await {
+            Ok(n) => taken += n,
+            Err(e) if e.code == ErrorCode::BadRequest => {
+                tracing::debug!(error = %e, "a drive refused bucket policies (a version before them?)");
+            }
+            Err(e) => return Err(e),
+        }
     }
     Ok(taken)
 }

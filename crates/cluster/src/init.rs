@@ -51,6 +51,8 @@ pub fn parse_drive(spec: &str, position: usize) -> Result<DriveEntry> {
         address: address.to_owned(),
         domain,
         state: DriveState::In,
+        capacity_gb: None,
+        since: None,
     })
 }
 

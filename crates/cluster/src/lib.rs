@@ -592,6 +592,35 @@ impl Cluster {
         Ok(found)
     }
 
+    /// Copies the records of the buckets that a majority of the map's drives hold and
+    /// this one lacks (it was new, or down, when they were made): a drive joining a
+    /// cluster takes shards of every bucket from its start. A bucket only a minority
+    /// holds (deleted while a drive was down) is not copied. Returns how many it copied.
+    pub async fn copy_buckets(&self) -> usize {
+        let lists = self.on_all(|d| async move { d.buckets().await }).await;
+        let drives = lists.len();
+        let mut held: std::collections::BTreeMap<String, (usize, BucketRecord)> =
+            std::collections::BTreeMap::new();
+        for list in lists.into_iter().flatten() {
+            for b in list {
+                held.entry(b.name.clone()).or_insert((0, b)).0 += 1;
+            }
+        }
+        let mut copied = 0;
+        for (name, (n, record)) in held {
+            if n * 2 > drives
+                && matches!(self.store.bucket(&name), Ok(None))
+                && self.store.copy_bucket(&record).is_ok()
+            {
+                copied += 1;
+            }
+        }
+        if copied > 0 {
+            tracing::info!(copied, "bucket records copied from the other drives");
+        }
+        copied
+    }
+
     /// Every bucket any answering drive has, by name.
     ///
     /// # Errors

@@ -19,6 +19,7 @@ use ring::aead;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+use crate::policy::Policy;
 use crate::record::VersionId;
 
 /// What a key may do in a bucket. `owner` does not imply the others: a key given only
@@ -117,6 +118,20 @@ pub struct BucketAccess {
     pub version: VersionId,
 }
 
+/// A bucket's policy ([`crate::policy`]): `None` once deleted, kept so that an older copy
+/// cannot bring it back.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BucketPolicy {
+    /// The bucket's name.
+    pub bucket: String,
+    /// The policy as it was put (JSON), checked by [`Policy::parse`] first.
+    #[serde(default)]
+    pub policy: Option<String>,
+    /// The version of its last change.
+    pub version: VersionId,
+}
+
 /// One entry of the table, as drives store and send it: the entry and its MAC
 /// ([`AccountKeys::sign`]), so that an entry altered or made up on the way, or on a disk,
 /// is refused wherever it arrives.
@@ -137,15 +152,19 @@ pub enum AccountEntry {
     Key(AccessKey),
     /// A bucket's grants.
     Bucket(BucketAccess),
+    /// A bucket's policy.
+    Policy(BucketPolicy),
 }
 
 impl AccountEntry {
-    /// Its name in the table: `k/<key id>` or `b/<bucket>`; the store keeps it under it.
+    /// Its name in the table: `k/<key id>`, `b/<bucket>` or `p/<bucket>`; the store keeps
+    /// it under it.
     #[must_use]
     pub fn name(&self) -> String {
         match self {
             Self::Key(k) => format!("k/{}", k.id),
             Self::Bucket(b) => format!("b/{}", b.bucket),
+            Self::Policy(p) => format!("p/{}", p.bucket),
         }
     }
 
@@ -155,6 +174,16 @@ impl AccountEntry {
         match self {
             Self::Key(k) => k.version,
             Self::Bucket(b) => b.version,
+            Self::Policy(p) => p.version,
+        }
+    }
+
+    /// Sets the version of its last change.
+    pub fn set_version(&mut self, version: VersionId) {
+        match self {
+            Self::Key(k) => k.version = version,
+            Self::Bucket(b) => b.version = version,
+            Self::Policy(p) => p.version = version,
         }
     }
 }
@@ -188,6 +217,11 @@ pub struct AccountTable {
     keys: HashMap<String, SignedEntry>,
     /// Bucket entries by bucket.
     buckets: HashMap<String, SignedEntry>,
+    /// Policy entries by bucket.
+    policies: HashMap<String, SignedEntry>,
+    /// The policies in force, parsed, by bucket. A stored policy that does not parse
+    /// (one a later version understands) lets nobody in.
+    parsed: HashMap<String, Policy>,
     /// XOR of every entry's fingerprint: the same for the same entries in any order.
     digest: [u8; 32],
 }
@@ -221,6 +255,13 @@ impl AccountTable {
             AccountEntry::Bucket(b) => {
                 self.buckets.insert(b.bucket.clone(), signed);
             }
+            AccountEntry::Policy(p) => {
+                match p.policy.as_deref().map(|t| Policy::parse(&p.bucket, t)) {
+                    Some(Ok(parsed)) => self.parsed.insert(p.bucket.clone(), parsed),
+                    _ => self.parsed.remove(&p.bucket),
+                };
+                self.policies.insert(p.bucket.clone(), signed);
+            }
         }
         true
     }
@@ -232,11 +273,14 @@ impl AccountTable {
             .is_none_or(|old| signed.replaces(old))
     }
 
-    /// The entry of `name` (`k/<id>`, `b/<bucket>`).
+    /// The entry of `name` (`k/<id>`, `b/<bucket>`, `p/<bucket>`).
     #[must_use]
     pub fn get(&self, name: &str) -> Option<&SignedEntry> {
         if let Some(id) = name.strip_prefix("k/") {
             return self.keys.get(id);
+        }
+        if let Some(bucket) = name.strip_prefix("p/") {
+            return self.policies.get(bucket);
         }
         self.buckets.get(name.strip_prefix("b/")?)
     }
@@ -245,7 +289,7 @@ impl AccountTable {
     fn any_key(&self, id: &str) -> Option<&AccessKey> {
         match &self.keys.get(id)?.entry {
             AccountEntry::Key(k) => Some(k),
-            AccountEntry::Bucket(_) => None,
+            _ => None,
         }
     }
 
@@ -268,8 +312,23 @@ impl AccountTable {
     pub fn bucket(&self, bucket: &str) -> Option<&BucketAccess> {
         match &self.buckets.get(bucket)?.entry {
             AccountEntry::Bucket(b) => Some(b),
-            AccountEntry::Key(_) => None,
+            _ => None,
         }
+    }
+
+    /// The policy of `bucket` as it was put, if it has one.
+    #[must_use]
+    pub fn policy_text(&self, bucket: &str) -> Option<&str> {
+        match &self.policies.get(bucket)?.entry {
+            AccountEntry::Policy(p) => p.policy.as_deref(),
+            _ => None,
+        }
+    }
+
+    /// The policy in force in `bucket`, parsed.
+    #[must_use]
+    pub fn policy(&self, bucket: &str) -> Option<&Policy> {
+        self.parsed.get(bucket)
     }
 
     /// What key `id` may do in `bucket`: nothing for a deleted or unknown key.
@@ -290,6 +349,7 @@ impl AccountTable {
         self.keys
             .values()
             .chain(self.buckets.values())
+            .chain(self.policies.values())
             .cloned()
             .collect()
     }
@@ -297,7 +357,7 @@ impl AccountTable {
     /// How many entries it holds.
     #[must_use]
     pub fn len(&self) -> usize {
-        self.keys.len() + self.buckets.len()
+        self.keys.len() + self.buckets.len() + self.policies.len()
     }
 
     /// Whether it holds none.
@@ -323,6 +383,10 @@ fn xor(into: &mut [u8; 32], x: &[u8; 32]) {
     }
 }
 
+/// How long `oedd admin bucket info` counts a bucket's objects before it answers with
+/// what it counted.
+pub const BUCKET_COUNT_LIMIT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// A drive's digest of its table and its size, as drives compare them.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AccountDigest {
@@ -341,6 +405,16 @@ pub fn new_key_id() -> String {
         .map(|_| char::from(ALPHABET[rand::random::<usize>() % ALPHABET.len()]))
         .collect();
     format!("OED{tail}")
+}
+
+/// Whether `id` has the form of [`new_key_id`]'s ids.
+#[must_use]
+pub fn is_key_id(id: &str) -> bool {
+    id.len() == 20
+        && id.starts_with("OED")
+        && id[3..]
+            .bytes()
+            .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit())
 }
 
 /// A new secret: 40 characters of base-64 alphabet without `+` and `/` (about 238 bits).
@@ -453,6 +527,11 @@ pub enum AccountRequest {
     KeyCreate {
         /// A name for people.
         name: String,
+        /// The access key id, chosen by the sender ([`new_key_id`]) so that a request
+        /// sent again (its answer lost, to another drive) makes no second key: the key
+        /// of this id and name is answered again. `None`: the drive chooses.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        id: Option<String>,
     },
     /// Every key.
     KeyList,
@@ -524,6 +603,19 @@ pub enum AccountAnswer {
         bucket: String,
         /// Rights by access key id (keys deleted since are left out).
         grants: BTreeMap<String, Rights>,
+        /// Its policy, as put (`PutBucketPolicy`), if any.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        policy: Option<String>,
+        /// Its objects (counted by listing them).
+        #[serde(default)]
+        objects: u64,
+        /// Their bytes.
+        #[serde(default)]
+        bytes: u64,
+        /// Whether every object was counted: false when the count stopped at its time
+        /// limit, or drives could not list ([`BUCKET_COUNT_LIMIT`]).
+        #[serde(default)]
+        complete: bool,
     },
     /// A change made.
     Done {
@@ -541,6 +633,10 @@ pub struct KeyView {
     pub name: String,
     /// Milliseconds since the epoch it was made at.
     pub created_ms: u64,
+    /// Milliseconds since the epoch it last signed a request at, on any drive that
+    /// answered; `None` if never (to a minute after a drive restarts).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_used_ms: Option<u64>,
     /// Its rights, by bucket.
     pub buckets: BTreeMap<String, Rights>,
 }
@@ -553,7 +649,7 @@ impl AccountTable {
             .values()
             .filter_map(|e| match &e.entry {
                 AccountEntry::Bucket(b) => b.grants.get(id).map(|r| (b.bucket.clone(), *r)),
-                AccountEntry::Key(_) => None,
+                _ => None,
             })
             .collect()
     }
@@ -566,6 +662,7 @@ impl AccountTable {
             id: k.id.clone(),
             name: k.name.clone(),
             created_ms: k.created_ms,
+            last_used_ms: None,
             buckets: self.buckets_of(id),
         })
     }
@@ -760,6 +857,15 @@ mod tests {
                 .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit())
         );
         assert_ne!(new_key_id(), id);
+        assert!(is_key_id(&id));
+        for bad in [
+            "OEDabcdefghijklmnopq",
+            "XYZ12345678901234567",
+            "OED123",
+            "OED1234567890123456é",
+        ] {
+            assert!(!is_key_id(bad), "{bad}");
+        }
         let s = new_secret();
         assert_eq!(s.len(), 40);
         assert!(s.bytes().all(|c| c.is_ascii_alphanumeric()));

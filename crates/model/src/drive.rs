@@ -408,6 +408,12 @@ pub trait Drive: Send + Sync + std::fmt::Debug {
     /// When the drive cannot answer.
     async fn account_digest(&self) -> Result<AccountDigest, DriveError>;
 
+    /// When each access key last signed a request there (milliseconds since the epoch).
+    ///
+    /// # Errors
+    /// When the drive cannot answer.
+    async fn keys_used(&self) -> Result<std::collections::HashMap<String, u64>, DriveError>;
+
     /// Every entry of the account table held there, deleted keys included, as signed.
     ///
     /// # Errors

@@ -10,6 +10,7 @@ pub mod drive;
 pub mod error;
 pub mod heal;
 pub mod map;
+pub mod policy;
 pub mod record;
 pub mod seal;
 pub mod uri;

@@ -47,6 +47,16 @@ pub struct DriveEntry {
     /// holds stays readable there until it is drained (`oedd admin drain`).
     #[serde(default, skip_serializing_if = "DriveState::is_in")]
     pub state: DriveState,
+    /// The drive's capacity in GB (10^9 bytes, as disks are sold): its share of new
+    /// shards follows it ([`ClusterMap::place`]). A drive without one weighs as the mean
+    /// of those that have one; a map where none has one places every drive alike.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capacity_gb: Option<u64>,
+    /// The epoch the drive joined the map at (`oedd admin add`); none for the drives the
+    /// map began with. Objects written before it joined were placed without it: they are
+    /// looked for where the map of that time placed them too ([`ClusterMap::holders`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub since: Option<u64>,
 }
 
 /// Whether a drive takes new shards.
@@ -148,6 +158,8 @@ impl ClusterMap {
                 address: address.to_owned(),
                 domain: None,
                 state: DriveState::In,
+                capacity_gb: None,
+                since: None,
             }],
         }
     }
@@ -212,6 +224,12 @@ impl ClusterMap {
                     d.id, d.address
                 ));
             }
+            if d.capacity_gb == Some(0) {
+                return Err(format!(
+                    "drive {:?}: capacity_gb must be at least 1 (leave it out to weigh as the others)",
+                    d.id
+                ));
+            }
             if !addrs.insert(d.address.as_str()) {
                 return Err(format!(
                     "drive {:?}: address {} is used by another drive",
@@ -243,23 +261,43 @@ impl ClusterMap {
     /// objects that scored it highest. Domains are taken round-robin, each in the order of
     /// its best-scoring drive, so the shards of one object spread over as many failure
     /// domains as there are before two land in the same one.
+    ///
+    /// With capacities ([`DriveEntry::capacity_gb`]) the score is weighted: with `u` the
+    /// hash as a fraction in (0, 1) and `w` the drive's capacity, the score is
+    /// `w / -ln(u)` (computed as `w / -log2(u)` in integer fixed point, so that every
+    /// architecture places alike). The best-scoring drive of an object is then drive `i`
+    /// with probability `w_i / sum(w)` exactly, and a drive joining or leaving moves only
+    /// the objects whose best drive it becomes or was. Without capacities the order is
+    /// the unweighted one, unchanged.
     #[must_use]
     pub fn place(&self, bucket: &str, key: &str, n: usize) -> Vec<usize> {
-        self.place_among(bucket, key, n, |d| d.state.is_in())
+        self.place_among(bucket, key, n, |d| d.state.is_in(), |_| true)
     }
 
-    /// The drives that may hold the shards of `bucket`/`key`: where a new write goes, and
+    /// The drives that may hold the shards of `bucket`/`key`: where a new write goes,
     /// where one went before drives were marked out ([`ClusterMap::place`] over every
-    /// drive). Records name their own drives; this is where to look for them.
+    /// drive), and where one went before drives were added (the placement over the
+    /// drives the map had before each epoch at which some joined, [`DriveEntry::since`]).
+    /// Records name their own drives; this is where to look for them.
     #[must_use]
     pub fn holders(&self, bucket: &str, key: &str, n: usize) -> Vec<usize> {
         let mut out = self.place(bucket, key, n);
-        if self.drives.iter().any(|d| !d.state.is_in()) {
-            for i in self.place_among(bucket, key, n, |_| true) {
+        let mut add = |placed: Vec<usize>| {
+            for i in placed {
                 if !out.contains(&i) {
                     out.push(i);
                 }
             }
+        };
+        if self.drives.iter().any(|d| !d.state.is_in()) {
+            add(self.place_among(bucket, key, n, |_| true, |_| true));
+        }
+        let mut joins: Vec<u64> = self.drives.iter().filter_map(|d| d.since).collect();
+        joins.sort_unstable();
+        joins.dedup();
+        for epoch in joins {
+            let before = |d: &DriveEntry| d.since.is_none_or(|s| s < epoch);
+            add(self.place_among(bucket, key, n, before, before));
         }
         out
     }
@@ -270,13 +308,23 @@ impl ClusterMap {
         key: &str,
         n: usize,
         take: impl Fn(&DriveEntry) -> bool,
+        era: impl Fn(&DriveEntry) -> bool,
     ) -> Vec<usize> {
-        let mut scored: Vec<(u64, usize)> = self
+        // Drives without a capacity weigh as the mean of those of the map (of the epoch)
+        // that have one, whether they are in or out.
+        let weights = self.weights_among(&|d: &DriveEntry| era(d));
+        let mut scored: Vec<(u128, usize)> = self
             .drives
             .iter()
             .enumerate()
             .filter(|(_, d)| take(d))
-            .map(|(i, d)| (score(bucket, key, &d.id), i))
+            .map(|(i, d)| {
+                let u = score(bucket, key, &d.id);
+                match &weights {
+                    None => (u128::from(u), i),
+                    Some(w) => (weighted(u, w[i]), i),
+                }
+            })
             .collect();
         scored.sort_unstable_by(|a, b| b.cmp(a));
         // Domains in the order of their best drive; each domain's drives by score.
@@ -304,6 +352,70 @@ impl ClusterMap {
         }
         out
     }
+}
+
+impl ClusterMap {
+    /// Each drive's weight: its capacity, or the mean of the capacities given; `None`
+    /// when no drive has one.
+    #[must_use]
+    pub fn weights(&self) -> Option<Vec<u64>> {
+        self.weights_among(&|_| true)
+    }
+
+    /// [`ClusterMap::weights`], the mean taken over the drives `take` takes (a placement
+    /// over the drives of an earlier epoch weighs them as that map did).
+    fn weights_among(&self, take: &impl Fn(&DriveEntry) -> bool) -> Option<Vec<u64>> {
+        let given: Vec<u64> = self
+            .drives
+            .iter()
+            .filter(|d| take(d))
+            .filter_map(|d| d.capacity_gb)
+            .collect();
+        if given.is_empty() {
+            return None;
+        }
+        let mean =
+            (given.iter().map(|&c| u128::from(c)).sum::<u128>() / given.len() as u128).max(1);
+        let mean = u64::try_from(mean).unwrap_or(u64::MAX);
+        Some(
+            self.drives
+                .iter()
+                .map(|d| d.capacity_gb.unwrap_or(mean))
+                .collect(),
+        )
+    }
+}
+
+/// The weighted rendezvous score of hash `u` for weight `w`: `w / -log2(u / 2^64)`,
+/// scaled to keep 64 bits of the quotient. Integers only: the same on every CPU.
+fn weighted(u: u64, w: u64) -> u128 {
+    (u128::from(w) << 64) / u128::from(neg_log2_q32(u))
+}
+
+/// `-log2(u / 2^64)` in fixed point with 32 fraction bits; positive for every `u`.
+fn neg_log2_q32(u: u64) -> u64 {
+    if u == 0 {
+        return 64 << 32;
+    }
+    let lz = u64::from(u.leading_zeros());
+    // u / 2^64 = (x / 2^63) * 2^-(lz + 1), with x / 2^63 in [1, 2).
+    let x = u << lz;
+    ((lz + 1) << 32) - log2_frac_q32(x)
+}
+
+/// `log2(x / 2^63)` for `x` with its top bit set, in [0, 1), 32 fraction bits: the
+/// classic bit-by-bit method (square; a result of 2 or more gives a 1 bit, halved).
+fn log2_frac_q32(x: u64) -> u64 {
+    let mut y = u128::from(x);
+    let mut frac = 0u64;
+    for bit in (0..32).rev() {
+        y = (y * y) >> 63;
+        if y >= 1u128 << 64 {
+            y >>= 1;
+            frac |= 1 << bit;
+        }
+    }
+    frac
 }
 
 fn score(bucket: &str, key: &str, drive: &str) -> u64 {
@@ -359,6 +471,8 @@ mod tests {
                     address: format!("127.0.0.1:{}", 9000 + i),
                     domain: Some((*dom).into()),
                     state: DriveState::In,
+                    capacity_gb: None,
+                    since: None,
                 })
                 .collect(),
         }
@@ -402,6 +516,149 @@ mod tests {
         let doms: Vec<_> = p.iter().map(|&i| m.drives[i].domain()).collect();
         let firsts: HashSet<_> = doms[..3].iter().collect();
         assert_eq!(firsts.len(), 3, "{doms:?}");
+    }
+
+    /// A map of drives `d0`.. each its own domain, with these capacities.
+    fn weighted_map(capacities: &[Option<u64>]) -> ClusterMap {
+        let ids: Vec<(String, String)> = (0..capacities.len())
+            .map(|i| (format!("d{i}"), format!("d{i}")))
+            .collect();
+        let pairs: Vec<(&str, &str)> = ids.iter().map(|(a, b)| (a.as_str(), b.as_str())).collect();
+        let mut m = map(&pairs, 1, 0);
+        for (d, c) in m.drives.iter_mut().zip(capacities) {
+            d.capacity_gb = *c;
+        }
+        m
+    }
+
+    #[test]
+    #[allow(
+        clippy::cast_precision_loss,
+        reason = "counts compared within a few percent"
+    )]
+    fn fixed_point_logarithms_are_right() {
+        for (u, want) in [
+            (1u64 << 63, 1.0f64),
+            (1 << 62, 2.0),
+            (3 << 62, 0.415_037_5),
+            (1, 64.0),
+            (u64::MAX, 0.0),
+        ] {
+            let got = neg_log2_q32(u) as f64 / f64::from(1u32 << 31) / 2.0;
+            assert!((got - want).abs() < 1e-6, "{u}: {got} vs {want}");
+        }
+        assert!(neg_log2_q32(u64::MAX) > 0);
+    }
+
+    #[test]
+    #[allow(
+        clippy::cast_precision_loss,
+        reason = "counts compared within a few percent"
+    )]
+    fn shares_follow_capacity() {
+        // Four drives of 1 TB and two of 4 TB: 4/12 and 1/12 of the first shards each.
+        let m = weighted_map(&[
+            Some(1000),
+            Some(1000),
+            Some(4000),
+            Some(1000),
+            Some(4000),
+            Some(1000),
+        ]);
+        let n = 60_000;
+        let mut first = [0usize; 6];
+        for i in 0..n {
+            first[m.place("b", &format!("k{i}"), 1)[0]] += 1;
+        }
+        for (d, &got) in first.iter().enumerate() {
+            let want = n as f64 * m.drives[d].capacity_gb.unwrap() as f64 / 12_000.0;
+            assert!(
+                (got as f64 - want).abs() < want * 0.05,
+                "drive {d}: {got} of {n}, expected about {want}"
+            );
+        }
+        // Drives without a capacity weigh as the mean of the others.
+        let m = weighted_map(&[Some(1000), None, Some(3000)]);
+        assert_eq!(m.weights().unwrap(), vec![1000, 2000, 3000]);
+        // A map without capacities places as it always did.
+        let plain = weighted_map(&[None, None, None, None]);
+        let equal = weighted_map(&[Some(7), Some(7), Some(7), Some(7)]);
+        assert!(plain.weights().is_none());
+        let same = (0..2000)
+            .filter(|i| {
+                let k = format!("k{i}");
+                plain.place("b", &k, 3) == equal.place("b", &k, 3)
+            })
+            .count();
+        assert!(
+            same >= 1990,
+            "equal weights order as no weights: {same} of 2000"
+        );
+    }
+
+    #[test]
+    #[allow(
+        clippy::cast_precision_loss,
+        reason = "counts compared within a few percent"
+    )]
+    fn a_drive_joining_takes_its_share_and_moves_nothing_else() {
+        let six = weighted_map(&[Some(2000); 6]);
+        let mut eight = weighted_map(&[Some(2000); 8]);
+        eight.drives[6].capacity_gb = Some(4000);
+        eight.drives[7].capacity_gb = Some(4000);
+        let n = 40_000;
+        let mut moved = 0;
+        for i in 0..n {
+            let k = format!("k{i}");
+            let before = six.drives[six.place("b", &k, 1)[0]].id.clone();
+            let after = eight.drives[eight.place("b", &k, 1)[0]].id.clone();
+            if before != after {
+                assert!(after == "d6" || after == "d7", "{k}: {before} -> {after}");
+                moved += 1;
+            }
+        }
+        // The new drives' share: 8000 of 20000.
+        let want = n as f64 * 0.4;
+        assert!(
+            (moved as f64 - want).abs() < want * 0.05,
+            "{moved} moved, about {want} expected"
+        );
+    }
+
+    #[test]
+    fn objects_written_before_drives_joined_are_still_looked_for_where_they_went() {
+        let six = weighted_map(&[None; 6]);
+        let mut nine = weighted_map(&[None; 9]);
+        for d in &mut nine.drives[6..] {
+            d.since = Some(2);
+            d.capacity_gb = None;
+        }
+        let mut twelve = nine.clone();
+        twelve.drives.extend(
+            weighted_map(&[None; 12]).drives[9..]
+                .iter()
+                .cloned()
+                .map(|mut d| {
+                    d.since = Some(5);
+                    d
+                }),
+        );
+        twelve.validate().unwrap();
+        for i in 0..500 {
+            let k = format!("k{i}");
+            let asked = twelve.holders("b", &k, 6);
+            for d in six
+                .place("b", &k, 6)
+                .into_iter()
+                .chain(nine.place("b", &k, 6))
+            {
+                assert!(
+                    asked.contains(&d),
+                    "{k}: drive {d} placed it once and is not asked"
+                );
+            }
+            assert_eq!(asked[..6], twelve.place("b", &k, 6)[..], "new writes first");
+        }
     }
 
     #[test]

@@ -283,6 +283,20 @@ pub enum AdminAction {
         /// A drive id.
         drive: String,
     },
+    /// Add drives to the map at the next epoch and push it to every drive; then start
+    /// each new drive with this map file. New objects spread over them by capacity
+    /// (`docs/cluster.md`, "Placement").
+    ///
+    /// Example: oedd admin --map cluster.toml add drive-7=10.0.0.17:9000@shelf-2 --capacity-gb 4000
+    Add {
+        /// Each new drive: [ID=]HOST:PORT[@DOMAIN] (as `oedd cluster init --drive`).
+        #[arg(required = true)]
+        drives: Vec<String>,
+        /// Their capacity in GB: their share of new shards follows it. Without it they
+        /// weigh as the mean of the drives that have one (alike, if none has).
+        #[arg(long)]
+        capacity_gb: Option<u64>,
+    },
     /// Push the map file as it is to every drive (one that was down when it changed).
     Push,
     /// Access keys for S3 clients: create, list, info, delete, rotate (`docs/access.md`).

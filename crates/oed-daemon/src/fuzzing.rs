@@ -200,6 +200,26 @@ pub fn ranges_and_headers(data: &[u8]) {
     let _ = oed_s3::object::body_length(length, &headers);
 }
 
+/// A bucket policy (`PutBucketPolicy`'s body, and the account table's policy entries):
+/// parsed for bucket `b`, and when taken, asked about keys and prefixes made of its own
+/// bytes (the wildcard matcher sees patterns and names it did not choose).
+pub fn bucket_policy(data: &[u8]) {
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    if let Ok(p) = oed_model::policy::Policy::parse("b", text) {
+        let _ = p.is_public();
+        let half = text.get(..text.len() / 2).unwrap_or("");
+        for probe in [text, "", "a", half] {
+            let _ = p.allows_get(probe);
+            let _ = p.allows_list(probe);
+        }
+    }
+    if let Some((pattern, name)) = text.split_once('\n') {
+        let _ = oed_model::policy::glob(pattern, name);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     /// A target's name (its corpus directory) and entry point.

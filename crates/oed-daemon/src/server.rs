@@ -867,7 +867,9 @@ async fn sweep_orphans(store: Store, stop: CancellationToken) {
     }
 }
 
-/// Compares the account table with the other drives' at start and every
+/// Copies the bucket records it lacks from the other drives ([`Cluster::copy_buckets`]:
+/// a drive new to the cluster, or down when buckets were made), then compares the account
+/// table with the other drives' at start and every
 /// [`oed_cluster::accounts::SYNC_PERIOD`] until `stop` (`oed_cluster::accounts`); `synced`
 /// turns true once the first comparison is over (every other drive answered or failed).
 async fn sync_accounts(
@@ -875,6 +877,10 @@ async fn sync_accounts(
     synced: tokio::sync::watch::Sender<bool>,
     stop: CancellationToken,
 ) {
+    tokio::select! {
+        _ = cluster.copy_buckets() => {}
+        () = stop.cancelled() => return,
+    }
     loop {
         tokio::select! {
             _ = cluster.sync_accounts() => {}

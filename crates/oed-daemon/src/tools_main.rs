@@ -226,7 +226,13 @@ async fn admin_keys(
     use oed_daemon::cli::KeyAction;
     use oed_model::account::AccountRequest as R;
     let (req, json) = match action {
-        KeyAction::Create { name, json } => (R::KeyCreate { name }, json),
+        KeyAction::Create { name, json } => (
+            R::KeyCreate {
+                name,
+                id: Some(oed_model::account::new_key_id()),
+            },
+            json,
+        ),
         KeyAction::List { json } => (R::KeyList, json),
         KeyAction::Info { id, json } => (R::KeyInfo { id }, json),
         KeyAction::Delete { id } => (R::KeyDelete { id }, false),
@@ -317,6 +323,56 @@ fn admin_map(
                 new.epoch
             );
             print!("{}", rt.block_on(admin::push(&new, access)));
+        }
+        AdminAction::Add {
+            drives,
+            capacity_gb,
+        } => {
+            // Unnamed drives continue the map's drive-N names.
+            let first = map
+                .drives
+                .iter()
+                .filter_map(|d| d.id.strip_prefix("drive-")?.parse::<usize>().ok())
+                .max()
+                .unwrap_or(map.drives.len())
+                + 1;
+            let weighed = map.drives.iter().any(|d| d.capacity_gb.is_some());
+            if capacity_gb.is_some() && !weighed {
+                anyhow::bail!(
+                    "no drive of the map has a capacity_gb: give every drive one in the map \
+                     file first (or add these without --capacity-gb); a weight on the new \
+                     drives alone would weigh them against a mean of nothing"
+                );
+            }
+            let mut added = Vec::new();
+            for (i, spec) in drives.iter().enumerate() {
+                let mut d = oed_cluster::init::parse_drive(spec, first + i)?;
+                d.capacity_gb = capacity_gb;
+                d.since = Some(map.epoch + 1);
+                // Out until they run: no write waits on a drive that is not there yet.
+                d.state = DriveState::Out;
+                added.push(d);
+            }
+            let ids: Vec<String> = added.iter().map(|d| d.id.clone()).collect();
+            let new = admin::change_map(path, |m| {
+                m.drives.extend(added);
+                Ok(())
+            })?;
+            println!(
+                "{} added (out) from epoch {}; start each with this map file (cluster_map = {}), then: oedd admin --map {} in ID",
+                ids.join(", "),
+                new.epoch,
+                path.display(),
+                path.display()
+            );
+            let (said, failed) = rt.block_on(admin::push_report(&new, access));
+            print!("{said}");
+            let running: Vec<&String> = failed.iter().filter(|id| !ids.contains(id)).collect();
+            if !running.is_empty() {
+                anyhow::bail!(
+                    "the map file has the new drives, but {running:?} did not take it: run `oedd admin push` once they answer"
+                );
+            }
         }
         AdminAction::Push => print!("{}", rt.block_on(admin::push(map, access))),
         AdminAction::Key { .. }

@@ -11,7 +11,8 @@
 //! clock-skew window is refused; within it, a request that changes anything (every method
 //! but GET) names the drive it is for, `target=<drive id>`, which refuses it when that is
 //! another, and carries a nonce, `nonce=<ms>-<32 hex digits>` ([`nonce`]), which the drive
-//! takes once ([`crate::replay`]): both in its query, so both signed.
+//! takes once ([`crate::replay`]): both in its query, so both signed. A drive's request
+//! names the epoch of the cluster map it runs the same way, `epoch=<n>` ([`EPOCH`]).
 //!
 //! Shard uploads are streamed and may be gigabytes: hashing them with SHA-256 before
 //! sending would need them whole, or a second pass. Their body (the shard file, then the
@@ -36,6 +37,10 @@ pub const DIGEST_HEADER: &str = "x-oed-content-sha256";
 pub const STREAMING: &str = "STREAMING-CRC32C";
 /// Digest value of sealed shard uploads.
 pub const SEALED: &str = "STREAMING-POLY1305";
+/// The query parameter with the epoch of the cluster map the sender runs (signed with the
+/// rest of the query: a drive refuses a shard upload of another epoch, and nobody on the
+/// way can make it refuse or take one by changing it).
+pub const EPOCH: &str = "epoch";
 /// The query parameter with a request's nonce.
 pub const NONCE: &str = "nonce";
 /// The query parameter naming the drive a request is for (its id).

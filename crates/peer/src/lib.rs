@@ -36,7 +36,9 @@ pub mod tls;
 
 /// The response header of `GET shard` that names the version read.
 pub const VERSION_HEADER: &str = "x-oed-version-id";
-/// The request header naming the epoch of the cluster map its sender runs.
+/// The request header naming the epoch of the cluster map its sender runs, as versions
+/// before the signed `epoch=` query parameter ([`auth::EPOCH`]) send it: still sent, for
+/// them; read only from a request without the parameter.
 pub const EPOCH_HEADER: &str = "x-oed-map-epoch";
 /// The header of every answer to an authenticated request with the answering drive's
 /// clock, ms since the epoch: the sender learns how far its own clock is from it
@@ -136,6 +138,7 @@ peer_ops! {
     AccountDigest => GET "accounts/digest",
     AccountEntries => GET "accounts",
     MergeAccounts => POST "accounts",
+    KeysUsed => GET "accounts/used",
     AdminStatus => GET "admin/status",
     AdminAction => POST "admin/action",
     GetMap => GET "admin/map",
@@ -175,6 +178,7 @@ impl PeerOp {
             Self::AccountDigest => get(account_digest),
             Self::AccountEntries => get(account_entries),
             Self::MergeAccounts => axum::routing::post(merge_accounts),
+            Self::KeysUsed => get(keys_used),
             Self::AdminStatus
             | Self::AdminAction
             | Self::GetMap
@@ -337,11 +341,20 @@ async fn authenticate(State(state): State<Arc<PeerState>>, req: Request, next: N
 /// Counts a request whose sender named another cluster map epoch, and refuses it when it
 /// stores a shard: a shard placed by another map must not mix with this drive's.
 fn check_epoch(state: &PeerState, req: Request) -> Result<Request, Error> {
-    let theirs = req
-        .headers()
-        .get(EPOCH_HEADER)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
+    // The epoch in the signed query; without it, the header that senders of earlier
+    // versions send (not signed: it guards their writes against mistakes, as it did).
+    let signed = req.uri().query().unwrap_or("").split('&').find_map(|p| {
+        p.strip_prefix(auth::EPOCH)?
+            .strip_prefix('=')?
+            .parse::<u64>()
+            .ok()
+    });
+    let theirs = signed.or_else(|| {
+        req.headers()
+            .get(EPOCH_HEADER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok())
+    });
     let mine = state.epoch.load(Ordering::Relaxed);
     match theirs {
         Some(theirs) if theirs != mine => {
@@ -793,6 +806,12 @@ async fn account_digest(State(state): State<Arc<PeerState>>) -> Answer<Json<Acco
 
 async fn account_entries(State(state): State<Arc<PeerState>>) -> Answer<Json<Vec<SignedEntry>>> {
     Ok(Json(state.drive.account_entries().await?))
+}
+
+async fn keys_used(
+    State(state): State<Arc<PeerState>>,
+) -> Answer<Json<std::collections::HashMap<String, u64>>> {
+    Ok(Json(state.drive.keys_used().await?))
 }
 
 async fn merge_accounts(State(state): State<Arc<PeerState>>, body: Bytes) -> Answer<Json<usize>> {

@@ -13,7 +13,7 @@ use oed_cluster::Cluster;
 use oed_model::account::{AccountEntry, BucketAccess, Right, Rights};
 use oed_model::record::VersionId;
 
-use crate::err;
+use crate::{OrS3, err};
 
 /// The secrets requests are checked against.
 pub(crate) struct KeyAuth {
@@ -78,7 +78,8 @@ pub(crate) fn needs(op: &str) -> Need {
         | "GetBucketLocation"
         | "GetBucketVersioning"
         | "ListMultipartUploads"
-        | "ListParts" => Need::Right(Right::Read),
+        | "ListParts"
+        | "GetObjectAcl" => Need::Right(Right::Read),
         "PutObject"
         | "PostObject"
         | "DeleteObject"
@@ -88,7 +89,8 @@ pub(crate) fn needs(op: &str) -> Need {
         | "UploadPart"
         | "UploadPartCopy"
         | "CompleteMultipartUpload"
-        | "AbortMultipartUpload" => Need::Right(Right::Write),
+        | "AbortMultipartUpload"
+        | "PutObjectAcl" => Need::Right(Right::Write),
         // The bucket's deletion and its settings.
         "DeleteBucket" => Need::Right(Right::Owner),
         s if s.starts_with("PutBucket")
@@ -106,6 +108,14 @@ pub(crate) enum Who<'a> {
     Root,
     Key(&'a str),
     Anonymous,
+}
+
+/// Notes, for `oedd admin key info`, that the signer (a key of the table) was used: call
+/// it once per request, after its signature is checked.
+pub(crate) fn note_use(cluster: &Cluster, who: &Who<'_>) {
+    if let Who::Key(id) = who {
+        cluster.note_key_used(id);
+    }
 }
 
 pub(crate) fn who<'a>(root: &str, credentials: Option<&'a Credentials>) -> Who<'a> {
@@ -131,7 +141,7 @@ pub(crate) fn require(
         Who::Root => Ok(()),
         Who::Anonymous => {
             cluster.stats.count_denied(op);
-            Err(err(S3ErrorCode::AccessDenied, "Signature is required"))
+            Err(anonymous_refused())
         }
         Who::Key(id) => {
             if cluster.accounts().rights(id, bucket).allow(right) {
@@ -148,6 +158,122 @@ pub(crate) fn require(
             }
         }
     }
+}
+
+/// What an anonymous request that no bucket policy lets through is answered.
+pub(crate) fn anonymous_refused() -> s3s::S3Error {
+    err(
+        S3ErrorCode::AccessDenied,
+        "Access Denied: an unsigned request reads only what a bucket policy makes public",
+    )
+}
+
+/// What the policy of a bucket lets anyone do with a request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Public {
+    /// Nothing: rights decide.
+    No,
+    /// The request.
+    Yes,
+    /// A listing, if its prefix (as `s3s` parses it: [`PublicList`]) is one the policy
+    /// lists.
+    ListIfPrefix,
+}
+
+/// Marks a listing let in by the bucket's policy, to be checked against its prefix once
+/// `s3s` has parsed it (`S3Access::list_objects`).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct PublicList;
+
+/// Marks a read let in by the bucket's policy alone, for an unsigned request (whose
+/// `response-*` overrides S3 refuses: `S3Access::get_object`).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct PublicRead;
+
+/// What the policy of `bucket` lets anyone do with `op` (as `s3s` names it) on `key`:
+/// `GetObject` and `HeadObject` under `s3:GetObject`, `ListObjects` and `ListObjectsV2`
+/// under `s3:ListBucket` (their prefix checked once parsed) and `HeadBucket` under an
+/// `s3:ListBucket` without a prefix condition (`oed_model::policy`). A read of a key
+/// that does not exist is let in only where the policy also lists the bucket: otherwise
+/// it is refused as S3 refuses it (403, not 404: the policy does not tell who may not
+/// list which keys exist).
+///
+/// # Errors
+/// When the object's record cannot be read.
+pub(crate) async fn public(
+    cluster: &Cluster,
+    op: &str,
+    bucket: &str,
+    key: Option<&str>,
+) -> S3Result<Public> {
+    let table = cluster.accounts();
+    let Some(policy) = table.policy(bucket) else {
+        return Ok(Public::No);
+    };
+    match op {
+        "GetObject" | "HeadObject" => {
+            let Some(key) = key.filter(|k| policy.allows_get(k)) else {
+                return Ok(Public::No);
+            };
+            if policy.allows_list("") {
+                return Ok(Public::Yes);
+            }
+            let exists = cluster.head(bucket, key).await.or_s3()?.is_some();
+            Ok(if exists { Public::Yes } else { Public::No })
+        }
+        "ListObjects" | "ListObjectsV2" if policy.lists() => Ok(Public::ListIfPrefix),
+        "HeadBucket" if policy.allows_list("") => Ok(Public::Yes),
+        _ => Ok(Public::No),
+    }
+}
+
+/// Refuses a listing let in by the bucket's policy ([`PublicList`]) whose `prefix` the
+/// policy does not list.
+///
+/// # Errors
+/// `AccessDenied`.
+pub(crate) fn check_public_list(
+    cluster: &Cluster,
+    extensions: &http::Extensions,
+    op: &str,
+    bucket: &str,
+    prefix: Option<&str>,
+) -> S3Result<()> {
+    if extensions.get::<PublicList>().is_none() {
+        return Ok(());
+    }
+    let allowed = cluster
+        .accounts()
+        .policy(bucket)
+        .is_some_and(|p| p.allows_list(prefix.unwrap_or("")));
+    if allowed {
+        return Ok(());
+    }
+    cluster.stats.count_denied(op);
+    Err(err(
+        S3ErrorCode::AccessDenied,
+        "Access Denied: the bucket's policy does not list this prefix",
+    ))
+}
+
+/// Refuses an unsigned read let in by the bucket's policy ([`PublicRead`]) that asks for
+/// `response-*` overrides, as S3 does.
+///
+/// # Errors
+/// `InvalidRequest`.
+pub(crate) fn check_public_overrides(extensions: &http::Extensions, any: bool) -> S3Result<()> {
+    if any && extensions.get::<PublicRead>().is_some() {
+        return Err(overrides_refused());
+    }
+    Ok(())
+}
+
+/// What S3 answers an unsigned read with `response-*` overrides.
+pub(crate) fn overrides_refused() -> s3s::S3Error {
+    err(
+        S3ErrorCode::InvalidRequest,
+        "Request specific response headers cannot be used for anonymous GET requests.",
+    )
 }
 
 /// Refuses every key but the bootstrap key (an operation no right covers).
@@ -245,6 +371,14 @@ async fn set_grants(
         grants,
         version: VersionId(0),
     });
+    change(cluster, entry, "grants").await
+}
+
+/// Stores `entry` in the account table and spreads it (`Cluster::change_accounts`).
+///
+/// # Errors
+/// `ServiceUnavailable`, naming `what` (the bucket's grants, its policy) was not stored.
+pub(crate) async fn change(cluster: &Cluster, entry: AccountEntry, what: &str) -> S3Result<()> {
     cluster
         .change_accounts(vec![entry])
         .await
@@ -252,7 +386,7 @@ async fn set_grants(
         .map_err(|e| {
             err(
                 S3ErrorCode::ServiceUnavailable,
-                format!("the bucket's grants could not be stored: {e}"),
+                format!("the bucket's {what} could not be stored: {e}"),
             )
         })
 }

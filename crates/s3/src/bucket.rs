@@ -17,7 +17,8 @@ pub(crate) fn owner() -> Owner {
     }
 }
 
-/// Makes the bucket; the key that made it gets every right there (`access::new_bucket`).
+/// Makes the bucket; the key that made it gets every right there (`access::new_bucket`),
+/// and no policy of an earlier bucket of the name is left (`policy::bucket_made`).
 pub(crate) async fn create(
     cluster: &Cluster,
     who: &Who<'_>,
@@ -30,6 +31,7 @@ pub(crate) async fn create(
         ));
     }
     cluster.create_bucket(&input.bucket).await.or_s3()?;
+    crate::policy::bucket_made(cluster, &input.bucket).await?;
     access::new_bucket(cluster, who, &input.bucket).await?;
     Ok(S3Response::new(CreateBucketOutput {
         location: Some(format!("/{}", input.bucket)),
@@ -65,6 +67,7 @@ pub(crate) async fn delete(
     bucket: &str,
 ) -> S3Result<S3Response<DeleteBucketOutput>> {
     cluster.delete_bucket(bucket).await.or_s3()?;
+    crate::policy::bucket_deleted(cluster, bucket).await?;
     access::bucket_deleted(cluster, bucket).await?;
     Ok(S3Response::new(DeleteBucketOutput {}))
 }

@@ -9,6 +9,7 @@
 //! see [`multipart`]); clients cannot create them, and listings never show them.
 
 mod access;
+mod acl;
 pub mod bucket;
 pub mod checksum;
 pub mod error;
@@ -16,6 +17,7 @@ pub mod list;
 pub mod multipart;
 pub mod object;
 pub mod op;
+mod policy;
 pub mod range;
 mod rate;
 #[cfg(test)]
@@ -29,13 +31,17 @@ use s3s::dto::{
     AbortMultipartUploadInput, AbortMultipartUploadOutput, CompleteMultipartUploadInput,
     CompleteMultipartUploadOutput, CopyObjectInput, CopyObjectOutput, CreateBucketInput,
     CreateBucketOutput, CreateMultipartUploadInput, CreateMultipartUploadOutput, DeleteBucketInput,
-    DeleteBucketOutput, DeleteObjectInput, DeleteObjectOutput, DeleteObjectsInput,
-    DeleteObjectsOutput, GetBucketLocationInput, GetBucketLocationOutput, GetBucketVersioningInput,
-    GetBucketVersioningOutput, GetObjectInput, GetObjectOutput, HeadBucketInput, HeadBucketOutput,
-    HeadObjectInput, HeadObjectOutput, ListBucketsInput, ListBucketsOutput,
-    ListMultipartUploadsInput, ListMultipartUploadsOutput, ListObjectVersionsInput,
-    ListObjectVersionsOutput, ListObjectsInput, ListObjectsOutput, ListObjectsV2Input,
-    ListObjectsV2Output, ListPartsInput, ListPartsOutput, PutObjectInput, PutObjectOutput,
+    DeleteBucketOutput, DeleteBucketPolicyInput, DeleteBucketPolicyOutput, DeleteObjectInput,
+    DeleteObjectOutput, DeleteObjectsInput, DeleteObjectsOutput, GetBucketAclInput,
+    GetBucketAclOutput, GetBucketLocationInput, GetBucketLocationOutput, GetBucketPolicyInput,
+    GetBucketPolicyOutput, GetBucketPolicyStatusInput, GetBucketPolicyStatusOutput,
+    GetBucketVersioningInput, GetBucketVersioningOutput, GetObjectAclInput, GetObjectAclOutput,
+    GetObjectInput, GetObjectOutput, HeadBucketInput, HeadBucketOutput, HeadObjectInput,
+    HeadObjectOutput, ListBucketsInput, ListBucketsOutput, ListMultipartUploadsInput,
+    ListMultipartUploadsOutput, ListObjectVersionsInput, ListObjectVersionsOutput,
+    ListObjectsInput, ListObjectsOutput, ListObjectsV2Input, ListObjectsV2Output, ListPartsInput,
+    ListPartsOutput, PutBucketAclInput, PutBucketAclOutput, PutBucketPolicyInput,
+    PutBucketPolicyOutput, PutObjectAclInput, PutObjectAclOutput, PutObjectInput, PutObjectOutput,
     UploadPartCopyInput, UploadPartCopyOutput, UploadPartInput, UploadPartOutput,
 };
 use s3s::{S3, S3Error, S3ErrorCode, S3Request, S3Response, S3Result};
@@ -162,7 +168,7 @@ impl S3Route for Routes {
 
     async fn check_access(&self, req: &mut S3Request<s3s::Body>) -> S3Result<()> {
         if req.extensions.get::<TookRange>().is_some() {
-            self.range.check_access(req)
+            self.range.check_access(req).await
         } else {
             self.op.check_access(req).await
         }
@@ -180,13 +186,70 @@ impl S3Route for Routes {
 /// The access check `s3s` runs once it has verified a request's signature and resolved
 /// its operation: it names the operation for the request metrics ([`OpName`]), refuses
 /// a request signed for another region (as S3 does: `AuthorizationHeaderMalformed`, or
-/// `AuthorizationQueryParametersError` for a presigned URL), anonymous requests, and
-/// requests whose key lacks the right the operation needs in its bucket
-/// ([`access::needs`]); after the request is parsed, a copy's source bucket too.
+/// `AuthorizationQueryParametersError` for a presigned URL), an ACL that grants more than
+/// the owner ([`acl`]), and, unless the bucket's policy makes the request public
+/// ([`access::public`]), anonymous requests and requests whose key lacks the right the
+/// operation needs in its bucket ([`access::needs`]); after the request is parsed, a
+/// copy's source bucket too.
 struct NameOperation {
     region: String,
     cluster: Arc<Cluster>,
     root: String,
+}
+
+/// Whether a read's input (`GetObjectInput`, `HeadObjectInput`) asks for `response-*`
+/// overrides of the answer's headers.
+macro_rules! overrides {
+    ($i:expr) => {
+        $i.response_cache_control.is_some()
+            || $i.response_content_disposition.is_some()
+            || $i.response_content_encoding.is_some()
+            || $i.response_content_language.is_some()
+            || $i.response_content_type.is_some()
+            || $i.response_expires.is_some()
+    };
+}
+
+impl NameOperation {
+    /// Refuses the request unless the signer has the right its operation needs in its
+    /// bucket (`None`), or the bucket's policy makes it public ([`access::public`]: a
+    /// listing is then to have its prefix checked once parsed, an unsigned read its
+    /// `response-*` overrides refused).
+    async fn allowed(
+        &self,
+        name: &str,
+        who: &access::Who<'_>,
+        bucket: &str,
+        key: Option<&str>,
+    ) -> S3Result<Option<access::Public>> {
+        let need = access::needs(name);
+        let by_rights = match (who, need) {
+            (access::Who::Root, _) | (access::Who::Key(_), access::Need::Nothing) => true,
+            (access::Who::Key(id), access::Need::Right(right)) if !bucket.is_empty() => {
+                self.cluster.accounts().rights(id, bucket).allow(right)
+            }
+            _ => false,
+        };
+        if by_rights {
+            return Ok(None);
+        }
+        if !bucket.is_empty() {
+            let public = access::public(&self.cluster, name, bucket, key).await?;
+            if public != access::Public::No {
+                return Ok(Some(public));
+            }
+        }
+        match (who, need) {
+            (access::Who::Anonymous, _) => {
+                self.cluster.stats.count_denied(name);
+                Err(access::anonymous_refused())
+            }
+            (_, access::Need::Right(right)) if !bucket.is_empty() => {
+                access::require(&self.cluster, who, name, bucket, right).map(|()| None)
+            }
+            _ => access::refuse_unless_root(&self.cluster, who, name).map(|()| None),
+        }
+    }
 }
 
 #[async_trait::async_trait]
@@ -196,32 +259,66 @@ impl s3s::access::S3Access for NameOperation {
         if let Some(slot) = cx.extensions_mut().get::<OpName>() {
             slot.set(&name);
         }
-        if cx.credentials().is_none() {
-            self.cluster.stats.count_denied(&name);
-        }
-        signed_for(cx.credentials(), cx.headers(), cx.uri(), &self.region)?;
+        check_region(cx.headers(), cx.uri(), &self.region)?;
         let who = access::who(&self.root, cx.credentials());
-        let need = access::needs(&name);
-        let bucket = match cx.s3_path() {
-            s3s::path::S3Path::Root => "",
-            s3s::path::S3Path::Bucket { bucket } | s3s::path::S3Path::Object { bucket, .. } => {
-                bucket
+        access::note_use(&self.cluster, &who);
+        let (bucket, key) = match cx.s3_path() {
+            s3s::path::S3Path::Root => (String::new(), None),
+            s3s::path::S3Path::Bucket { bucket } => ((**bucket).to_owned(), None),
+            s3s::path::S3Path::Object { bucket, key } => {
+                ((**bucket).to_owned(), Some((**key).to_owned()))
             }
         };
-        match need {
-            access::Need::Nothing => Ok(()),
-            access::Need::Right(right) if !bucket.is_empty() => {
-                access::require(&self.cluster, &who, &name, bucket, right)
+        let anonymous = matches!(who, access::Who::Anonymous);
+        match self.allowed(&name, &who, &bucket, key.as_deref()).await? {
+            Some(access::Public::Yes) if anonymous => {
+                cx.extensions_mut().insert(access::PublicRead);
             }
-            access::Need::Right(_) | access::Need::Refused => {
-                access::refuse_unless_root(&self.cluster, &who, &name)
+            Some(access::Public::ListIfPrefix) => {
+                cx.extensions_mut().insert(access::PublicList);
             }
+            _ => {}
         }
+        // After the rights: a request that may not be made is refused as such first.
+        if acl::sets_acl(&name)
+            && let Some(e) = acl::refused(&name, cx.headers())
+        {
+            return Err(e);
+        }
+        Ok(())
     }
 
     async fn copy_object(&self, req: &mut S3Request<CopyObjectInput>) -> S3Result<()> {
         let who = access::who(&self.root, req.credentials.as_ref());
         access::require_source(&self.cluster, &who, "CopyObject", &req.input.copy_source)
+    }
+
+    async fn list_objects(&self, req: &mut S3Request<ListObjectsInput>) -> S3Result<()> {
+        access::check_public_list(
+            &self.cluster,
+            &req.extensions,
+            "ListObjects",
+            &req.input.bucket,
+            req.input.prefix.as_deref(),
+        )
+    }
+
+    async fn list_objects_v2(&self, req: &mut S3Request<ListObjectsV2Input>) -> S3Result<()> {
+        access::check_public_list(
+            &self.cluster,
+            &req.extensions,
+            "ListObjectsV2",
+            &req.input.bucket,
+            req.input.prefix.as_deref(),
+        )
+    }
+
+    async fn get_object(&self, req: &mut S3Request<GetObjectInput>) -> S3Result<()> {
+        access::check_public_overrides(&req.extensions, overrides!(req.input))
+    }
+
+    async fn head_object(&self, req: &mut S3Request<HeadObjectInput>) -> S3Result<()> {
+        access::check_public_overrides(&req.extensions, overrides!(req.input))
     }
 
     async fn upload_part_copy(&self, req: &mut S3Request<UploadPartCopyInput>) -> S3Result<()> {
@@ -232,21 +329,6 @@ impl s3s::access::S3Access for NameOperation {
             "UploadPartCopy",
             &req.input.copy_source,
         )
-    }
-}
-
-/// What the access check of every signed S3 route refuses: a request signed for another
-/// region than `region` ([`check_region`]), and anonymous requests.
-pub(crate) fn signed_for(
-    credentials: Option<&s3s::auth::Credentials>,
-    headers: &http::HeaderMap,
-    uri: &http::Uri,
-    region: &str,
-) -> S3Result<()> {
-    check_region(headers, uri, region)?;
-    match credentials {
-        Some(_) => Ok(()),
-        None => Err(err(S3ErrorCode::AccessDenied, "Signature is required")),
     }
 }
 
@@ -646,6 +728,75 @@ impl S3 for OedS3 {
         // Versioning is never enabled: S3 answers such a bucket with no status.
         need_bucket(&self.cluster, &req.input.bucket).await?;
         Ok(S3Response::new(GetBucketVersioningOutput::default()))
+    }
+
+    async fn put_bucket_policy(
+        &self,
+        req: S3Request<PutBucketPolicyInput>,
+    ) -> S3Result<S3Response<PutBucketPolicyOutput>> {
+        policy::put(&self.cluster, &req.input.bucket, req.input.policy).await
+    }
+
+    async fn get_bucket_policy(
+        &self,
+        req: S3Request<GetBucketPolicyInput>,
+    ) -> S3Result<S3Response<GetBucketPolicyOutput>> {
+        policy::get(&self.cluster, &req.input.bucket).await
+    }
+
+    async fn get_bucket_policy_status(
+        &self,
+        req: S3Request<GetBucketPolicyStatusInput>,
+    ) -> S3Result<S3Response<GetBucketPolicyStatusOutput>> {
+        policy::status(&self.cluster, &req.input.bucket).await
+    }
+
+    async fn delete_bucket_policy(
+        &self,
+        req: S3Request<DeleteBucketPolicyInput>,
+    ) -> S3Result<S3Response<DeleteBucketPolicyOutput>> {
+        policy::delete(&self.cluster, &req.input.bucket).await
+    }
+
+    async fn get_bucket_acl(
+        &self,
+        req: S3Request<GetBucketAclInput>,
+    ) -> S3Result<S3Response<GetBucketAclOutput>> {
+        need_bucket(&self.cluster, &req.input.bucket).await?;
+        Ok(S3Response::new(GetBucketAclOutput {
+            grants: Some(acl::grants()),
+            owner: Some(bucket::owner()),
+        }))
+    }
+
+    async fn put_bucket_acl(
+        &self,
+        req: S3Request<PutBucketAclInput>,
+    ) -> S3Result<S3Response<PutBucketAclOutput>> {
+        need_bucket(&self.cluster, &req.input.bucket).await?;
+        acl::put_document(req.input.access_control_policy.as_ref())?;
+        Ok(S3Response::new(PutBucketAclOutput {}))
+    }
+
+    async fn get_object_acl(
+        &self,
+        req: S3Request<GetObjectAclInput>,
+    ) -> S3Result<S3Response<GetObjectAclOutput>> {
+        record(&self.cluster, &req.input.bucket, &req.input.key).await?;
+        Ok(S3Response::new(GetObjectAclOutput {
+            grants: Some(acl::grants()),
+            owner: Some(bucket::owner()),
+            request_charged: None,
+        }))
+    }
+
+    async fn put_object_acl(
+        &self,
+        req: S3Request<PutObjectAclInput>,
+    ) -> S3Result<S3Response<PutObjectAclOutput>> {
+        record(&self.cluster, &req.input.bucket, &req.input.key).await?;
+        acl::put_document(req.input.access_control_policy.as_ref())?;
+        Ok(S3Response::new(PutObjectAclOutput::default()))
     }
 
     async fn put_object(

@@ -146,8 +146,12 @@ impl S3Route for OpRoute {
         let who = access::who(&self.root, req.credentials.as_ref());
         if matches!(who, access::Who::Anonymous) {
             self.cluster.stats.count_denied("OedOp");
-            return Err(err(S3ErrorCode::AccessDenied, "Signature is required"));
+            return Err(err(
+                S3ErrorCode::AccessDenied,
+                "Access Denied: near-data operations need a signed request",
+            ));
         }
+        access::note_use(&self.cluster, &who);
         // Every operation reads; one that writes needs more once its body is read.
         match op_bucket(&req.uri) {
             Some(bucket) => access::require(&self.cluster, &who, "OedOp", &bucket, Right::Read),

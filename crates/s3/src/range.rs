@@ -23,7 +23,7 @@ pub fn unusable(method: &http::Method, uri: &http::Uri, headers: &http::HeaderMa
     if method != http::Method::GET && method != http::Method::HEAD {
         return false;
     }
-    if object_bucket(uri).is_none() {
+    if object_path(uri).is_none() || !only_get_object_params(uri) {
         return false;
     }
     headers.get_all(http::header::RANGE).iter().count() > 1
@@ -42,13 +42,26 @@ pub struct IgnoreRange {
     root: String,
 }
 
-/// The bucket of a path-style object path.
-fn object_bucket(uri: &http::Uri) -> Option<String> {
+/// The bucket and key of a path-style object path.
+fn object_path(uri: &http::Uri) -> Option<(String, String)> {
     let path = oed_model::uri::decode(uri.path())?;
     match s3s::path::parse_path_style(&path).ok()? {
-        s3s::path::S3Path::Object { bucket, .. } => Some(bucket.into()),
+        s3s::path::S3Path::Object { bucket, key } => Some((bucket.into(), key.into())),
         _ => None,
     }
+}
+
+/// Whether every query parameter is one of `GetObject`'s (or a presigned URL's): a GET
+/// of a sub-resource (`?acl`, `?tagging`, `?uploadId=`...) is another operation, which
+/// reads no `Range` and is left to the S3 service.
+fn only_get_object_params(uri: &http::Uri) -> bool {
+    uri.query().unwrap_or("").split('&').all(|kv| {
+        let name = kv.split('=').next().unwrap_or(kv);
+        kv.is_empty()
+            || is_signature_param(kv)
+            || matches!(name, "versionId" | "partNumber" | "x-id")
+            || name.starts_with("response-")
+    })
 }
 
 impl IgnoreRange {
@@ -70,36 +83,37 @@ impl IgnoreRange {
     }
 
     /// Names the operation for the request metrics, and refuses what the signed service's
-    /// access check refuses (anonymous requests, another region, a key without the read
-    /// right in the bucket).
+    /// access check refuses (another region; unless the bucket's policy makes the object
+    /// public, anonymous requests and a key without the read right in the bucket).
     ///
     /// # Errors
     /// `AccessDenied` or `AuthorizationHeaderMalformed`, as the access check refuses.
-    pub fn check_access(&self, req: &mut S3Request<Body>) -> S3Result<()> {
-        if let Some(slot) = req.extensions.get::<OpName>() {
-            slot.set(if req.method == http::Method::HEAD {
-                "HeadObject"
-            } else {
-                "GetObject"
-            });
-        }
+    pub async fn check_access(&self, req: &mut S3Request<Body>) -> S3Result<()> {
         let op = if req.method == http::Method::HEAD {
             "HeadObject"
         } else {
             "GetObject"
         };
-        if req.credentials.is_none() {
-            self.cluster.stats.count_denied(op);
+        if let Some(slot) = req.extensions.get::<OpName>() {
+            slot.set(op);
         }
-        super::signed_for(
-            req.credentials.as_ref(),
-            &req.headers,
-            &req.uri,
-            &self.region,
-        )?;
+        super::check_region(&req.headers, &req.uri, &self.region)?;
         let who = crate::access::who(&self.root, req.credentials.as_ref());
-        let bucket = object_bucket(&req.uri)
+        crate::access::note_use(&self.cluster, &who);
+        let (bucket, key) = object_path(&req.uri)
             .ok_or_else(|| err(S3ErrorCode::InvalidURI, "the request names no object"))?;
+        let reads = matches!(who, crate::access::Who::Root)
+            || matches!(who, crate::access::Who::Key(id)
+                if self.cluster.accounts().rights(id, &bucket).read);
+        if !reads
+            && crate::access::public(&self.cluster, op, &bucket, Some(&key)).await?
+                == crate::access::Public::Yes
+        {
+            if matches!(who, crate::access::Who::Anonymous) && has_overrides(&req.uri) {
+                return Err(crate::access::overrides_refused());
+            }
+            return Ok(());
+        }
         crate::access::require(
             &self.cluster,
             &who,
@@ -154,6 +168,16 @@ impl IgnoreRange {
         out.extensions = parts.extensions;
         Ok(out)
     }
+}
+
+/// Whether the query asks for `response-*` overrides (names decoded, as `s3s` reads them).
+fn has_overrides(uri: &http::Uri) -> bool {
+    uri.query().unwrap_or("").split('&').any(|kv| {
+        let name = kv.split('=').next().unwrap_or(kv);
+        oed_model::uri::decode(name)
+            .unwrap_or_else(|| name.to_owned())
+            .starts_with("response-")
+    })
 }
 
 /// Whether a query parameter belongs to a presigned URL's signature (`SigV4`'s `X-Amz-*`,

@@ -4,6 +4,7 @@
 //! The store takes no entry whose MAC is not the cluster's, from the network or from its
 //! own disk.
 
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError, RwLock};
 
 use oed_model::account::{AccountKeys, AccountTable, SignedEntry};
@@ -19,7 +20,18 @@ pub(crate) struct Accounts {
     change: Mutex<()>,
     /// The cluster's keys, once the server gave them ([`Store::open_accounts`]).
     keys: OnceLock<Arc<AccountKeys>>,
+    /// When each key was last used here, and when that was last stored.
+    used: Mutex<HashMap<String, Used>>,
 }
+
+#[derive(Debug, Clone, Copy, Default)]
+struct Used {
+    ms: u64,
+    stored_ms: u64,
+}
+
+/// How often a key's last use is stored: its precision after a restart.
+const USED_STORE_PERIOD_MS: u64 = 60_000;
 
 impl Store {
     /// Loads the account table from disk, keeping the entries `keys` verify (an entry that
@@ -50,6 +62,15 @@ impl Store {
             .keys
             .set(keys)
             .map_err(|_| Error::Config("the account table was opened twice".into()))?;
+        let mut used = self
+            .accounts
+            .used
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        for (id, ms) in self.meta().keys_used()? {
+            used.insert(id, Used { ms, stored_ms: ms });
+        }
+        drop(used);
         *self
             .accounts
             .table
@@ -62,6 +83,58 @@ impl Store {
     #[must_use]
     pub fn account_keys(&self) -> Option<Arc<AccountKeys>> {
         self.accounts.keys.get().cloned()
+    }
+
+    /// Notes that key `id` signed a request now, in memory. Returns whether the time is
+    /// due to be stored ([`Store::store_key_used`]): at most once a minute per key, so a
+    /// restart forgets at most the last minute.
+    pub fn note_key_used(&self, id: &str) -> bool {
+        let now = oed_model::record::now_ms();
+        let mut used = self
+            .accounts
+            .used
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let u = match used.get_mut(id) {
+            Some(u) => u,
+            None => used.entry(id.to_owned()).or_default(),
+        };
+        u.ms = now;
+        let due = now.saturating_sub(u.stored_ms) >= USED_STORE_PERIOD_MS;
+        if due {
+            u.stored_ms = now;
+        }
+        due
+    }
+
+    /// Stores when key `id` was last used here (a synced write: call it off the request's
+    /// thread).
+    pub fn store_key_used(&self, id: &str) {
+        let ms = self
+            .accounts
+            .used
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(id)
+            .map(|u| u.ms);
+        if let Some(ms) = ms {
+            let name = format!("{}{id}", crate::meta::KEY_USED_PREFIX);
+            if let Err(e) = self.meta().set_state(&name, &ms) {
+                tracing::warn!(error = %e, "a key's last use could not be stored");
+            }
+        }
+    }
+
+    /// When each key was last used on this drive (milliseconds since the epoch).
+    #[must_use]
+    pub fn keys_used(&self) -> HashMap<String, u64> {
+        self.accounts
+            .used
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .map(|(id, u)| (id.clone(), u.ms))
+            .collect()
     }
 
     /// The account table in force here: a snapshot, cheap to take.

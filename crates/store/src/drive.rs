@@ -228,6 +228,10 @@ impl Drive for Store {
         Ok(self.accounts().entries())
     }
 
+    async fn keys_used(&self) -> Result<std::collections::HashMap<String, u64>, DriveError> {
+        Ok(Store::keys_used(self))
+    }
+
     async fn merge_accounts(&self, entries: &[SignedEntry]) -> Result<usize, DriveError> {
         check_batch(entries.len())?;
         let (store, entries) = (self.clone(), entries.to_vec());

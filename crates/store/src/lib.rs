@@ -572,6 +572,16 @@ impl Store {
         })
     }
 
+    /// Keeps `record`, another drive's record of a bucket this one lacks, as it is (its
+    /// creation time included), or the existing record.
+    ///
+    /// # Errors
+    /// [`Error::BadRequest`] for an invalid name; [`Error::Meta`].
+    pub fn copy_bucket(&self, record: &BucketRecord) -> Result<BucketRecord> {
+        record::check_bucket_name(&record.name)?;
+        self.meta.put_bucket(record)
+    }
+
     /// Flushes the metadata store (at shutdown).
     ///
     /// # Errors
@@ -799,6 +809,60 @@ mod tests {
             VersionId(3)
         );
         assert!(path(3).exists() && !path(4).exists());
+        assert!(store.meta.kept("bkt", "k").unwrap().is_none());
+    }
+
+    /// Version 3 of `k` written, then version 4 (client writes: 3 is kept until 4 is
+    /// settled); returns the settlement of 4 as failed.
+    async fn overwrite_kept(store: &Store) -> Settlement {
+        for v in [3, 4] {
+            let (rec, mut file) = shard(v, 9000);
+            file.extend(serde_json::to_vec(&RecordTail::default()).unwrap());
+            let body = futures_util::stream::iter([Ok::<_, std::io::Error>(Bytes::from(file))]);
+            store.put_shard(rec, body, true).await.unwrap();
+        }
+        Settlement {
+            bucket: "bkt".into(),
+            key: "k".into(),
+            version_id: VersionId(4),
+            stored: false,
+        }
+    }
+
+    /// The records the orphan sweep keeps are read as of one moment: a failed write's
+    /// kept version restored while they are read (moved from the kept family back to
+    /// the objects) is among them, so its file is not swept from under its record.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_version_restored_while_the_sweep_reads_the_records_is_seen() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open_store(dir.path());
+        let failed = overwrite_kept(&store).await;
+        let mut seen = Vec::new();
+        store
+            .meta
+            .for_each_object(|r| {
+                if seen.is_empty() {
+                    assert!(store.settle(&failed).unwrap());
+                }
+                seen.push(r.version_id);
+            })
+            .unwrap();
+        assert!(seen.contains(&VersionId(3)), "{seen:?}");
+        assert_eq!(store.sweep_orphans().unwrap(), 0);
+        assert!(current_path(&store, "k").exists());
+    }
+
+    /// A failed write whose kept version lost its file (its drop unsynced when power
+    /// went) brings back no record without a shard: the key's record goes.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_kept_version_without_its_file_is_not_restored() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open_store(dir.path());
+        let failed = overwrite_kept(&store).await;
+        let kept = store.meta.kept("bkt", "k").unwrap().unwrap();
+        std::fs::remove_file(store.record_path(&kept.record)).unwrap();
+        assert!(store.settle(&failed).unwrap());
+        assert!(store.meta.object("bkt", "k").unwrap().is_none());
         assert!(store.meta.kept("bkt", "k").unwrap().is_none());
     }
 
@@ -1171,6 +1235,34 @@ mod tests {
         let r = store.fold_chunks(&cur, bytes, 0..1, &mut |_, _| ControlFlow::Continue(()));
         assert!(matches!(r, Err(Error::CorruptShard { .. })), "{r:?}");
         assert_eq!((store.checksum_failures(), store.heal_backlog()), (1, 1));
+    }
+
+    /// A read of a version stored again under it (a heal of a drive that had just taken
+    /// the client's own upload of that version, as after a restart): the file it was
+    /// given went away with the first copy. That is no corrupt shard either: not counted,
+    /// not queued for heal (which stored the version once more, and so on), and the
+    /// shard reads whole from the record in force. The rolling-restart test saw "stored
+    /// shard is corrupt" on a drive about once in 75 runs this way.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_read_of_a_version_stored_again_under_it_is_no_corrupt_shard() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open_store(dir.path());
+        let file = put(&store, "k", 1, 300_000).await;
+        let (first, bytes) = store.shard("bkt", "k", None).unwrap();
+        assert_eq!(put(&store, "k", 1, 300_000).await, file);
+        let r = store.fold_chunks(&first, bytes, 0..1, &mut |_, _| ControlFlow::Continue(()));
+        assert!(matches!(r, Err(Error::NotFound(_))), "{r:?}");
+        assert_eq!((store.checksum_failures(), store.heal_backlog()), (0, 0));
+        let (cur, bytes) = store.shard("bkt", "k", None).unwrap();
+        assert_eq!(cur.version_id, first.version_id);
+        let mut n = 0;
+        store
+            .fold_chunks(&cur, bytes, 0..1, &mut |_, _| {
+                n += 1;
+                ControlFlow::Continue(())
+            })
+            .unwrap();
+        assert_eq!(n, 1);
     }
 
     /// A pooled file removed behind the daemon's back: the upload that takes it makes a

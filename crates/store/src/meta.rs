@@ -32,6 +32,9 @@ const KEPT: &str = "kept";
 /// [`STATE`] family under this prefix, not a family of their own, so that a drive rolled
 /// back to a version without accounts still opens its database.
 const ACCOUNTS_PREFIX: &str = "account/";
+
+/// Where the time each access key was last used on this drive is kept, by key id.
+pub const KEY_USED_PREFIX: &str = "keyused/";
 const FAMILIES: [&str; 8] = [
     BUCKETS,
     OBJECTS,
@@ -418,16 +421,20 @@ impl MetaStore {
         Ok(out)
     }
 
-    /// Every object record, kept versions' too: for the sweeps of files no record
-    /// points to.
+    /// Every object record, kept versions' too, as of one moment: for the sweeps of
+    /// files no record points to. Both families are read from one snapshot: a version
+    /// moved from one to the other meanwhile (a failed write's kept version restored, a
+    /// replaced one kept) is seen once, where it was, never missed (its file would be
+    /// swept from under its record).
     ///
     /// # Errors
     /// [`Error::Meta`] or [`Error::Record`].
     pub fn for_each_object(&self, mut f: impl FnMut(ObjectRecord)) -> Result<()> {
-        for kv in self.db.iterator_cf(self.cf(OBJECTS), IteratorMode::Start) {
+        let snapshot = self.db.snapshot();
+        for kv in snapshot.iterator_cf(self.cf(OBJECTS), IteratorMode::Start) {
             f(serde_json::from_slice(&kv.map_err(crate::meta_error)?.1)?);
         }
-        for kv in self.db.iterator_cf(self.cf(KEPT), IteratorMode::Start) {
+        for kv in snapshot.iterator_cf(self.cf(KEPT), IteratorMode::Start) {
             f(Kept::decode(&kv.map_err(crate::meta_error)?.1)?.record);
         }
         Ok(())
@@ -493,6 +500,26 @@ impl MetaStore {
             batch.put_cf(self.cf(STATE), key, serde_json::to_vec(e)?);
         }
         self.write(batch)
+    }
+
+    /// When each access key was last used on this drive, as last stored
+    /// ([`Meta::set_state`] under [`KEY_USED_PREFIX`]).
+    ///
+    /// # Errors
+    /// [`Error::Meta`].
+    pub fn keys_used(&self) -> Result<Vec<(String, u64)>> {
+        let mut out = Vec::new();
+        let from = IteratorMode::From(KEY_USED_PREFIX.as_bytes(), rocksdb::Direction::Forward);
+        for kv in self.db.iterator_cf(self.cf(STATE), from) {
+            let (k, v) = kv.map_err(crate::meta_error)?;
+            let Some(id) = k.strip_prefix(KEY_USED_PREFIX.as_bytes()) else {
+                break;
+            };
+            if let (Ok(id), Ok(ms)) = (std::str::from_utf8(id), serde_json::from_slice(&v)) {
+                out.push((id.to_owned(), ms));
+            }
+        }
+        Ok(out)
     }
 
     /// A value of the drive's own state (scrub and refill progress), decoded.

@@ -133,17 +133,20 @@ impl Store {
         e
     }
 
-    /// Whether `record`'s version is still stored here (current, or kept for its
-    /// replacement's settlement). A read that fails on a version replaced or deleted
-    /// since it began lost a race with that write (its file went away under it), which
-    /// is no sign of a corrupt disk: it is not counted or healed. An error reading the
-    /// records counts as stored.
+    /// Whether `record`'s version is still stored here in the file it names (current, or
+    /// kept for its replacement's settlement). A read that fails on a version replaced or
+    /// deleted since it began, or stored again in another file (a heal's copy), lost a
+    /// race with that write (its file went away under it), which is no sign of a corrupt
+    /// disk: it is not counted or healed. An error reading the records counts as stored.
     pub(crate) fn still_stored(&self, record: &ObjectRecord) -> bool {
         let (b, k, v) = (&record.bucket, &record.key, record.version_id);
+        let same = |r: &ObjectRecord| r.version_id == v && r.file == record.file;
+        // Both read under the key's commit lock: a version moved between the two meanwhile
+        // (a kept version restored) is not missed.
+        let _guard = self.lock_for(b, k);
         match (self.meta.object(b, k), self.meta.kept(b, k)) {
             (Ok(cur), Ok(kept)) => {
-                cur.is_some_and(|c| c.version_id == v)
-                    || kept.is_some_and(|c| c.record.version_id == v)
+                cur.is_some_and(|c| same(&c)) || kept.is_some_and(|c| same(&c.record))
             }
             _ => true,
         }

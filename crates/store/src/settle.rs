@@ -35,9 +35,23 @@ impl Store {
         // The write failed: its version goes, and the one it replaced comes back.
         match (current, kept) {
             (Some(c), kept) if c.version_id == s.version_id => {
-                match &kept {
-                    Some(k) => self.meta.restore_kept(k)?,
-                    None => self.meta.delete_object(&s.bucket, &s.key)?,
+                // A kept version whose file is gone (its drop was not synced, and power
+                // was lost after the file went) is not brought back as a record without
+                // its shard: the key's record goes, and heal rebuilds what is current.
+                let restorable = match &kept {
+                    Some(k) if k.inline.is_none() => {
+                        self.record_path(&k.record).try_exists()?.then_some(k)
+                    }
+                    k => k.as_ref(),
+                };
+                if let Some(k) = restorable {
+                    self.meta.restore_kept(k)?;
+                } else {
+                    if kept.is_some() {
+                        tracing::warn!(bucket = %s.bucket, key = %s.key, "a kept version's file is gone: not restored");
+                    }
+                    // With the kept entry, in one synced write.
+                    self.meta.delete_object(&s.bucket, &s.key)?;
                 }
                 self.pool.release(&self.record_path(&c));
                 Ok(true)

@@ -168,6 +168,11 @@ pub async fn act(
 
 /// Pushes `map` to every drive it lists; returns a line per drive.
 pub async fn push(map: &ClusterMap, access: &Access) -> String {
+    push_report(map, access).await.0
+}
+
+/// [`push`], with the ids of the drives that did not take the map.
+pub async fn push_report(map: &ClusterMap, access: &Access) -> (String, Vec<String>) {
     let text = toml::to_string(map).unwrap_or_default();
     let answers = join_all(map.drives.iter().map(|d| {
         let text = text.clone();
@@ -179,20 +184,25 @@ pub async fn push(map: &ClusterMap, access: &Access) -> String {
             )
             .await;
             match got {
-                Ok(_) => format!("{}: epoch {} in force", d.id, map.epoch),
-                Err(e) => format!(
-                    "{}: map not taken: {e} (run `oedd admin push` once it is up)",
-                    d.id
+                Ok(_) => (format!("{}: epoch {} in force", d.id, map.epoch), None),
+                Err(e) => (
+                    format!(
+                        "{}: map not taken: {e} (run `oedd admin push` once it is up)",
+                        d.id
+                    ),
+                    Some(d.id.clone()),
                 ),
             }
         }
     }))
     .await;
     let mut out = String::new();
-    for line in answers {
+    let mut failed = Vec::new();
+    for (line, id) in answers {
         let _ = writeln!(out, "{line}");
+        failed.extend(id);
     }
-    out
+    (out, failed)
 }
 
 /// Reads the map at `path`, lets `change` edit it, raises its epoch, checks it, writes it
@@ -522,15 +532,6 @@ pub async fn accounts(
 /// # Errors
 /// [`Error::Config`] when a new secret does not open with this cluster secret.
 pub fn show_accounts(access: &Access, answer: &AccountAnswer, json: bool) -> Result<String> {
-    let rights = |r: &Rights| {
-        let mut v = Vec::new();
-        for (on, name) in [(r.read, "read"), (r.write, "write"), (r.owner, "owner")] {
-            if on {
-                v.push(name);
-            }
-        }
-        v.join(" ")
-    };
     let mut out = String::new();
     match answer {
         AccountAnswer::NewSecret {
@@ -567,10 +568,11 @@ pub fn show_accounts(access: &Access, answer: &AccountAnswer, json: bool) -> Res
             for k in keys {
                 let _ = writeln!(
                     out,
-                    "{}  {:<24}  made {}  {} bucket(s)",
+                    "{}  {:<24}  made {}  used {}  {} bucket(s)",
                     k.id,
                     k.name,
                     utc(k.created_ms),
+                    k.last_used_ms.map_or_else(|| "never".to_owned(), utc),
                     k.buckets.len()
                 );
             }
@@ -579,26 +581,81 @@ pub fn show_accounts(access: &Access, answer: &AccountAnswer, json: bool) -> Res
             let _ = writeln!(out, "{}", pretty(k));
         }
         AccountAnswer::Key(k) => {
-            let _ = writeln!(out, "{}  {}  made {}", k.id, k.name, utc(k.created_ms));
+            let _ = writeln!(
+                out,
+                "{}  {}  made {}  used {}",
+                k.id,
+                k.name,
+                utc(k.created_ms),
+                k.last_used_ms.map_or_else(|| "never".to_owned(), utc)
+            );
             for (b, r) in &k.buckets {
-                let _ = writeln!(out, "  {b}: {}", rights(r));
+                let _ = writeln!(out, "  {b}: {}", rights_text(*r));
             }
         }
-        AccountAnswer::Bucket { bucket, grants } if json => {
-            let v = serde_json::json!({ "bucket": bucket, "grants": grants });
-            let _ = writeln!(out, "{}", pretty(&v));
-        }
-        AccountAnswer::Bucket { bucket, grants } => {
-            let _ = writeln!(out, "bucket {bucket}");
-            for (k, r) in grants {
-                let _ = writeln!(out, "  {k}: {}", rights(r));
-            }
-        }
+        AccountAnswer::Bucket { .. } => out = show_bucket(answer, json),
         AccountAnswer::Done { message } => {
             let _ = writeln!(out, "{message}");
         }
     }
     Ok(out)
+}
+
+/// `oedd admin bucket info`'s answer: for people, or its fields as JSON (`bucket`,
+/// `grants`, `policy`, `objects`, `bytes`, `complete`).
+fn show_bucket(answer: &AccountAnswer, json: bool) -> String {
+    let mut out = String::new();
+    let AccountAnswer::Bucket {
+        bucket,
+        grants,
+        policy,
+        objects,
+        bytes,
+        complete,
+    } = answer
+    else {
+        return out;
+    };
+    if json {
+        let mut v = serde_json::to_value(answer).unwrap_or_default();
+        if let Some(m) = v.as_object_mut() {
+            m.remove("answer");
+        }
+        let _ = writeln!(out, "{}", pretty(&v));
+        return out;
+    }
+    let more = if *complete {
+        ""
+    } else {
+        " or more (counting stopped)"
+    };
+    let _ = writeln!(
+        out,
+        "bucket {bucket}: {objects} objects, {bytes} bytes{more}"
+    );
+    for (k, r) in grants {
+        let _ = writeln!(out, "  {k}: {}", rights_text(*r));
+    }
+    match policy {
+        Some(p) => {
+            let _ = writeln!(out, "policy:\n{p}");
+        }
+        None => {
+            let _ = writeln!(out, "no policy (nothing is public)");
+        }
+    }
+    out
+}
+
+/// Rights as words: `read write owner`.
+fn rights_text(r: Rights) -> String {
+    let mut v = Vec::new();
+    for (on, name) in [(r.read, "read"), (r.write, "write"), (r.owner, "owner")] {
+        if on {
+            v.push(name);
+        }
+    }
+    v.join(" ")
 }
 
 /// `ms` since the epoch as `YYYY-MM-DD HH:MM UTC` (the civil calendar from the day

@@ -390,6 +390,8 @@ fn write_map(opts: &DevOptions, ports: &[u16], path: &Path) -> Result<ClusterMap
                     id,
                     address: format!("127.0.0.1:{p}"),
                     domain: None,
+                    capacity_gb: None,
+                    since: None,
                 }
             })
             .collect(),

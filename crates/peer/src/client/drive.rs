@@ -188,6 +188,10 @@ impl Drive for PeerClient {
         oed_model::drive::check_batch(entries.len())?;
         self.post_json(PeerOp::MergeAccounts, "", entries).await
     }
+
+    async fn keys_used(&self) -> Result<std::collections::HashMap<String, u64>, DriveError> {
+        self.send(PeerOp::KeysUsed, "").await?.json().await
+    }
 }
 
 /// The length of the shard file `record` describes (0 when it describes none: the drive

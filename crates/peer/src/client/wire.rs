@@ -576,9 +576,19 @@ impl PeerClient {
         // once: its nonce says which.
         let with_nonce;
         let query = if method == Method::GET || method == Method::HEAD {
-            query
+            if let Some(e) = self.epoch {
+                with_nonce = format!("{query}&{}={e}", auth::EPOCH)
+                    .trim_start_matches('&')
+                    .to_owned();
+                &with_nonce
+            } else {
+                query
+            }
         } else {
             let mut q = query.to_owned();
+            if let Some(e) = self.epoch {
+                let _ = write!(q, "&{}={e}", auth::EPOCH);
+            }
             if let Some(id) = &self.drive {
                 let _ = write!(q, "&{}={}", auth::TARGET, oed_model::uri::encode(id));
             }
