@@ -44,6 +44,7 @@ fn oedd_dev_starts_again_on_other_ports_when_a_drive_cannot_bind() {
         oedd: oed_tests::oedd(),
         tls: false,
         clear_peers: false,
+        spares: 0,
     };
     // First a drive's metrics port is taken, then its S3 port; the third attempt is free.
     let mut attempts = 0;
@@ -90,4 +91,40 @@ fn oedd_dev_starts_again_on_other_ports_when_a_drive_cannot_bind() {
         said.contains("drive-1 exited before it listened, 3 times"),
         "{said}"
     );
+}
+
+/// `oedd dev --spares N` starts N drives outside the map, listening, and prints the one
+/// line that adds them.
+#[test]
+fn oedd_dev_starts_spares_outside_the_map_and_prints_how_to_add_them() {
+    use oed_tools::dev::{DevCluster, DevOptions};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let opts = DevOptions {
+        drives: 3,
+        k: 2,
+        m: 1,
+        chunk_size: 64 * 1024,
+        dir: Some(dir.path().to_path_buf()),
+        fsync: false,
+        oedd: oed_tests::oedd(),
+        tls: false,
+        clear_peers: false,
+        spares: 1,
+    };
+    let cluster = DevCluster::start(&opts).expect("the cluster starts");
+    assert_eq!(cluster.spares.len(), 1);
+    let spare = &cluster.spares[0];
+    assert!(spare.starts_with("drive-4=127.0.0.1:"), "{spare}");
+    let banner = cluster.banner();
+    let line = banner
+        .lines()
+        .find(|l| l.starts_with("oedd admin --map "))
+        .expect("an add line");
+    assert!(line.ends_with(&format!(" add {spare}")), "{line}");
+    assert!(line.contains("--secret-file "), "{line}");
+    assert!(banner.starts_with("oedd dev: 3 drives"), "{banner}");
+    let map = std::fs::read_to_string(dir.path().join("cluster.toml")).expect("map");
+    assert!(!map.contains("drive-4"), "{map}");
+    let addr = spare.trim_start_matches("drive-4=");
+    std::net::TcpStream::connect(addr).unwrap_or_else(|e| panic!("{addr}: {e}"));
 }

@@ -161,6 +161,18 @@ class Cluster:
                 raise RuntimeError(f"{self.ids[i]} did not start")
         self.procs[i] = p
 
+    def start_spare(self):
+        """Starts one more drive, drive-N, outside the map: a spare waiting to be added
+        (`oedd admin add`). Returns its index and its `ID=HOST:PORT` for `add`."""
+        port, metrics_port = free_ports(2)
+        i = len(self.ids)
+        self.ids.append(f"drive-{i + 1}")
+        self.addrs.append(f"127.0.0.1:{port}")
+        self.metrics_addrs.append(f"127.0.0.1:{metrics_port}")
+        self.procs.append(None)
+        self.start(i)
+        return i, f"{self.ids[i]}={self.addrs[i]}"
+
     def log_path(self, i):
         return self.dir / f"{self.ids[i]}.log"
 

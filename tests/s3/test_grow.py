@@ -10,7 +10,9 @@ from conftest import Cluster, free_ports
 
 
 def test_added_drives_take_new_shards_by_capacity():
-    c = Cluster(n=6, k=4, m=2)
+    # Rebalance (test_rebalance.py) moves old objects' shards at the heal rate: kept to a
+    # crawl here, so that reads of old objects go where they were written.
+    c = Cluster(n=6, k=4, m=2, extra=lambda i: ["heal_rate_bytes=1024"])
     try:
         s3 = c.client()
         s3.create_bucket(Bucket="grow")
@@ -50,12 +52,16 @@ def test_added_drives_take_new_shards_by_capacity():
         assert all(s and s["epoch"] == 4 for s in c.status())
         for i in range(120):
             put(f"new{i}", 500)
-        shards = [s["shards"] for s in c.status()]
+        status = c.status()
+        shards = [s["shards"] for s in status]
+        moved = sum(s["rebalance"]["moved_shards"] for s in status)
         # Each new object's 6 shards over 7 failure domains (the two new drives share
         # shelf-2; the six others without a capacity weigh as the mean of those with
         # one, so every drive weighs alike): at most one shard per domain, so shelf-2
-        # holds about 6/7 of the 120 new objects' shards, split between its drives.
-        assert 80 <= sum(shards[6:]) <= 120 and min(shards[6:]) >= 30, shards
+        # holds about 6/7 of the 120 new objects' shards, split between its drives
+        # (and the few old shards the rebalance moved there meanwhile, or is moving: at
+        # most two at a time per old drive).
+        assert 80 <= sum(shards[6:]) - moved <= 120 + 12 and min(shards[6:]) >= 30, (shards, moved)
         # Everything reads back, through an old drive and a new one.
         for j, (key, digest) in enumerate(sorted(written.items())):
             got = c.client([0, 6][j % 2]).get_object(Bucket="grow", Key=key)["Body"].read()

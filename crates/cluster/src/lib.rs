@@ -520,18 +520,37 @@ impl Cluster {
                 _ => {}
             }
         }
-        let answers = join_all(asked.iter().map(|&i| {
-            let d = map.at(i);
-            async move { tokio::time::timeout(self.timeout, d.stat(bucket, key)).await }
-        }))
-        .await;
         let mut records = Vec::new();
         let mut failed = 0;
-        for a in answers {
-            match a {
-                Ok(Ok(Some(r))) => records.push(r),
-                Ok(Ok(None)) => {}
-                Ok(Err(_)) | Err(_) => failed += 1,
+        // Records name their shards' drives: a shard moved to a drive that no placement
+        // asked names (a rebalance under a map between two epochs) is asked for too.
+        let mut from = 0;
+        for _round in 0..2 {
+            let answers = join_all(asked[from..].iter().map(|&i| {
+                let d = map.at(i);
+                async move { tokio::time::timeout(self.timeout, d.stat(bucket, key)).await }
+            }))
+            .await;
+            let mut named = Vec::new();
+            for a in answers {
+                match a {
+                    Ok(Ok(Some(r))) => {
+                        named.extend(r.drives.iter().filter_map(|id| map.index_of(id)));
+                        records.push(r);
+                    }
+                    Ok(Ok(None)) => {}
+                    Ok(Err(_)) | Err(_) => failed += 1,
+                }
+            }
+            let before = asked.len();
+            from = before;
+            for i in named {
+                if !asked.contains(&i) {
+                    asked.push(i);
+                }
+            }
+            if asked.len() == before {
+                break;
             }
         }
         (records, failed)

@@ -59,6 +59,15 @@ pub struct DriveEntry {
     pub since: Option<u64>,
 }
 
+/// A shard that the map in force places elsewhere ([`ClusterMap::moves`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ShardMove {
+    /// The shard's index in the record.
+    pub shard: usize,
+    /// The drive it goes to (an index into [`ClusterMap::drives`]).
+    pub to: usize,
+}
+
 /// Whether a drive takes new shards.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -164,6 +173,26 @@ impl ClusterMap {
         }
     }
 
+    /// The map a spare drive runs until a map listing it arrives: of `of`'s cluster, at
+    /// epoch 0 (below any map's, so the first real one is newer), with this drive alone.
+    /// A spare serves no S3 and stores no shard: the peer API refuses shards placed by
+    /// another epoch.
+    #[must_use]
+    pub fn spare(of: &Self, drive_id: &str, address: &str) -> Self {
+        Self {
+            cluster_id: of.cluster_id.clone(),
+            epoch: 0,
+            tls: of.tls,
+            ..Self::single(drive_id, address)
+        }
+    }
+
+    /// Whether this is a spare's map ([`ClusterMap::spare`]).
+    #[must_use]
+    pub fn is_spare(&self) -> bool {
+        self.epoch == 0
+    }
+
     /// Checks the profile against the drives and the drives against each other.
     ///
     /// # Errors
@@ -262,13 +291,21 @@ impl ClusterMap {
     /// its best-scoring drive, so the shards of one object spread over as many failure
     /// domains as there are before two land in the same one.
     ///
-    /// With capacities ([`DriveEntry::capacity_gb`]) the score is weighted: with `u` the
-    /// hash as a fraction in (0, 1) and `w` the drive's capacity, the score is
-    /// `w / -ln(u)` (computed as `w / -log2(u)` in integer fixed point, so that every
-    /// architecture places alike). The best-scoring drive of an object is then drive `i`
-    /// with probability `w_i / sum(w)` exactly, and a drive joining or leaving moves only
-    /// the objects whose best drive it becomes or was. Without capacities the order is
-    /// the unweighted one, unchanged.
+    /// With capacities ([`DriveEntry::capacity_gb`]) each drive's chance to hold a shard
+    /// of an object follows its capacity: drive `i` of capacity `c_i` should hold one of
+    /// the `n` shards with probability `p_i = n * c_i / C` (`C` the capacities' sum), and
+    /// a drive with `p_i >= 1` holds one of every object (it is taken first, and the
+    /// others share the remaining shards the same way). The score is Pareto sampling's
+    /// (Rosén's order sampling with fixed shape): with `u` the hash as a fraction in
+    /// (0, 1), `odds(p_i) * odds(u)`, `odds(x) = x / (1 - x)`; the `n` best drives are
+    /// taken. Its inclusion probabilities are `p_i` within a few percent for any `n`
+    /// (the plain weighted rendezvous score `c_i / -ln(u)` is exact for `n = 1` only, and
+    /// gives a drive of four times the capacity a fifth less than its share at `n = 3`).
+    /// It is computed in integers, so every architecture places alike. Drives of equal
+    /// capacity order as without capacities, so a drive joining or leaving moves only the
+    /// objects it takes or held; between drives of different capacities a few percent
+    /// more move, as the odds of every drive change with `C`. Without capacities the
+    /// order is the unweighted one, unchanged.
     #[must_use]
     pub fn place(&self, bucket: &str, key: &str, n: usize) -> Vec<usize> {
         self.place_among(bucket, key, n, |d| d.state.is_in(), |_| true)
@@ -302,6 +339,31 @@ impl ClusterMap {
         out
     }
 
+    /// The shards of a record whose drives are `drives` that are not where the map in
+    /// force places `bucket`/`key`, each paired with the drive it goes to: the shards on
+    /// drives outside the placement, in shard order, with the placed drives that hold
+    /// none, in placement order. Empty when the record is where the map puts it.
+    ///
+    /// The pairing is the same whichever holder's copy of the record it is made from, and
+    /// stays the same as moves complete (a finished move drops one shard and its drive
+    /// from both lists), so every drive agrees where each shard goes without asking.
+    #[must_use]
+    pub fn moves(&self, bucket: &str, key: &str, drives: &[String]) -> Vec<ShardMove> {
+        let placed = self.place(bucket, key, drives.len());
+        let leaving = drives
+            .iter()
+            .enumerate()
+            .filter(|(_, d)| !placed.iter().any(|&i| self.drives[i].id == **d))
+            .map(|(shard, _)| shard);
+        let arriving = placed
+            .iter()
+            .filter(|&&i| !drives.contains(&self.drives[i].id));
+        leaving
+            .zip(arriving)
+            .map(|(shard, &to)| ShardMove { shard, to })
+            .collect()
+    }
+
     fn place_among(
         &self,
         bucket: &str,
@@ -313,16 +375,17 @@ impl ClusterMap {
         // Drives without a capacity weigh as the mean of those of the map (of the epoch)
         // that have one, whether they are in or out.
         let weights = self.weights_among(&|d: &DriveEntry| era(d));
-        let mut scored: Vec<(u128, usize)> = self
-            .drives
+        let taken: Vec<usize> = (0..self.drives.len())
+            .filter(|&i| take(&self.drives[i]))
+            .collect();
+        let odds = weights.map(|w| Odds::of(&taken, &w, n));
+        let mut scored: Vec<(u128, usize)> = taken
             .iter()
-            .enumerate()
-            .filter(|(_, d)| take(d))
-            .map(|(i, d)| {
-                let u = score(bucket, key, &d.id);
-                match &weights {
+            .map(|&i| {
+                let u = score(bucket, key, &self.drives[i].id);
+                match &odds {
                     None => (u128::from(u), i),
-                    Some(w) => (weighted(u, w[i]), i),
+                    Some(o) => (o.score(i, u), i),
                 }
             })
             .collect();
@@ -386,36 +449,54 @@ impl ClusterMap {
     }
 }
 
-/// The weighted rendezvous score of hash `u` for weight `w`: `w / -log2(u / 2^64)`,
-/// scaled to keep 64 bits of the quotient. Integers only: the same on every CPU.
-fn weighted(u: u64, w: u64) -> u128 {
-    (u128::from(w) << 64) / u128::from(neg_log2_q32(u))
+/// The odds of each drive taking part in a placement to hold one of `n` shards, as
+/// integers: drive `i` holds one with probability `a_i / (a_i + b_i)`, or always.
+struct Odds {
+    /// By drive index: `None` for a drive that holds one of every object, else `(a, b)`.
+    odds: Vec<Option<(u128, u128)>>,
 }
 
-/// `-log2(u / 2^64)` in fixed point with 32 fraction bits; positive for every `u`.
-fn neg_log2_q32(u: u64) -> u64 {
-    if u == 0 {
-        return 64 << 32;
-    }
-    let lz = u64::from(u.leading_zeros());
-    // u / 2^64 = (x / 2^63) * 2^-(lz + 1), with x / 2^63 in [1, 2).
-    let x = u << lz;
-    ((lz + 1) << 32) - log2_frac_q32(x)
-}
-
-/// `log2(x / 2^63)` for `x` with its top bit set, in [0, 1), 32 fraction bits: the
-/// classic bit-by-bit method (square; a result of 2 or more gives a 1 bit, halved).
-fn log2_frac_q32(x: u64) -> u64 {
-    let mut y = u128::from(x);
-    let mut frac = 0u64;
-    for bit in (0..32).rev() {
-        y = (y * y) >> 63;
-        if y >= 1u128 << 64 {
-            y >>= 1;
-            frac |= 1 << bit;
+impl Odds {
+    /// The odds of the drives `taken`, weighing `weights` (by drive index), for `n`
+    /// shards: `p_i = m * c_i / C` over the drives not always taken, `m` the shards left
+    /// for them; a drive with `p_i >= 1` is always taken, and the rest are shared again.
+    fn of(taken: &[usize], weights: &[u64], n: usize) -> Self {
+        // At most 24 bits of weight: the products below stay within 128 bits.
+        let top = taken.iter().map(|&i| weights[i]).max().unwrap_or(1).max(1);
+        let shift = (64 - top.leading_zeros()).saturating_sub(24);
+        let c = |i: usize| u128::from((weights[i] >> shift).max(1));
+        let mut always = vec![false; weights.len()];
+        loop {
+            let left = taken.iter().filter(|&&i| !always[i]);
+            let m = n.saturating_sub(taken.iter().filter(|&&i| always[i]).count()) as u128;
+            let total: u128 = left.clone().map(|&i| c(i)).sum();
+            let full: Vec<usize> = left.copied().filter(|&i| m * c(i) >= total).collect();
+            if full.is_empty() || m == 0 {
+                let odds = (0..weights.len())
+                    .map(|i| {
+                        (!always[i]).then(|| (m * c(i), total.saturating_sub(m * c(i)).max(1)))
+                    })
+                    .collect();
+                return Self { odds };
+            }
+            for i in full {
+                always[i] = true;
+            }
         }
     }
-    frac
+
+    /// Drive `i`'s score for hash `u`: `odds(p_i) * u / (2^64 - u)`, 30 fraction bits;
+    /// a drive always taken scores above every other, ordered by `u`.
+    fn score(&self, i: usize, u: u64) -> u128 {
+        match self.odds[i] {
+            None => (1 << 127) | u128::from(u),
+            Some((a, b)) => {
+                let num = a * u128::from(u);
+                let den = b * ((1u128 << 64) - u128::from(u));
+                (num << 30) / den
+            }
+        }
+    }
 }
 
 fn score(bucket: &str, key: &str, drive: &str) -> u64 {
@@ -536,25 +617,6 @@ mod tests {
         clippy::cast_precision_loss,
         reason = "counts compared within a few percent"
     )]
-    fn fixed_point_logarithms_are_right() {
-        for (u, want) in [
-            (1u64 << 63, 1.0f64),
-            (1 << 62, 2.0),
-            (3 << 62, 0.415_037_5),
-            (1, 64.0),
-            (u64::MAX, 0.0),
-        ] {
-            let got = neg_log2_q32(u) as f64 / f64::from(1u32 << 31) / 2.0;
-            assert!((got - want).abs() < 1e-6, "{u}: {got} vs {want}");
-        }
-        assert!(neg_log2_q32(u64::MAX) > 0);
-    }
-
-    #[test]
-    #[allow(
-        clippy::cast_precision_loss,
-        reason = "counts compared within a few percent"
-    )]
     fn shares_follow_capacity() {
         // Four drives of 1 TB and two of 4 TB: 4/12 and 1/12 of the first shards each.
         let m = weighted_map(&[
@@ -594,6 +656,45 @@ mod tests {
             same >= 1990,
             "equal weights order as no weights: {same} of 2000"
         );
+    }
+
+    #[test]
+    #[allow(
+        clippy::cast_precision_loss,
+        reason = "counts compared within a few percent"
+    )]
+    fn every_shard_follows_capacity_and_full_drives_hold_one_of_each() {
+        // n = 3 of 6 drives of 1 TB and 2 of 4 TB: 3/14 and 12/14 of the objects.
+        let mut caps = vec![Some(1000); 6];
+        caps.extend([Some(4000); 2]);
+        let m = weighted_map(&caps);
+        let n = 30_000;
+        let mut held = [0usize; 8];
+        for i in 0..n {
+            for d in m.place("b", &format!("k{i}"), 3) {
+                held[d] += 1;
+            }
+        }
+        for (d, &got) in held.iter().enumerate() {
+            let want = n as f64 * 3.0 * m.drives[d].capacity_gb.unwrap() as f64 / 14_000.0;
+            assert!(
+                (got as f64 - want).abs() < want * 0.05,
+                "drive {d}: {got} of {n}, expected about {want}"
+            );
+        }
+        // n = 6 of the same: the 4 TB drives would want 12/7 of a shard each, so they hold
+        // one of every object, and the others share the 4 shards left (2/3 each).
+        let mut held = [0usize; 8];
+        for i in 0..n {
+            for d in m.place("b", &format!("k{i}"), 6) {
+                held[d] += 1;
+            }
+        }
+        assert_eq!(held[6..], [n, n]);
+        for &got in &held[..6] {
+            let want = n as f64 * 4.0 / 6.0;
+            assert!((got as f64 - want).abs() < want * 0.05, "{held:?}");
+        }
     }
 
     #[test]
@@ -659,6 +760,52 @@ mod tests {
             }
             assert_eq!(asked[..6], twelve.place("b", &k, 6)[..], "new writes first");
         }
+    }
+
+    #[test]
+    fn moves_pair_leaving_shards_with_new_drives_alike_from_any_copy() {
+        let six = weighted_map(&[None; 6]);
+        let mut eight = weighted_map(&[None; 8]);
+        for d in &mut eight.drives[6..] {
+            d.since = Some(2);
+            d.capacity_gb = None;
+        }
+        let (mut total, mut two) = (0, 0);
+        for i in 0..2000 {
+            let k = format!("k{i}");
+            let drives: Vec<String> = six
+                .place("b", &k, 6)
+                .into_iter()
+                .map(|i| six.drives[i].id.clone())
+                .collect();
+            assert!(
+                six.moves("b", &k, &drives).is_empty(),
+                "{k}: placed already"
+            );
+            let moves = eight.moves("b", &k, &drives);
+            let placed: Vec<usize> = eight.place("b", &k, 6);
+            // Exactly the shards outside the placement move, each to a placed drive.
+            let outside = drives
+                .iter()
+                .filter(|d| !placed.iter().any(|&i| eight.drives[i].id == **d))
+                .count();
+            assert_eq!(moves.len(), outside, "{k}");
+            total += moves.len();
+            if moves.len() == 2 {
+                two += 1;
+            }
+            // Done one at a time, in any order, the rest of the pairing stays.
+            for first in 0..moves.len() {
+                let mut after = drives.clone();
+                let m = moves[first];
+                after[m.shard].clone_from(&eight.drives[m.to].id);
+                let rest: Vec<ShardMove> = moves.iter().copied().filter(|x| *x != m).collect();
+                assert_eq!(eight.moves("b", &k, &after), rest, "{k}");
+            }
+        }
+        // Six of eight drives per object: 1.5 shards of 6 move on average.
+        assert!((2600..3400).contains(&total), "{total} shards moved");
+        assert!(two > 0);
     }
 
     #[test]

@@ -278,10 +278,14 @@ pub enum AdminAction {
         drive: String,
     },
     /// Remove a drained DRIVE from the map (refused unless its drain is done), then
-    /// push the map. Stop the drive afterwards.
+    /// push the map. Stop the drive afterwards. With --lost, remove a drive that is dead
+    /// for good: the shards it held are rebuilt on the drives the map places them on.
     Remove {
         /// A drive id.
         drive: String,
+        /// The drive is lost (refused while it answers: drain a drive that works).
+        #[arg(long)]
+        lost: bool,
     },
     /// Add drives to the map at the next epoch and push it to every drive; then start
     /// each new drive with this map file. New objects spread over them by capacity
@@ -559,6 +563,10 @@ pub struct DevArgs {
     /// trusted back network: the map's `tls` is false).
     #[arg(long)]
     pub tls_clear_peers: bool,
+    /// Also start N drives outside the map, as spares, and print the command that adds
+    /// them (`oedd admin ... add`): growing a cluster, on one machine.
+    #[arg(long, default_value_t = 0)]
+    pub spares: usize,
 }
 
 /// The manual page: clap_mangen's name, synopsis, description and options, then each

@@ -74,7 +74,12 @@ impl DriveServer {
         let metrics = DriveMetrics::new()?;
         let store = Store::open(config, metrics.traffic.clone())?;
         store.open_accounts(Arc::new(oed_model::account::AccountKeys::derive(secret)))?;
-        if config.cluster_map.is_some() {
+        let map = if config.cluster_map.is_some() && map.index_of(&config.drive_id).is_none() {
+            spare_map(&store, &map, config)?
+        } else {
+            map
+        };
+        if config.cluster_map.is_some() && !map.is_spare() {
             check_epoch_grows(&store, &map)?;
         }
         let cluster = Arc::new(Cluster::new(
@@ -187,6 +192,7 @@ impl DriveServer {
         tasks.spawn(sweep_orphans(self.store.clone(), shutdown.child_token()));
         self.repair.spawn(&tasks, &shutdown);
         let (synced, accounts_ready) = tokio::sync::watch::channel(false);
+        let accounts_ready = (accounts_ready, self.cluster.clone());
         tasks.spawn(sync_accounts(
             self.cluster.clone(),
             synced,
@@ -263,6 +269,28 @@ impl DriveServer {
 
 /// Refuses a cluster map whose epoch is lower than the one this drive ran before, or a
 /// changed map under the same epoch; then records this one.
+/// The map of a drive the cluster map does not list: a spare, waiting for a map that
+/// lists it (`oedd admin add`), when it never ran one; a drive removed from the map
+/// otherwise, which must not start on what it held.
+fn spare_map(store: &Store, map: &ClusterMap, config: &Config) -> Result<ClusterMap> {
+    if let Some(ran) = store.ran_map()? {
+        return Err(Error::Config(format!(
+            "drive_id {:?} is not one of the cluster map's drives, and this drive ran epoch {} of it: it was removed from the cluster. To add it again, start it on an empty data_dir and add it (oedd admin add)",
+            config.drive_id, ran.epoch
+        )));
+    }
+    tracing::warn!(
+        drive = %config.drive_id,
+        cluster = %map.cluster_id,
+        "the cluster map does not list this drive: it waits as a spare, serving no S3, until a map that lists it arrives (oedd admin add)"
+    );
+    Ok(ClusterMap::spare(
+        map,
+        &config.drive_id,
+        &config.listen.to_string(),
+    ))
+}
+
 fn check_epoch_grows(store: &Store, map: &ClusterMap) -> Result<()> {
     let digest = map.digest();
     if let Some(ran) = store.ran_map()? {
@@ -877,6 +905,13 @@ async fn sync_accounts(
     synced: tokio::sync::watch::Sender<bool>,
     stop: CancellationToken,
 ) {
+    // A spare has no cluster to copy from until a map lists it.
+    while cluster.map().is_spare() {
+        tokio::select! {
+            () = tokio::time::sleep(Duration::from_millis(500)) => {}
+            () = stop.cancelled() => return,
+        }
+    }
     tokio::select! {
         _ = cluster.copy_buckets() => {}
         () = stop.cancelled() => return,
@@ -898,12 +933,23 @@ async fn sync_accounts(
 /// that a drive that was down when a key was revoked refuses it from its first S3 request
 /// (the peer API is served meanwhile: the other drives compare with it). The comparison
 /// is bounded by the peer timeout per drive; a request waits at most a minute.
+/// A spare (a drive the map does not list yet) refuses S3 requests.
 async fn after_accounts_sync(
-    axum::extract::State(mut ready): axum::extract::State<tokio::sync::watch::Receiver<bool>>,
+    axum::extract::State((mut ready, cluster)): axum::extract::State<(
+        tokio::sync::watch::Receiver<bool>,
+        Arc<Cluster>,
+    )>,
     req: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> axum::response::Response {
-    if !*ready.borrow() && !req.uri().path().starts_with("/_oed/") {
+    let s3 = !req.uri().path().starts_with("/_oed/");
+    if s3 && cluster.map().is_spare() {
+        return oed_s3::error::into_response(s3s::S3Error::with_message(
+            s3s::S3ErrorCode::ServiceUnavailable,
+            "This drive is a spare: the cluster map does not list it yet (oedd admin add)",
+        ));
+    }
+    if !*ready.borrow() && s3 {
         let _ = tokio::time::timeout(Duration::from_mins(1), ready.wait_for(|r| *r)).await;
     }
     next.run(req).await

@@ -312,68 +312,33 @@ fn admin_map(
                 rt.block_on(admin::act(&map, access, "drain", &[drive]))?
             );
         }
-        AdminAction::Remove { drive } => {
-            rt.block_on(admin::check_drained(map, access, &drive))?;
+        AdminAction::Remove { drive, lost } => {
+            if lost {
+                rt.block_on(admin::check_lost(map, access, &drive))?;
+            } else {
+                rt.block_on(admin::check_drained(map, access, &drive))?;
+            }
             let new = admin::change_map(path, |m| {
                 m.drives.retain(|d| d.id != drive);
                 Ok(())
             })?;
-            println!(
-                "{drive} is removed from epoch {}; stop its oedd now",
-                new.epoch
-            );
+            if lost {
+                println!(
+                    "{drive} is removed from epoch {} as lost; the shards it held are rebuilt on other drives (oedd admin status shows the rebalance)",
+                    new.epoch
+                );
+            } else {
+                println!(
+                    "{drive} is removed from epoch {}; stop its oedd now",
+                    new.epoch
+                );
+            }
             print!("{}", rt.block_on(admin::push(&new, access)));
         }
         AdminAction::Add {
             drives,
             capacity_gb,
-        } => {
-            // Unnamed drives continue the map's drive-N names.
-            let first = map
-                .drives
-                .iter()
-                .filter_map(|d| d.id.strip_prefix("drive-")?.parse::<usize>().ok())
-                .max()
-                .unwrap_or(map.drives.len())
-                + 1;
-            let weighed = map.drives.iter().any(|d| d.capacity_gb.is_some());
-            if capacity_gb.is_some() && !weighed {
-                anyhow::bail!(
-                    "no drive of the map has a capacity_gb: give every drive one in the map \
-                     file first (or add these without --capacity-gb); a weight on the new \
-                     drives alone would weigh them against a mean of nothing"
-                );
-            }
-            let mut added = Vec::new();
-            for (i, spec) in drives.iter().enumerate() {
-                let mut d = oed_cluster::init::parse_drive(spec, first + i)?;
-                d.capacity_gb = capacity_gb;
-                d.since = Some(map.epoch + 1);
-                // Out until they run: no write waits on a drive that is not there yet.
-                d.state = DriveState::Out;
-                added.push(d);
-            }
-            let ids: Vec<String> = added.iter().map(|d| d.id.clone()).collect();
-            let new = admin::change_map(path, |m| {
-                m.drives.extend(added);
-                Ok(())
-            })?;
-            println!(
-                "{} added (out) from epoch {}; start each with this map file (cluster_map = {}), then: oedd admin --map {} in ID",
-                ids.join(", "),
-                new.epoch,
-                path.display(),
-                path.display()
-            );
-            let (said, failed) = rt.block_on(admin::push_report(&new, access));
-            print!("{said}");
-            let running: Vec<&String> = failed.iter().filter(|id| !ids.contains(id)).collect();
-            if !running.is_empty() {
-                anyhow::bail!(
-                    "the map file has the new drives, but {running:?} did not take it: run `oedd admin push` once they answer"
-                );
-            }
-        }
+        } => admin_add(path, map, access, &drives, capacity_gb, rt)?,
         AdminAction::Push => print!("{}", rt.block_on(admin::push(map, access))),
         AdminAction::Key { .. }
         | AdminAction::Bucket { .. }
@@ -381,6 +346,86 @@ fn admin_map(
         | AdminAction::Scrub { .. }
         | AdminAction::Refill { .. }
         | AdminAction::Retry { .. } => {}
+    }
+    Ok(())
+}
+
+/// `oedd admin add`: new drives into the map at the next epoch, in when they wait as
+/// spares, else out until they run.
+fn admin_add(
+    path: &std::path::Path,
+    map: &oed_model::map::ClusterMap,
+    access: &oed_tools::admin::Access,
+    drives: &[String],
+    capacity_gb: Option<u64>,
+    rt: &tokio::runtime::Runtime,
+) -> anyhow::Result<()> {
+    use oed_model::map::DriveState;
+    use oed_tools::admin;
+    // Unnamed drives continue the map's drive-N names.
+    let first = map
+        .drives
+        .iter()
+        .filter_map(|d| d.id.strip_prefix("drive-")?.parse::<usize>().ok())
+        .max()
+        .unwrap_or(map.drives.len())
+        + 1;
+    let weighed = map.drives.iter().any(|d| d.capacity_gb.is_some());
+    if capacity_gb.is_some() && !weighed {
+        anyhow::bail!(
+            "no drive of the map has a capacity_gb: give every drive one in the map \
+             file first (or add these without --capacity-gb); a weight on the new \
+             drives alone would weigh them against a mean of nothing"
+        );
+    }
+    let mut added = Vec::new();
+    for (i, spec) in drives.iter().enumerate() {
+        let mut d = oed_cluster::init::parse_drive(spec, first + i)?;
+        d.capacity_gb = capacity_gb;
+        d.since = Some(map.epoch + 1);
+        added.push(d);
+    }
+    // Drives already running as spares take the map at once and are in; otherwise
+    // they are out until they run: no write waits on a drive that is not there yet.
+    let waiting = rt.block_on(admin::spares_waiting(map, access, &added));
+    let all_waiting = waiting.iter().all(|w| *w);
+    for d in &mut added {
+        d.state = if all_waiting {
+            DriveState::In
+        } else {
+            DriveState::Out
+        };
+    }
+    let ids: Vec<String> = added.iter().map(|d| d.id.clone()).collect();
+    let new = admin::change_map(path, |m| {
+        m.drives.extend(added);
+        Ok(())
+    })?;
+    if all_waiting {
+        println!(
+            "{} added (in) from epoch {}: they were waiting as spares; the drives move shards to them in the background (oedd admin status shows the rebalance)",
+            ids.join(", "),
+            new.epoch
+        );
+    } else {
+        println!(
+            "{} added (out) from epoch {}; start each with this map file (cluster_map = {}), then: oedd admin --map {} in ID",
+            ids.join(", "),
+            new.epoch,
+            path.display(),
+            path.display()
+        );
+    }
+    let (said, failed) = rt.block_on(admin::push_report(&new, access));
+    print!("{said}");
+    let running: Vec<&String> = failed
+        .iter()
+        .filter(|id| all_waiting || !ids.contains(id))
+        .collect();
+    if !running.is_empty() {
+        anyhow::bail!(
+            "the map file has the new drives, but {running:?} did not take it: run `oedd admin push` once they answer"
+        );
     }
     Ok(())
 }
@@ -534,6 +579,7 @@ fn dev(args: DevArgs) -> anyhow::Result<()> {
             .with_file_name("oedd"),
         tls: args.tls || args.tls_clear_peers,
         clear_peers: args.tls_clear_peers,
+        spares: args.spares,
     };
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()

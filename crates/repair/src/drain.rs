@@ -200,7 +200,9 @@ impl Repair {
                 tracing::warn!("this drive is in again: its drain stops");
             }
         }
+        self.note_removed(removed);
         self.drain_now.notify_one();
+        self.rebalance_now.notify_one();
     }
 
     /// The drain's state with its figures.
@@ -334,7 +336,7 @@ fn fail(r: &Repair, why: &str) {
 
 /// What became of one record.
 #[derive(Debug)]
-enum Moved {
+pub(super) enum Moved {
     /// Its shard is on another drive now and gone from here: its bytes.
     Away(u64),
     /// Its shard was removed here without a move, and why.
@@ -374,8 +376,22 @@ async fn move_one(r: &Arc<Repair>, rec: &ObjectRecord) -> Result<Moved> {
         drop_local(r, rec).await?;
         return Ok(Moved::Dropped("moved before"));
     };
-    let (target_id, target) = target(r, rec)?;
-    let bytes = copy(r, rec, shard, &target_id, target.as_ref()).await?;
+    let (target_id, target) = target(r, rec, shard)?;
+    finish_move(r, rec, shard, &target_id, target.as_ref()).await
+}
+
+/// Moves this drive's shard `shard` of `rec` (the current version) to `target`: sends
+/// it, has every holder's record name the target, and removes it here once all have
+/// (and the version is still current).
+pub(super) async fn finish_move(
+    r: &Arc<Repair>,
+    rec: &ObjectRecord,
+    shard: usize,
+    target_id: &str,
+    target: &dyn Drive,
+) -> Result<Moved> {
+    let me = r.store.drive_id().to_owned();
+    let bytes = copy(r, rec, shard, target_id, target).await?;
     let Some(bytes) = bytes else {
         return Ok(Moved::Later("the target holds a newer version"));
     };
@@ -385,10 +401,10 @@ async fn move_one(r: &Arc<Repair>, rec: &ObjectRecord) -> Result<Moved> {
         version_id: rec.version_id,
         shard_index: shard as u16,
         from: me.clone(),
-        to: target_id.clone(),
+        to: target_id.to_owned(),
         parent: rec.parent.clone(),
     };
-    tell_holders(r, rec, &relocation, &target_id).await?;
+    tell_holders(r, rec, &relocation, target_id, false).await?;
     // The version may have been deleted or overwritten while it moved.
     let (after, failed) = r.cluster.holders(&rec.bucket, &rec.key, &rec.drives).await;
     if failed == 0 && newest_readable(&after).is_none_or(|n| n.version_id != rec.version_id) {
@@ -408,7 +424,7 @@ async fn move_one(r: &Arc<Repair>, rec: &ObjectRecord) -> Result<Moved> {
 }
 
 /// Removes this drive's shard of `rec` (only that version).
-async fn drop_local(r: &Repair, rec: &ObjectRecord) -> Result<()> {
+pub(super) async fn drop_local(r: &Repair, rec: &ObjectRecord) -> Result<()> {
     match r
         .store
         .delete_object(&rec.bucket, &rec.key, Some(rec.version_id))
@@ -419,17 +435,25 @@ async fn drop_local(r: &Repair, rec: &ObjectRecord) -> Result<()> {
     }
 }
 
-/// The drive the shard goes to: the first the map in force places the object on that
-/// holds none of its shards; else any drive that is in and holds none, a failure domain
-/// the object does not use yet first.
-fn target(r: &Repair, rec: &ObjectRecord) -> Result<(String, Arc<dyn Drive>)> {
+/// The drive shard `shard` goes to: the one the map in force pairs it with
+/// ([`oed_model::map::ClusterMap::moves`], as a rebalance moves it); else the first the
+/// map places the object on that holds none of its shards; else any drive that is in and
+/// holds none, a failure domain the object does not use yet first.
+fn target(r: &Repair, rec: &ObjectRecord, shard: usize) -> Result<(String, Arc<dyn Drive>)> {
     let map = r.cluster.map();
     let holds = |id: &str| rec.drives.iter().any(|d| d == id);
-    let placed = map.place(&rec.bucket, &rec.key, rec.drives.len());
-    let mut pick = placed
+    let paired = map
+        .moves(&rec.bucket, &rec.key, &rec.drives)
         .into_iter()
-        .map(|i| &map.drives[i])
-        .find(|d| !holds(&d.id));
+        .find(|m| m.shard == shard)
+        .map(|m| &map.drives[m.to]);
+    let placed = map.place(&rec.bucket, &rec.key, rec.drives.len());
+    let mut pick = paired.or_else(|| {
+        placed
+            .into_iter()
+            .map(|i| &map.drives[i])
+            .find(|d| !holds(&d.id))
+    });
     if pick.is_none() {
         let used: Vec<&str> = rec
             .drives
@@ -461,7 +485,7 @@ fn target(r: &Repair, rec: &ObjectRecord) -> Result<(String, Arc<dyn Drive>)> {
 
 /// Sends this drive's shard of `rec` to `target`, as shard `shard` of a record naming
 /// it; returns its bytes, or `None` when the target holds a newer version.
-async fn copy(
+pub(super) async fn copy(
     r: &Arc<Repair>,
     rec: &ObjectRecord,
     shard: usize,
@@ -547,22 +571,25 @@ async fn shard_body(r: &Arc<Repair>, rec: &ObjectRecord) -> Result<(ShardUpload,
     }
 }
 
-/// Tells every holder of `rec` other than this drive and the target (and, for a part,
-/// every holder of its object's record, this drive included) that the shard moved.
+/// Tells every holder of `rec` the map lists other than this drive and the target (and,
+/// for a part, every holder of its object's record, this drive included) that the shard
+/// moved; with `here`, this drive's record too.
 ///
 /// # Errors
 /// When any of them did not say yes: the move is finished on a later pass.
-async fn tell_holders(
+pub(super) async fn tell_holders(
     r: &Repair,
     rec: &ObjectRecord,
     relocation: &Relocation,
     target_id: &str,
+    here: bool,
 ) -> Result<()> {
     let me = r.store.drive_id();
+    let map = r.cluster.map();
     let mut asked: Vec<String> = rec
         .drives
         .iter()
-        .filter(|d| *d != me && *d != target_id)
+        .filter(|d| *d != me && *d != target_id && map.index_of(d).is_some())
         .cloned()
         .collect();
     if let Some(parent) = &rec.parent {
@@ -574,11 +601,13 @@ async fn tell_holders(
         }
         for p in &records {
             for d in &p.drives {
-                if !asked.contains(d) && d != me {
+                if !asked.contains(d) && d != me && map.index_of(d).is_some() {
                     asked.push(d.clone());
                 }
             }
         }
+    }
+    if here || rec.parent.is_some() {
         // This drive may hold the object's record too; it moves later, updated.
         let local: &dyn Drive = &r.store;
         local

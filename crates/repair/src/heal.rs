@@ -160,7 +160,7 @@ async fn heal_one(r: &Arc<Repair>, e: &HealEntry) -> Result<Outcome> {
         }
         let bad = matches!(e.cause, HealCause::ReadCorrupt | HealCause::ScrubCorrupt)
             && e.version_id == l.version_id;
-        if l.version_id == current.version_id && !bad && shard_present(store, l) {
+        if l.version_id == current.version_id && !bad && store.shard_held(l) {
             return Ok(Outcome::Obsolete("the shard is here"));
         }
     }
@@ -187,15 +187,6 @@ async fn heal_one(r: &Arc<Repair>, e: &HealEntry) -> Result<Outcome> {
         ));
     }
     Ok(Outcome::Healed(bytes))
-}
-
-/// Whether the bytes of `record`'s shard are here (inline or a file).
-fn shard_present(store: &oed_store::Store, record: &ObjectRecord) -> bool {
-    match store.shard(&record.bucket, &record.key, Some(record.version_id)) {
-        Ok((_, oed_store::ShardBytes::Inline(_))) => true,
-        Ok((_, oed_store::ShardBytes::File(p))) => p.path().exists(),
-        Err(_) => false,
-    }
 }
 
 /// Rebuilds shard `shard` of `current` from the other holders and stores it here;

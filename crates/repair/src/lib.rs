@@ -12,6 +12,9 @@
 //!   knows (a replaced disk) lists what it held from the other drives and queues all of it.
 //! - [`drain`]: a drive marked out moves its shards to drives that are in, and has every
 //!   holder's record updated, before it is removed from the map.
+//! - [`rebalance`]: after the map changes, every drive moves the shards the map in force
+//!   places elsewhere to their new drives, and hands over the rebuild of the shards of a
+//!   drive removed as lost.
 //!
 //! Heal and scrub are rate-limited in bytes per second ([`oed_store::limiter::Limiter`]); heal yields part of
 //! its rate while the drive serves requests. Progress and findings are in
@@ -62,6 +65,7 @@ macro_rules! phases {
 pub mod drain;
 pub mod heal;
 pub mod metrics;
+pub mod rebalance;
 pub mod refill;
 pub mod scrub;
 
@@ -186,28 +190,29 @@ pub struct HealStats {
     pub obsolete: AtomicU64,
     /// Entries handed to the drives they are for.
     pub hints_delivered: AtomicU64,
-    /// Recent heals (time, bytes), for the current rate.
-    recent: Mutex<VecDeque<(Instant, u64)>>,
+    /// Recent heals, for the current rate.
+    recent: Rate,
 }
 
-/// The window the current heal rate is measured over.
+/// The window a current rate is measured over.
 const RATE_WINDOW: Duration = Duration::from_secs(30);
 
-impl HealStats {
-    fn healed(&self, bytes: u64) {
-        self.shards.fetch_add(1, Ordering::Relaxed);
-        self.bytes.fetch_add(bytes, Ordering::Relaxed);
-        let mut r = self.recent.lock().unwrap_or_else(PoisonError::into_inner);
+/// Bytes done recently (time, bytes), for a rate over the last 30 s.
+#[derive(Debug, Default)]
+pub(crate) struct Rate(Mutex<VecDeque<(Instant, u64)>>);
+
+impl Rate {
+    fn add(&self, bytes: u64) {
+        let mut r = self.0.lock().unwrap_or_else(PoisonError::into_inner);
         r.push_back((Instant::now(), bytes));
         while r.len() > 4096 {
             r.pop_front();
         }
     }
 
-    /// Bytes healed per second over the last 30 s.
-    #[must_use]
-    pub fn rate(&self) -> f64 {
-        let mut r = self.recent.lock().unwrap_or_else(PoisonError::into_inner);
+    /// Bytes per second over the last 30 s.
+    fn per_second(&self) -> f64 {
+        let mut r = self.0.lock().unwrap_or_else(PoisonError::into_inner);
         let now = Instant::now();
         while r
             .front()
@@ -216,6 +221,20 @@ impl HealStats {
             r.pop_front();
         }
         r.iter().map(|(_, b)| *b).sum::<u64>() as f64 / RATE_WINDOW.as_secs_f64()
+    }
+}
+
+impl HealStats {
+    fn healed(&self, bytes: u64) {
+        self.shards.fetch_add(1, Ordering::Relaxed);
+        self.bytes.fetch_add(bytes, Ordering::Relaxed);
+        self.recent.add(bytes);
+    }
+
+    /// Bytes healed per second over the last 30 s.
+    #[must_use]
+    pub fn rate(&self) -> f64 {
+        self.recent.per_second()
     }
 }
 
@@ -249,6 +268,12 @@ pub struct Repair {
     drain: Mutex<drain::DrainState>,
     /// What drain did since start.
     pub drain_stats: drain::DrainStats,
+    /// Wakes the rebalance (the map changed).
+    rebalance_now: Notify,
+    /// The rebalance's state (also kept in the store).
+    rebalance: Mutex<rebalance::RebalanceState>,
+    /// What rebalance did since start.
+    pub rebalance_stats: rebalance::RebalanceStats,
 }
 
 /// What `oedd admin` shows of a drive (`GET admin/status`).
@@ -273,6 +298,9 @@ pub struct RepairStatus {
     /// Drain.
     #[serde(default)]
     pub drain: drain::DrainState,
+    /// Rebalance (absent from the answers of versions before it).
+    #[serde(default)]
+    pub rebalance: rebalance::RebalanceState,
     /// `in` or `out`: whether the map in force gives the drive new shards (absent from
     /// the answers of versions before it).
     #[serde(default)]
@@ -312,6 +340,7 @@ impl Repair {
         let store = cluster.local_store().clone();
         let refill = <refill::RefillState as Persisted>::load(&store);
         let drain = <drain::DrainState as Persisted>::load(&store);
+        let rebalance = <rebalance::RebalanceState as Persisted>::load(&store);
         Arc::new(Self {
             heal_limit: Limiter::new(config.heal_rate),
             scrub_limit: Arc::new(Limiter::new(config.scrub_rate)),
@@ -329,6 +358,9 @@ impl Repair {
             drain_now: Notify::new(),
             drain: Mutex::new(drain),
             drain_stats: drain::DrainStats::default(),
+            rebalance_now: Notify::new(),
+            rebalance: Mutex::new(rebalance),
+            rebalance_stats: rebalance::RebalanceStats::default(),
         })
     }
 
@@ -348,6 +380,7 @@ impl Repair {
         tasks.spawn(scrub::run(self.clone(), stop.child_token()));
         tasks.spawn(refill::run(self.clone(), stop.child_token()));
         tasks.spawn(drain::run(self.clone(), stop.child_token()));
+        tasks.spawn(rebalance::run(self.clone(), stop.child_token()));
     }
 
     /// Wakes the healer (entries were queued).
@@ -417,6 +450,7 @@ impl Repair {
             #[expect(clippy::cast_precision_loss, reason = "a clock offset, in seconds")]
             clock_offset_seconds: self.cluster.clock_offset_ms().map(|ms| ms as f64 / 1000.0),
             drain: self.drain_status(),
+            rebalance: self.rebalance_status(),
             shards: self.store.object_count(),
             heal: HealStatus {
                 enabled: self.config.heal,

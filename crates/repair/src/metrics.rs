@@ -36,6 +36,88 @@ pub struct RepairCollector {
     redundancy: GaugeVec,
     refill: GaugeVec,
     drain: DrainMetrics,
+    rebalance: RebalanceMetrics,
+}
+
+/// The rebalance's metrics.
+struct RebalanceMetrics {
+    gauges: GaugeVec,
+    moved: Counter,
+    moved_bytes: Counter,
+    rebuilt: Counter,
+    failures: Counter,
+}
+
+impl RebalanceMetrics {
+    fn new() -> prometheus::Result<Self> {
+        let c = |n: &str, h: &str| Counter::with_opts(Opts::new(n, h));
+        Ok(Self {
+            gauges: GaugeVec::new(
+                Opts::new(
+                    "oed_rebalance",
+                    "This drive's rebalance: left_shards and left_bytes (held here, placed elsewhere by the map in force), waiting_shards (wait for another shard of their object), rate_bytes (per second, last 30 s), eta_seconds, epoch (of the map it works for), active (1 while moving), done (1 once every shard here is where the map places it).",
+                ),
+                &["what"],
+            )?,
+            moved: c(
+                "oed_rebalance_moved_shards_total",
+                "Shards this drive moved to the drives the map in force places them on.",
+            )?,
+            moved_bytes: c(
+                "oed_rebalance_moved_bytes_total",
+                "Bytes of shards this drive moved to the drives the map in force places them on.",
+            )?,
+            rebuilt: c(
+                "oed_rebalance_rebuilt_shards_total",
+                "Shards of drives removed from the map that this drive handed to their new drives to rebuild.",
+            )?,
+            failures: c(
+                "oed_rebalance_failures_total",
+                "Moves that failed (each is tried again on the next pass).",
+            )?,
+        })
+    }
+
+    fn parts(&self) -> [&dyn Collector; 5] {
+        [
+            &self.gauges,
+            &self.moved,
+            &self.moved_bytes,
+            &self.rebuilt,
+            &self.failures,
+        ]
+    }
+
+    fn refresh(
+        &self,
+        s: &crate::rebalance::RebalanceState,
+        stats: &crate::rebalance::RebalanceStats,
+    ) {
+        use crate::rebalance::RebalancePhase;
+        for (what, v) in [
+            ("left_shards", s.left_shards as f64),
+            ("left_bytes", s.left_bytes as f64),
+            ("waiting_shards", s.waiting_shards as f64),
+            ("rate_bytes", s.rate_bytes),
+            ("eta_seconds", s.eta_seconds.unwrap_or(0.0)),
+            ("epoch", s.epoch as f64),
+            (
+                "active",
+                f64::from(u8::from(s.state == RebalancePhase::Moving)),
+            ),
+            ("done", f64::from(u8::from(s.state == RebalancePhase::Done))),
+        ] {
+            self.gauges.with_label_values(&[what]).set(v);
+        }
+        for (c, v) in [
+            (&self.moved, &stats.moved_shards),
+            (&self.moved_bytes, &stats.moved_bytes),
+            (&self.rebuilt, &stats.rebuilt_shards),
+            (&self.failures, &stats.failures),
+        ] {
+            advance(c, v.load(Ordering::Relaxed) as f64);
+        }
+    }
 }
 
 /// The drain's and the map state's metrics.
@@ -164,6 +246,7 @@ impl RepairCollector {
                 "what",
             )?,
             drain: DrainMetrics::new()?,
+            rebalance: RebalanceMetrics::new()?,
             repair,
         })
     }
@@ -171,7 +254,7 @@ impl RepairCollector {
 
 impl ScrapeTime for RepairCollector {
     fn parts(&self) -> Vec<&dyn Collector> {
-        vec![
+        let mut parts: Vec<&dyn Collector> = vec![
             &self.queue,
             &self.queue_bytes,
             &self.hints,
@@ -195,7 +278,9 @@ impl ScrapeTime for RepairCollector {
             &self.drain.drained,
             &self.drain.drained_bytes,
             &self.drain.out,
-        ]
+        ];
+        parts.extend(self.rebalance.parts());
+        parts
     }
 
     fn refresh(&self) {
@@ -290,5 +375,7 @@ impl ScrapeTime for RepairCollector {
         self.drain.out.set(f64::from(u8::from(
             s.map_state == Some(oed_model::map::DriveState::Out),
         )));
+        self.rebalance
+            .refresh(&s.rebalance, &self.repair.rebalance_stats);
     }
 }

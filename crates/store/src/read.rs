@@ -14,6 +14,16 @@ use oed_model::record::{ObjectRecord, VersionId};
 use crate::{ShardBytes, ShardFile, Store};
 
 impl Store {
+    /// Whether the bytes of `record`'s shard are here (inline, or a file that exists).
+    #[must_use]
+    pub fn shard_held(&self, record: &ObjectRecord) -> bool {
+        match self.shard(&record.bucket, &record.key, Some(record.version_id)) {
+            Ok((_, ShardBytes::Inline(_))) => true,
+            Ok((_, ShardBytes::File(f))) => f.path().try_exists().unwrap_or(true),
+            Err(_) => false,
+        }
+    }
+
     /// Where the bytes of the stored shard of `bucket`/`key` are, with its record.
     /// `version`, when given, must be the stored one.
     ///

@@ -26,12 +26,13 @@ use serde::Serialize;
 use oed_model::account::{AccountAnswer, AccountKeys, AccountRequest, Rights};
 use oed_model::drive::{DriveError, ErrorCode};
 use oed_model::error::{Error, Result};
-use oed_model::map::{ClusterMap, DriveState};
+use oed_model::map::{ClusterMap, DriveEntry, DriveState};
 use oed_peer::PeerOp;
 use oed_peer::auth::PeerKey;
 use oed_peer::client::{PeerClient, PeerHttp};
 use oed_repair::RepairStatus;
 use oed_repair::drain::DrainPhase;
+use oed_repair::rebalance::RebalancePhase;
 use oed_repair::refill::RefillPhase;
 
 /// One drive's answer.
@@ -268,6 +269,36 @@ pub async fn check_drained(map: &ClusterMap, access: &Access, id: &str) -> Resul
     Ok(())
 }
 
+/// Whether each of `drives` (not in `map` yet) runs as a spare waiting for a map that
+/// lists it: it answers under its own id, at epoch 0.
+pub async fn spares_waiting(map: &ClusterMap, access: &Access, drives: &[DriveEntry]) -> Vec<bool> {
+    join_all(drives.iter().map(|d| async move {
+        let c = access.client(map, d);
+        let got: std::result::Result<RepairStatus, _> =
+            oed_model::drive::within(Duration::from_secs(5), c.get_json(PeerOp::AdminStatus, ""))
+                .await;
+        got.is_ok_and(|s| s.drive_id == d.id && s.epoch == 0)
+    }))
+    .await
+}
+
+/// Whether drive `id` may be removed as lost: it is in the map and does not answer. A
+/// drive that answers is drained instead (what it holds moves; nothing is rebuilt).
+///
+/// # Errors
+/// [`Error::Config`] saying why not.
+pub async fn check_lost(map: &ClusterMap, access: &Access, id: &str) -> Result<()> {
+    let c = client(map, access, id)?;
+    let answer: std::result::Result<RepairStatus, _> =
+        oed_model::drive::within(Duration::from_secs(5), c.get_json(PeerOp::AdminStatus, "")).await;
+    if answer.is_ok() {
+        return Err(Error::Config(format!(
+            "{id} answers: it is not lost. Drain it (oedd admin drain {id}) and remove it when its drain is done; only a drive that is dead for good is removed with --lost"
+        )));
+    }
+    Ok(())
+}
+
 fn bytes(n: f64) -> String {
     const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
     let mut v = n;
@@ -394,10 +425,10 @@ pub fn report(map: &ClusterMap, answers: &[DriveAnswer]) -> String {
             scrub,
             refill
         );
-        drain_line(&mut out, s);
-        clock_line(&mut out, s);
+        under_line(&mut out, s);
     }
     totals(&mut out, queued, queued_bytes, rate, &levels);
+    rebalance_total(&mut out, answers);
     epochs(&mut out, map, answers);
     if up < answers.len() {
         let _ = writeln!(
@@ -408,6 +439,13 @@ pub fn report(map: &ClusterMap, answers: &[DriveAnswer]) -> String {
         );
     }
     out
+}
+
+/// What shows under a drive's line: its drain, its rebalance, its clock.
+fn under_line(out: &mut String, s: &RepairStatus) {
+    drain_line(out, s);
+    rebalance_line(out, s);
+    clock_line(out, s);
 }
 
 /// A drive's clock, under its line, when it is off from the others' by a second or more.
@@ -444,6 +482,75 @@ fn drain_line(out: &mut String, s: &RepairStatus) {
             .filter(|_| d.state == DrainPhase::Draining)
             .map(|e| format!("; last failure: {e}"))
             .unwrap_or_default()
+    );
+}
+
+/// A drive's rebalance, under its line, while it moves shards or once it moved some.
+fn rebalance_line(out: &mut String, s: &RepairStatus) {
+    let b = &s.rebalance;
+    let moved = format!(
+        "{} shards moved ({}){}",
+        b.moved_shards,
+        bytes(b.moved_bytes as f64),
+        if b.rebuilt_shards > 0 {
+            format!(
+                ", {} of removed drives handed over to rebuild",
+                b.rebuilt_shards
+            )
+        } else {
+            String::new()
+        }
+    );
+    match b.state {
+        RebalancePhase::Moving => {
+            let _ = writeln!(
+                out,
+                "  rebalance: moving for epoch {}, {moved}, {} left ({}), {} waiting, {}/s{}{}",
+                b.epoch,
+                b.left_shards,
+                bytes(b.left_bytes as f64),
+                b.waiting_shards,
+                bytes(b.rate_bytes),
+                b.eta_seconds
+                    .map(|e| format!(", ETA {}", duration(e)))
+                    .unwrap_or_default(),
+                b.last_error
+                    .as_ref()
+                    .map(|e| format!("; last failure: {e}"))
+                    .unwrap_or_default()
+            );
+        }
+        RebalancePhase::Done if b.moved_shards + b.rebuilt_shards > 0 => {
+            let _ = writeln!(out, "  rebalance: done for epoch {}, {moved}", b.epoch);
+        }
+        _ => {}
+    }
+}
+
+/// The whole cluster's rebalance, when a drive is moving shards.
+fn rebalance_total(out: &mut String, answers: &[DriveAnswer]) {
+    let moving: Vec<&RepairStatus> = answers
+        .iter()
+        .filter_map(|a| a.status.as_ref())
+        .filter(|s| s.rebalance.state == RebalancePhase::Moving)
+        .collect();
+    if moving.is_empty() {
+        return;
+    }
+    let left: u64 = moving.iter().map(|s| s.rebalance.left_bytes).sum();
+    let shards: u64 = moving.iter().map(|s| s.rebalance.left_shards).sum();
+    let rate: f64 = moving.iter().map(|s| s.rebalance.rate_bytes).sum();
+    let _ = writeln!(
+        out,
+        "rebalance: {shards} shards ({}) to move on {} drive(s), moving at {}/s{}",
+        bytes(left as f64),
+        moving.len(),
+        bytes(rate),
+        if rate > 0.0 {
+            format!(", ETA {}", duration(left as f64 / rate))
+        } else {
+            String::new()
+        }
     );
 }
 

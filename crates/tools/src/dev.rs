@@ -37,6 +37,8 @@ pub struct DevOptions {
     /// With `tls`, the drives still talk to each other in the clear (the map's `tls` is
     /// false): S3 clients get TLS, the back network is trusted.
     pub clear_peers: bool,
+    /// Drives started outside the map, as spares waiting to be added (`oedd admin add`).
+    pub spares: usize,
 }
 
 /// One running drive.
@@ -62,6 +64,8 @@ pub struct DevCluster {
     pub dir: PathBuf,
     /// The CA that signed the drives' certificates, with `--tls`: what clients trust.
     pub ca: Option<PathBuf>,
+    /// The spares, as `oedd admin add` takes them (`ID=HOST:PORT`).
+    pub spares: Vec<String>,
     remove_dir: bool,
 }
 
@@ -138,13 +142,13 @@ impl DevCluster {
         };
         std::fs::create_dir_all(&dir)?;
         let mut attempt = 1;
+        let started = opts.drives + opts.spares;
         loop {
-            let all_ports = ports(2 * opts.drives)?;
-            if all_ports.len() != 2 * opts.drives {
+            let all_ports = ports(2 * started)?;
+            if all_ports.len() != 2 * started {
                 return Err(Error::Config(format!(
-                    "{} ports for {} drives",
+                    "{} ports for {started} drives",
                     all_ports.len(),
-                    opts.drives
                 )));
             }
             match Self::launch(opts, &dir, remove_dir, &all_ports)? {
@@ -175,11 +179,13 @@ impl DevCluster {
         remove_dir: bool,
         all_ports: &[u16],
     ) -> Result<Launch> {
-        let (ports, metric_ports) = all_ports.split_at(opts.drives);
+        let (ports, metric_ports) = all_ports.split_at(all_ports.len() / 2);
         let map_path = dir.join("cluster.toml");
-        let map = write_map(opts, ports, &map_path)?;
+        let map = write_map(opts, &ports[..opts.drives], &map_path)?;
+        let spares = spare_entries(opts.drives, &ports[opts.drives..]);
+        let all: Vec<&DriveEntry> = map.drives.iter().chain(&spares).collect();
         let pki = if opts.tls {
-            let ids: Vec<String> = map.drives.iter().map(|d| d.id.clone()).collect();
+            let ids: Vec<String> = all.iter().map(|d| d.id.clone()).collect();
             Some(oed_peer::tls::DevPki::create(&dir.join("tls"), &ids)?)
         } else {
             None
@@ -206,15 +212,19 @@ impl DevCluster {
             secret_key,
             dir: dir.to_path_buf(),
             ca: pki.as_ref().map(|p| p.ca.clone()),
+            spares: spares
+                .iter()
+                .map(|d| format!("{}={}", d.id, d.address))
+                .collect(),
             // Until every drive listens: another attempt may use the directory.
             remove_dir: false,
         };
         std::fs::write(
             dir.join("prometheus.yml"),
-            scrape_config(&map, metric_ports),
+            scrape_config(&map.cluster_id, &all, metric_ports),
         )?;
         let mut waiting = Vec::new();
-        for (i, (d, metrics_port)) in map.drives.iter().zip(metric_ports).enumerate() {
+        for (i, (d, metrics_port)) in all.iter().zip(metric_ports).enumerate() {
             let spawned = spawn_drive(
                 opts,
                 d,
@@ -241,7 +251,7 @@ impl DevCluster {
             });
         }
         let deadline = Instant::now() + Duration::from_mins(1);
-        for (rx, d) in waiting.iter().zip(&map.drives) {
+        for (rx, d) in waiting.iter().zip(&all) {
             let left = deadline.saturating_duration_since(Instant::now());
             match rx.recv_timeout(left) {
                 Ok(_) => cluster.endpoints.push(d.url(opts.tls)),
@@ -287,6 +297,7 @@ impl DevCluster {
              oedd dev: metrics {metrics} (one per drive; Prometheus scrape config in {dir}/prometheus.yml)\n\
              {ca_line}\
              oedd dev: health  oedd admin --map {dir}/cluster.toml --secret-file {dir}/cluster.secret{ca_flag} status\n\
+             {spares}\
              \n\
              Every drive serves S3 (also {others}). Try:\n\
              \n  export AWS_ACCESS_KEY_ID={ak} AWS_SECRET_ACCESS_KEY={sk} AWS_DEFAULT_REGION=us-east-1{ca_env}\n  \
@@ -294,12 +305,23 @@ impl DevCluster {
              aws --endpoint-url {ep} s3 cp ./some-file s3://demo/\n  \
              aws --endpoint-url {ep} s3 ls s3://demo\n\
              \nCtrl-C stops the cluster.",
-            n = self.drives.len(),
+            n = self.drives.len() - self.spares.len(),
             dir = self.dir.display(),
             ep = self.endpoint,
             ak = self.access_key,
             sk = self.secret_key,
-            others = self.endpoints[1..].join(", "),
+            others = self.endpoints[1..self.endpoints.len() - self.spares.len()].join(", "),
+            spares = if self.spares.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    "oedd dev: {} spare drive(s) outside the map; this adds them:\n\
+                     oedd admin --map {dir}/cluster.toml --secret-file {dir}/cluster.secret{ca_flag} add {}\n",
+                    self.spares.len(),
+                    self.spares.join(" "),
+                    dir = self.dir.display(),
+                )
+            },
             metrics = self.metrics.join(" "),
         )
     }
@@ -404,6 +426,22 @@ fn write_map(opts: &DevOptions, ports: &[u16], path: &Path) -> Result<ClusterMap
     Ok(map)
 }
 
+/// The spares on `ports`: further drive-N names after the map's `drives`, outside it.
+fn spare_entries(drives: usize, ports: &[u16]) -> Vec<DriveEntry> {
+    ports
+        .iter()
+        .enumerate()
+        .map(|(i, p)| DriveEntry {
+            id: format!("drive-{}", drives + i + 1),
+            address: format!("127.0.0.1:{p}"),
+            domain: None,
+            state: oed_model::map::DriveState::In,
+            capacity_gb: None,
+            since: None,
+        })
+        .collect()
+}
+
 /// Starts one drive's `oedd serve`; the receiver gets its address once it listens.
 /// `tls` names its certificate, its key and the cluster CA.
 #[allow(clippy::too_many_arguments)]
@@ -476,17 +514,17 @@ fn spawn_drive(
 }
 
 /// A Prometheus configuration that scrapes every drive each 5 s, labelled by drive id.
-fn scrape_config(map: &ClusterMap, metric_ports: &[u16]) -> String {
+fn scrape_config(cluster_id: &str, drives: &[&DriveEntry], metric_ports: &[u16]) -> String {
     let mut out = String::from(
         "# Written by `oedd dev`: prometheus --config.file=prometheus.yml\n\
          global:\n  scrape_interval: 5s\n\
          scrape_configs:\n  - job_name: oed\n    static_configs:\n",
     );
-    for (d, p) in map.drives.iter().zip(metric_ports) {
+    for (d, p) in drives.iter().zip(metric_ports) {
         let _ = write!(
             out,
-            "      - targets: [\"127.0.0.1:{p}\"]\n        labels: {{drive: \"{}\", cluster: \"{}\"}}\n",
-            d.id, map.cluster_id
+            "      - targets: [\"127.0.0.1:{p}\"]\n        labels: {{drive: \"{}\", cluster: \"{cluster_id}\"}}\n",
+            d.id
         );
     }
     out

@@ -136,11 +136,21 @@ impl Store {
         }
         // An upload with a tail gets its final version id only at its end: whether a
         // newer version is stored is known then (at the commit), not now.
-        if !with_tail
-            && let Some(existing) = self.meta.object(&record.bucket, &record.key)?
-            && self.supersedes(existing.version_id, record.version_id)
-        {
-            return Err(Error::Superseded);
+        if !with_tail && let Some(existing) = self.meta.object(&record.bucket, &record.key)? {
+            if self.supersedes(existing.version_id, record.version_id) {
+                return Err(Error::Superseded);
+            }
+            // A copy of another shard of a version held here (two moves of one object
+            // that raced, placed by two maps) must not replace the one held.
+            if existing.version_id == record.version_id
+                && existing.shard_index != record.shard_index
+                && self.shard_held(&existing)
+            {
+                return Err(Error::Unavailable(format!(
+                    "this drive holds shard {} of that version of {}/{}, not shard {}: the records that sent it here are stale",
+                    existing.shard_index, record.bucket, record.key, record.shard_index
+                )));
+            }
         }
         let expected = record.shard_header()?;
         if expected.file_len() > self.max_shard_bytes {
