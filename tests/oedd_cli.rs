@@ -30,22 +30,11 @@ fn unknown_subcommand_fails_with_usage() {
 /// process can take one in between. The cluster then starts again on other ports.
 #[test]
 fn oedd_dev_starts_again_on_other_ports_when_a_drive_cannot_bind() {
-    use oed_tools::dev::{DevCluster, DevOptions, free_ports};
+    use oed_tools::dev::{DevCluster, free_ports};
     let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     let taken_port = taken.local_addr().expect("addr").port();
     let dir = tempfile::tempdir().expect("tempdir");
-    let opts = DevOptions {
-        drives: 3,
-        k: 2,
-        m: 1,
-        chunk_size: 64 * 1024,
-        dir: Some(dir.path().to_path_buf()),
-        fsync: false,
-        oedd: oed_tests::oedd(),
-        tls: false,
-        clear_peers: false,
-        spares: 0,
-    };
+    let opts = dev_options(dir.path(), 0);
     // First a drive's metrics port is taken, then its S3 port; the third attempt is free.
     let mut attempts = 0;
     let cluster = DevCluster::start_on(&opts, |n| {
@@ -97,20 +86,9 @@ fn oedd_dev_starts_again_on_other_ports_when_a_drive_cannot_bind() {
 /// line that adds them.
 #[test]
 fn oedd_dev_starts_spares_outside_the_map_and_prints_how_to_add_them() {
-    use oed_tools::dev::{DevCluster, DevOptions};
+    use oed_tools::dev::DevCluster;
     let dir = tempfile::tempdir().expect("tempdir");
-    let opts = DevOptions {
-        drives: 3,
-        k: 2,
-        m: 1,
-        chunk_size: 64 * 1024,
-        dir: Some(dir.path().to_path_buf()),
-        fsync: false,
-        oedd: oed_tests::oedd(),
-        tls: false,
-        clear_peers: false,
-        spares: 1,
-    };
+    let opts = dev_options(dir.path(), 1);
     let cluster = DevCluster::start(&opts).expect("the cluster starts");
     assert_eq!(cluster.spares.len(), 1);
     let spare = &cluster.spares[0];
@@ -127,4 +105,20 @@ fn oedd_dev_starts_spares_outside_the_map_and_prints_how_to_add_them() {
     assert!(!map.contains("drive-4"), "{map}");
     let addr = spare.trim_start_matches("drive-4=");
     std::net::TcpStream::connect(addr).unwrap_or_else(|e| panic!("{addr}: {e}"));
+}
+
+/// `oedd dev`'s options for three drives, EC 2+1, in `dir`, with `spares`.
+fn dev_options(dir: &std::path::Path, spares: usize) -> oed_tools::dev::DevOptions {
+    oed_tools::dev::DevOptions {
+        drives: 3,
+        k: 2,
+        m: 1,
+        chunk_size: 64 * 1024,
+        dir: Some(dir.to_path_buf()),
+        fsync: false,
+        oedd: oed_tests::oedd(),
+        tls: false,
+        clear_peers: false,
+        spares,
+    }
 }

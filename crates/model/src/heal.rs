@@ -94,10 +94,7 @@ impl HealEntry {
         redundancy: u16,
         local: &str,
     ) -> Self {
-        let bytes = record.layout().map_or(0, |l| {
-            l.stripe_count(record.size)
-                .saturating_mul(u64::from(record.chunk_size))
-        });
+        let bytes = record.shard_bytes();
         Self {
             bucket: record.bucket.clone(),
             key: record.key.clone(),

@@ -296,6 +296,16 @@ impl ObjectRecord {
             .map_err(|e| Error::BadRequest(format!("record: {e}")))
     }
 
+    /// The chunk bytes of one shard of the object (without the file's header); 0 for a
+    /// record whose layout is out of range.
+    #[must_use]
+    pub fn shard_bytes(&self) -> u64 {
+        self.layout().map_or(0, |l| {
+            l.stripe_count(self.size)
+                .saturating_mul(u64::from(self.chunk_size))
+        })
+    }
+
     /// The header of the shard file this record describes: its version, shard index,
     /// layout and object length.
     ///

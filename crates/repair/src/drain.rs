@@ -124,7 +124,7 @@ fn save(r: &Repair, f: impl FnOnce(&mut DrainState)) -> DrainState {
 }
 
 /// Whether this drive is out in the map in force.
-fn is_out(r: &Repair) -> bool {
+pub(super) fn is_out(r: &Repair) -> bool {
     let map = r.cluster.map();
     map.drives[map.local].state == oed_model::map::DriveState::Out
 }

@@ -37,7 +37,7 @@ use futures_util::StreamExt as _;
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
-use super::drain::{Moved, finish_move, tell_holders};
+use super::drain::{Moved, finish_move, is_out, tell_holders};
 use super::heal::current_of;
 use super::{Persisted, Rate, Repair, save_persisted};
 use oed_model::drive::Relocation;
@@ -198,20 +198,6 @@ fn step_of(map: &ClusterMap, removed: &[String], me: &str, rec: &ObjectRecord) -
     }
 }
 
-/// The bytes of one shard of `rec` (chunks, without the file's header).
-fn shard_bytes(rec: &ObjectRecord) -> u64 {
-    rec.layout().map_or(0, |l| {
-        l.stripe_count(rec.size)
-            .saturating_mul(u64::from(rec.chunk_size))
-    })
-}
-
-/// Whether this drive is in (a drive that is out drains instead).
-fn is_in(r: &Repair) -> bool {
-    let map = r.cluster.map();
-    map.drives[map.local].state == DriveState::In
-}
-
 impl Repair {
     /// The rebalance's state with its rate and ETA.
     #[must_use]
@@ -226,9 +212,7 @@ impl Repair {
             .then(|| s.left_bytes as f64 / s.rate_bytes);
         s
     }
-}
 
-impl Repair {
     /// Remembers drives a newer map removed: the shards records name on them are rebuilt
     /// elsewhere.
     pub(crate) fn note_removed(&self, removed: &[String]) {
@@ -267,7 +251,7 @@ pub async fn run(r: Arc<Repair>, stop: CancellationToken) {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .clone();
-        if is_in(&r) && (st.epoch != epoch || st.state == RebalancePhase::Moving) {
+        if !is_out(&r) && (st.epoch != epoch || st.state == RebalancePhase::Moving) {
             if st.epoch != epoch {
                 save(&r, |s| {
                     *s = RebalanceState {
@@ -330,7 +314,7 @@ async fn plan(r: &Repair, map: Arc<ClusterMap>, removed: Arc<[String]>) -> Resul
             let (_, last) = store.objects_after(&after, PAGE, |rec| {
                 if step_of(&map, &removed, &me, rec).counts() {
                     shards += 1;
-                    bytes += shard_bytes(rec);
+                    bytes += rec.shard_bytes();
                 }
                 false
             })?;
@@ -372,7 +356,7 @@ async fn pass(r: &Arc<Repair>, epoch: u64) -> Pass {
         .unwrap_or_default();
     let mut again = false;
     loop {
-        if r.cluster.map().epoch != epoch || !is_in(r) {
+        if r.cluster.map().epoch != epoch || is_out(r) {
             return Pass::Interrupted;
         }
         let page = {
@@ -435,44 +419,39 @@ async fn pass(r: &Arc<Repair>, epoch: u64) -> Pass {
 /// Counts what became of one record.
 fn tally(r: &Repair, rec: &ObjectRecord, outcome: Result<Done>) {
     let stats = &r.rebalance_stats;
-    match outcome {
+    let (moved, rebuilt) = match outcome {
         Ok(Done::Moved(bytes)) => {
             stats.moved_shards.fetch_add(1, Ordering::Relaxed);
             stats.moved_bytes.fetch_add(bytes, Ordering::Relaxed);
             stats.rate.add(bytes);
-            save(r, |s| {
-                s.moved_shards += 1;
-                s.moved_bytes += bytes;
-                s.left_shards = s.left_shards.saturating_sub(1);
-                s.left_bytes = s.left_bytes.saturating_sub(bytes);
-            });
+            (Some(bytes), false)
         }
         Ok(Done::Rebuilt) => {
             stats.rebuilt_shards.fetch_add(1, Ordering::Relaxed);
-            let bytes = shard_bytes(rec);
-            save(r, |s| {
-                s.rebuilt_shards += 1;
-                s.left_shards = s.left_shards.saturating_sub(1);
-                s.left_bytes = s.left_bytes.saturating_sub(bytes);
-            });
+            (None, true)
         }
-        Ok(Done::Stale) => {
-            let bytes = shard_bytes(rec);
-            save(r, |s| {
-                s.left_shards = s.left_shards.saturating_sub(1);
-                s.left_bytes = s.left_bytes.saturating_sub(bytes);
-            });
-        }
+        Ok(Done::Stale) => (None, false),
         Ok(Done::Later(why)) => {
             tracing::debug!(bucket = %rec.bucket, key = %rec.key, why, "rebalance: later");
             save(r, |s| s.waiting_shards += 1);
+            return;
         }
         Err(e) => {
             stats.failures.fetch_add(1, Ordering::Relaxed);
             tracing::warn!(bucket = %rec.bucket, key = %rec.key, error = %e, "rebalance: shard not moved; trying again on the next pass");
             fail(r, &format!("{}/{}: {e}", rec.bucket, rec.key));
+            return;
         }
-    }
+    };
+    // Off the plan: moved, handed over, or not this drive's to move any more.
+    let bytes = moved.unwrap_or_else(|| rec.shard_bytes());
+    save(r, |s| {
+        s.moved_shards += u64::from(moved.is_some());
+        s.moved_bytes += moved.unwrap_or(0);
+        s.rebuilt_shards += u64::from(rebuilt);
+        s.left_shards = s.left_shards.saturating_sub(1);
+        s.left_bytes = s.left_bytes.saturating_sub(bytes);
+    });
 }
 
 fn fail(r: &Repair, why: &str) {
@@ -510,12 +489,7 @@ async fn one(
     if view.epoch != map.epoch {
         return Ok(Done::Later("the map changed during the pass"));
     }
-    let fresh = {
-        let (store, bucket, key) = (r.store.clone(), rec.bucket.clone(), rec.key.clone());
-        tokio::task::spawn_blocking(move || store.record(&bucket, &key))
-            .await
-            .map_err(|e| Error::Io(std::io::Error::other(e)))??
-    };
+    let fresh = r.store.record(&rec.bucket, &rec.key)?;
     let Some(rec) = fresh.filter(|f| f.version_id == rec.version_id) else {
         return Ok(Done::Stale);
     };

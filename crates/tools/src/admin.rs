@@ -80,23 +80,36 @@ impl Access {
 }
 
 fn client(map: &ClusterMap, access: &Access, id: &str) -> Result<PeerClient> {
-    let d = map
-        .drives
+    Ok(access.client(map, entry(map, id)?))
+}
+
+/// Drive `id`'s entry in `map`.
+fn entry<'m>(map: &'m ClusterMap, id: &str) -> Result<&'m DriveEntry> {
+    map.drives
         .iter()
         .find(|d| d.id == id)
-        .ok_or_else(|| Error::Config(format!("drive {id:?} is not in the cluster map")))?;
-    Ok(access.client(map, d))
+        .ok_or_else(|| Error::Config(format!("drive {id:?} is not in the cluster map")))
+}
+
+/// Drive `d`'s status (`GET admin/status`), waiting at most `secs` seconds.
+async fn status_of(
+    map: &ClusterMap,
+    access: &Access,
+    d: &DriveEntry,
+    secs: u64,
+) -> std::result::Result<RepairStatus, DriveError> {
+    let c = access.client(map, d);
+    oed_model::drive::within(
+        Duration::from_secs(secs),
+        c.get_json(PeerOp::AdminStatus, ""),
+    )
+    .await
 }
 
 /// Every drive's status, in map order.
 pub async fn statuses(map: &ClusterMap, access: &Access) -> Vec<DriveAnswer> {
     join_all(map.drives.iter().map(|d| async move {
-        let c = access.client(map, d);
-        let got = oed_model::drive::within(
-            Duration::from_secs(10),
-            c.get_json::<RepairStatus>(PeerOp::AdminStatus, ""),
-        )
-        .await;
+        let got = status_of(map, access, d, 10).await;
         let (status, error) = match got {
             Ok(s) => (Some(s), None),
             Err(e) => (None, Some(e.to_string())),
@@ -247,17 +260,13 @@ pub fn set_state(map: &mut ClusterMap, id: &str, state: oed_model::map::DriveSta
 /// # Errors
 /// [`Error::Config`] saying what is missing.
 pub async fn check_drained(map: &ClusterMap, access: &Access, id: &str) -> Result<()> {
-    let c = client(map, access, id)?;
-    let s: RepairStatus = oed_model::drive::within(
-        Duration::from_secs(10),
-        c.get_json(PeerOp::AdminStatus, ""),
-    )
-    .await
-    .map_err(|e| {
-        Error::Config(format!(
-            "{id} does not answer ({e}): it cannot be removed before it says its drain is done"
-        ))
-    })?;
+    let s = status_of(map, access, entry(map, id)?, 10)
+        .await
+        .map_err(|e| {
+            Error::Config(format!(
+                "{id} does not answer ({e}): it cannot be removed before it says its drain is done"
+            ))
+        })?;
     if s.map_state != Some(DriveState::Out) || s.drain.state != DrainPhase::Done || s.shards > 0 {
         return Err(Error::Config(format!(
             "{id} is {}, its drain is {} and it holds {} shards: drain it first (oedd admin drain {id}) and wait for \"done\"",
@@ -273,11 +282,9 @@ pub async fn check_drained(map: &ClusterMap, access: &Access, id: &str) -> Resul
 /// lists it: it answers under its own id, at epoch 0.
 pub async fn spares_waiting(map: &ClusterMap, access: &Access, drives: &[DriveEntry]) -> Vec<bool> {
     join_all(drives.iter().map(|d| async move {
-        let c = access.client(map, d);
-        let got: std::result::Result<RepairStatus, _> =
-            oed_model::drive::within(Duration::from_secs(5), c.get_json(PeerOp::AdminStatus, ""))
-                .await;
-        got.is_ok_and(|s| s.drive_id == d.id && s.epoch == 0)
+        status_of(map, access, d, 5)
+            .await
+            .is_ok_and(|s| s.drive_id == d.id && s.epoch == 0)
     }))
     .await
 }
@@ -288,10 +295,7 @@ pub async fn spares_waiting(map: &ClusterMap, access: &Access, drives: &[DriveEn
 /// # Errors
 /// [`Error::Config`] saying why not.
 pub async fn check_lost(map: &ClusterMap, access: &Access, id: &str) -> Result<()> {
-    let c = client(map, access, id)?;
-    let answer: std::result::Result<RepairStatus, _> =
-        oed_model::drive::within(Duration::from_secs(5), c.get_json(PeerOp::AdminStatus, "")).await;
-    if answer.is_ok() {
+    if status_of(map, access, entry(map, id)?, 5).await.is_ok() {
         return Err(Error::Config(format!(
             "{id} answers: it is not lost. Drain it (oedd admin drain {id}) and remove it when its drain is done; only a drive that is dead for good is removed with --lost"
         )));
