@@ -300,10 +300,7 @@ impl ObjectRecord {
     /// record whose layout is out of range.
     #[must_use]
     pub fn shard_bytes(&self) -> u64 {
-        self.layout().map_or(0, |l| {
-            l.stripe_count(self.size)
-                .saturating_mul(u64::from(self.chunk_size))
-        })
+        self.layout().map_or(0, |l| l.shard_data_len(self.size))
     }
 
     /// The header of the shard file this record describes: its version, shard index,

@@ -45,6 +45,7 @@ use oed_model::error::{Error, Result};
 use oed_model::heal::{HealCause, HealEntry};
 use oed_model::map::{ClusterMap, DriveState, ShardMove};
 use oed_model::record::{ObjectRecord, now_ms};
+use oed_store::Store;
 
 /// Records taken at a time.
 const PAGE: usize = 64;
@@ -306,26 +307,48 @@ pub async fn run(r: Arc<Repair>, stop: CancellationToken) {
 /// records, keeping none.
 async fn plan(r: &Repair, map: Arc<ClusterMap>, removed: Arc<[String]>) -> Result<(u64, u64)> {
     let store = r.store.clone();
-    let me = store.drive_id().to_owned();
-    tokio::task::spawn_blocking(move || -> Result<(u64, u64)> {
-        let (mut shards, mut bytes) = (0, 0);
-        let mut after: Vec<u8> = Vec::new();
-        loop {
-            let (_, last) = store.objects_after(&after, PAGE, |rec| {
-                if step_of(&map, &removed, &me, rec).counts() {
-                    shards += 1;
-                    bytes += rec.shard_bytes();
-                }
-                false
-            })?;
-            match last {
-                Some(l) => after = l,
-                None => return Ok((shards, bytes)),
+    tokio::task::spawn_blocking(move || to_move(&store, &map, &removed))
+        .await
+        .map_err(|e| Error::Io(std::io::Error::other(e)))?
+}
+
+/// The shards of `store`'s drive (and those it hands over) that `map` places elsewhere,
+/// and their bytes: one walk over the records, a page at a time, holding none. Blocks.
+///
+/// # Errors
+/// [`Error::Meta`], [`Error::Record`].
+pub fn to_move(store: &Store, map: &ClusterMap, removed: &[String]) -> Result<(u64, u64)> {
+    let me = store.drive_id();
+    let (mut shards, mut bytes) = (0, 0);
+    let mut after: Vec<u8> = Vec::new();
+    loop {
+        let (_, last) = store.objects_after(&after, PAGE, |rec| {
+            if step_of(map, removed, me, rec).counts() {
+                shards += 1;
+                bytes += rec.shard_bytes();
             }
+            false
+        })?;
+        match last {
+            Some(l) => after = l,
+            None => return Ok((shards, bytes)),
         }
-    })
-    .await
-    .map_err(|e| Error::Io(std::io::Error::other(e)))?
+    }
+}
+
+/// The next page of records after the key `after` with a shard to move (or hand over)
+/// under `map`, and the key to go on from, `None` at the end. Blocks.
+///
+/// # Errors
+/// [`Error::Meta`], [`Error::Record`].
+pub fn moving_after(
+    store: &Store,
+    map: &ClusterMap,
+    removed: &[String],
+    after: &[u8],
+) -> Result<(Vec<ObjectRecord>, Option<Vec<u8>>)> {
+    let me = store.drive_id();
+    store.objects_after(after, PAGE, |rec| step_of(map, removed, me, rec).counts())
 }
 
 /// One pass over this drive's records, from where the last one stopped.
@@ -361,13 +384,8 @@ async fn pass(r: &Arc<Repair>, epoch: u64) -> Pass {
         }
         let page = {
             let (store, from, map) = (r.store.clone(), after.clone(), shared.clone());
-            let (me, removed) = (store.drive_id().to_owned(), removed.clone());
-            tokio::task::spawn_blocking(move || {
-                store.objects_after(&from, PAGE, |rec| {
-                    step_of(&map, &removed, &me, rec).counts()
-                })
-            })
-            .await
+            let removed = removed.clone();
+            tokio::task::spawn_blocking(move || moving_after(&store, &map, &removed, &from)).await
         };
         let (records, last) = match page.map_err(|e| Error::Io(std::io::Error::other(e))) {
             Ok(Ok(p)) => p,
@@ -494,12 +512,9 @@ async fn one(
         return Ok(Done::Stale);
     };
     let rec = &rec;
-    let step = step_of(map, removed, me, rec);
-    let (Step::Move(m) | Step::Rebuild(m)) = step else {
-        return Ok(Done::Later(
-            "another shard of the object moves first, or a drive of a newer map holds one",
-        ));
-    };
+    // Whether the version here is current comes first, for a shard waiting on another
+    // too: a version overwritten since the map changed may be held here only (its new
+    // version placed elsewhere), and its other holders never move theirs first.
     let (records, failed) = r.cluster.holders(&rec.bucket, &rec.key, &rec.drives).await;
     let Some(current) = current_of(&records, failed)? else {
         return Ok(Done::Stale);
@@ -511,6 +526,12 @@ async fn one(
             Done::Stale
         });
     }
+    let step = step_of(map, removed, me, rec);
+    let (Step::Move(m) | Step::Rebuild(m)) = step else {
+        return Ok(Done::Later(
+            "another shard of the object moves first, or a drive of a newer map holds one",
+        ));
+    };
     if let Step::Rebuild(_) = step {
         return rebuild_elsewhere(r, map, rec, m).await;
     }
