@@ -157,9 +157,12 @@ def test_rebalance_moves_shards_to_added_drives_under_load():
         c.start(6)
         text = c.admin("status")
         assert "rebalance:" in text, text
-        status = c.wait_for("the rebalance to finish", lambda: rebalanced(c, epoch), timeout=300)
+        c.wait_for("the rebalance to finish", lambda: rebalanced(c, epoch), timeout=300)
         errors = load.finish()
         assert not errors, errors[:10]
+        # Counted once the load has stopped: it writes until then.
+        status = rebalanced(c, epoch)
+        assert status, c.status()
         assert load.puts > 0 and load.gets > 0 and load.lists > 0
         # Everything reads back exactly, through a new drive.
         reader = c.client(7)

@@ -37,7 +37,9 @@ use oed_meter::traffic::{Class, Direction, EcOp};
 use oed_model::drive::{Drive, DriveError, ErrorCode, Stored};
 use oed_model::error::{Error, Result};
 use oed_model::heal::{HealCause, HealEntry};
-use oed_model::record::{ObjectRecord, PartRef, RecordTail, StoredChecksum, now_ms};
+use oed_model::record::{
+    ObjectRecord, PartRef, RecordTail, StoredChecksum, WriteCondition, now_ms,
+};
 
 /// What the client asked to store.
 #[derive(Clone, Debug, Default)]
@@ -66,6 +68,9 @@ pub struct NewObject {
     pub parent: Option<String>,
     /// Standard headers to store (see [`ObjectRecord::headers`]).
     pub headers: BTreeMap<String, String>,
+    /// The condition the client's write is made on, checked by every drive as it
+    /// commits ([`WriteCondition`]).
+    pub condition: Option<WriteCondition>,
 }
 
 /// An S3 checksum (`x-amz-checksum-*`) asked for on a body: computed as the body streams,
@@ -158,6 +163,9 @@ enum ShardAnswer {
     Newer,
     /// It failed, or did not answer in time: missing, to heal.
     Failed,
+    /// The write's condition fails there (another version of the key is there): not
+    /// stored; to heal should the write succeed elsewhere.
+    Refused,
 }
 
 /// Where the parts of upload `upload_id` are stored: under a key prefix that user keys
@@ -346,7 +354,7 @@ impl Cluster {
             checksum: checksum.or(obj.parts_checksum),
             ..record
         };
-        let (written, replaced) = self.collect(up, record).await?;
+        let (written, replaced) = self.collect(up, record, obj.condition).await?;
         // A completed multipart upload writes no data here: its parts were counted.
         if written.record.parts.is_empty() {
             self.traffic.body(
@@ -429,11 +437,15 @@ impl Cluster {
     ///
     /// # Errors
     /// [`Error::Unavailable`] when fewer than the quorum stored their shard; the shards
-    /// that were stored are removed again and the version they replaced put back.
+    /// that were stored are removed again and the version they replaced put back. Of a
+    /// write on a `condition`: [`Error::PreconditionFailed`] when no drive stored it and
+    /// one refused it, [`Error::ConditionConflict`] when drives split between it and
+    /// another write (each drive commits the first of two to arrive).
     async fn collect(
         &self,
         mut up: Uploads<'_>,
         record: ObjectRecord,
+        condition: Option<WriteCondition>,
     ) -> Result<(Written, Vec<PartRef>)> {
         let total = up.senders.len();
         let tail = Bytes::from(serde_json::to_vec(&RecordTail {
@@ -441,6 +453,7 @@ impl Cluster {
             parts: record.parts.clone(),
             checksum: record.checksum.clone(),
             version_id: Some(record.version_id),
+            condition,
         })?);
         for i in 0..total {
             up.send(i, vec![tail.clone()]).await;
@@ -478,6 +491,10 @@ impl Cluster {
                 // acknowledge a write with fewer than k + 1 of its shards stored, lost
                 // should that newer version itself not be kept (a write that failed, or
                 // a version made by a wrong clock).
+                Err(e) if e.code == ErrorCode::PreconditionFailed => {
+                    tracing::info!(bucket = %record.bucket, key = %record.key, shard = i, drive = %record.drives[i], "shard not stored: the write's condition fails there");
+                    ShardAnswer::Refused
+                }
                 Err(e) if e.code == ErrorCode::Superseded => {
                     tracing::info!(bucket = %record.bucket, key = %record.key, shard = i, drive = %record.drives[i], "shard not stored: the drive holds a newer version of the key");
                     ShardAnswer::Newer
@@ -490,26 +507,46 @@ impl Cluster {
         }
         let count = |a: ShardAnswer| answers.iter().filter(|&&x| x == a).count();
         let (ok, newer) = (count(ShardAnswer::Stored), count(ShardAnswer::Newer));
-        if ok < up.quorum {
+        let refused = count(ShardAnswer::Refused);
+        // Two writes of one key that each reach a quorum share a drive, which commits
+        // only one of them: conditional writes need more than half the shards (more than
+        // `k + 1` only where `m > k + 1`).
+        let quorum = if condition.is_some() {
+            up.quorum.max(total / 2 + 1)
+        } else {
+            up.quorum
+        };
+        if ok < quorum {
             self.stats
                 .shard_failures
                 .fetch_add((total - ok) as u64, Ordering::Relaxed);
             // Every drive is told: one whose answer was lost may have stored it.
             let all: Vec<usize> = (0..total).collect();
             self.settle(&record, &all, false).await;
+            if let Some(c) = condition
+                && refused + newer > 0
+            {
+                return Err(if ok == 0 {
+                    Error::PreconditionFailed(c.failure().into())
+                } else {
+                    Error::ConditionConflict(format!(
+                        "another write of this key raced this conditional one and neither was stored on enough drives ({ok} of {total} stored this one, {} refused it); nothing changed: try again",
+                        refused + newer
+                    ))
+                });
+            }
             let newer = if newer > 0 {
                 format!("; {newer} drive(s) hold a newer version of the key (another write of it)")
             } else {
                 String::new()
             };
             return Err(Error::Unavailable(format!(
-                "{ok} of {total} shards stored; a write needs {}{newer}",
-                up.quorum
+                "{ok} of {total} shards stored; a write needs {quorum}{newer}"
             )));
         }
         // A drive that holds a newer version has nothing to heal and is not down: its
         // shard is neither stored nor missing (no hint, not a degraded write).
-        let missing = count(ShardAnswer::Failed);
+        let missing = count(ShardAnswer::Failed) + refused;
         if missing > 0 {
             self.queue_missing(&record, &answers);
         }
@@ -527,10 +564,8 @@ impl Cluster {
 
     /// Counts a degraded write and queues the shards that failed for heal.
     fn queue_missing(&self, record: &ObjectRecord, answers: &[ShardAnswer]) {
-        let missing = answers
-            .iter()
-            .filter(|&&a| a == ShardAnswer::Failed)
-            .count();
+        let lacks = |a: ShardAnswer| matches!(a, ShardAnswer::Failed | ShardAnswer::Refused);
+        let missing = answers.iter().filter(|&&a| lacks(a)).count();
         let stored = answers
             .iter()
             .filter(|&&a| a == ShardAnswer::Stored)
@@ -545,7 +580,7 @@ impl Cluster {
         let entries: Vec<HealEntry> = answers
             .iter()
             .enumerate()
-            .filter(|(_, a)| **a == ShardAnswer::Failed)
+            .filter(|(_, a)| lacks(**a))
             .map(|(i, _)| {
                 HealEntry::of(
                     record,

@@ -34,6 +34,14 @@ pub enum Error {
     /// The bucket still holds objects.
     #[error("bucket is not empty")]
     BucketNotEmpty,
+    /// A conditional write's condition does not hold (S3's `If-None-Match: *` on a key
+    /// that exists, `If-Match` with another `ETag`): the message says which.
+    #[error("{0}")]
+    PreconditionFailed(String),
+    /// Conditional writes of one key raced and none was stored on enough drives: nothing
+    /// changed; the client may try again.
+    #[error("{0}")]
+    ConditionConflict(String),
     /// A shard was placed by a cluster map of another epoch than this drive's.
     #[error(
         "cluster maps differ: this drive runs map epoch {mine}, the shard was placed by epoch {theirs}; give every drive the same map"
@@ -170,6 +178,11 @@ pub enum ErrorCode {
     Superseded,
     /// The bucket still has objects there (409).
     BucketNotEmpty,
+    /// A conditional write's condition does not hold there (412).
+    PreconditionFailed,
+    /// Conditional writes of one key raced and none was stored on enough drives (409).
+    /// Made by a coordinator for its client; no drive sends it.
+    ConditionConflict,
     /// A shard placed by a cluster map of another epoch than the drive's (409).
     StaleMap,
     /// Larger than the drive takes (413).
@@ -210,7 +223,10 @@ impl ErrorCode {
             C::Unauthenticated => StatusCode::UNAUTHORIZED,
             C::RequestTimeTooSkewed | C::SignatureDoesNotMatch => StatusCode::FORBIDDEN,
             C::NotFound => StatusCode::NOT_FOUND,
-            C::Superseded | C::BucketNotEmpty | C::StaleMap => StatusCode::CONFLICT,
+            C::Superseded | C::BucketNotEmpty | C::StaleMap | C::ConditionConflict => {
+                StatusCode::CONFLICT
+            }
+            C::PreconditionFailed => StatusCode::PRECONDITION_FAILED,
             C::EntityTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             C::InsufficientStorage => StatusCode::INSUFFICIENT_STORAGE,
             C::ServiceUnavailable | C::SlowDown => StatusCode::SERVICE_UNAVAILABLE,
@@ -274,6 +290,10 @@ impl Error {
             Error::NotFound(_) => (C::NotFound, s3("NoSuchKey", 404)),
             Error::Superseded => (C::Superseded, INTERNAL),
             Error::BucketNotEmpty => (C::BucketNotEmpty, s3("BucketNotEmpty", 409)),
+            Error::PreconditionFailed(_) => (C::PreconditionFailed, s3("PreconditionFailed", 412)),
+            Error::ConditionConflict(_) => {
+                (C::ConditionConflict, s3("ConditionalRequestConflict", 409))
+            }
             Error::StaleMap { .. } => (C::StaleMap, INTERNAL),
             Error::TooLarge(_) => (C::EntityTooLarge, s3("EntityTooLarge", 400)),
             Error::InsufficientStorage { .. } => {

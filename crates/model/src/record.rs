@@ -264,6 +264,44 @@ pub struct RecordTail {
     /// object's Last-Modified.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub version_id: Option<VersionId>,
+    /// The condition the client's write is made on, checked by the drive as it commits.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub condition: Option<WriteCondition>,
+}
+
+/// A condition a client write is made on (S3's `If-None-Match: *` and `If-Match` on
+/// `PutObject` and `CompleteMultipartUpload`), checked by every drive as it commits its shard,
+/// under the key's commit lock: of two conditional writes of one key, each drive commits
+/// the first to arrive and refuses the other, so at most one reaches a write quorum.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WriteCondition {
+    /// No version of the key is stored (`If-None-Match: *`).
+    Absent,
+    /// The version stored is this one, whose `ETag` the client named (`If-Match`), or
+    /// an older one (a drive that missed it); none, or a newer one, fails.
+    Current(VersionId),
+}
+
+impl WriteCondition {
+    /// Whether a drive holding `stored` (the key's version there, if any) may commit.
+    #[must_use]
+    pub fn holds(self, stored: Option<VersionId>) -> bool {
+        match (self, stored) {
+            (Self::Absent, stored) => stored.is_none(),
+            (Self::Current(_), None) => false,
+            (Self::Current(v), Some(s)) => s <= v,
+        }
+    }
+
+    /// What a failure says.
+    #[must_use]
+    pub fn failure(self) -> &'static str {
+        match self {
+            Self::Absent => "If-None-Match: * and the key exists",
+            Self::Current(_) => "If-Match: the object's ETag is another one now",
+        }
+    }
 }
 
 /// Largest accepted [`RecordTail`], encoded: room for 10,000 parts.

@@ -362,6 +362,14 @@ pub(crate) async fn complete(
             "CompleteMultipartUpload names no parts",
         ));
     }
+    let condition = super::object::write_condition(
+        cluster,
+        &input.bucket,
+        &input.key,
+        input.if_match.as_ref(),
+        input.if_none_match.as_ref(),
+    )
+    .await?;
     let stored = stored_parts(cluster, &input.bucket, &input.upload_id).await?;
     let parts = resolve_parts(&asked, &stored)?;
     let etags: Vec<&str> = parts.iter().map(|p| p.etag.as_str()).collect();
@@ -399,6 +407,7 @@ pub(crate) async fn complete(
         parts,
         etag: Some(object_etag.clone()),
         parts_checksum: object_checksum,
+        condition,
         ..Default::default()
     };
     let written = cluster

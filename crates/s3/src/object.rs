@@ -15,11 +15,12 @@ use s3s::dto::{
 };
 use s3s::{S3Error, S3ErrorCode, S3Request, S3Response, S3Result};
 
+use super::error::s3_error;
 use super::{OrS3, check_user_key, err, etag, need_bucket, record, timestamp};
 use oed_cluster::Cluster;
 use oed_cluster::write::{NewObject, Written};
 use oed_model::error::Error;
-use oed_model::record::ObjectRecord;
+use oed_model::record::{ObjectRecord, WriteCondition};
 
 /// The response header that says a write was stored with fewer than `k + m` shards.
 pub const DEGRADED_HEADER: &str = "x-oed-degraded";
@@ -240,21 +241,14 @@ pub(crate) async fn put(
     let (input, headers) = (req.input, req.headers);
     check_user_key(&input.key)?;
     need_bucket(cluster, &input.bucket).await?;
-    if input
-        .if_none_match
-        .as_ref()
-        .is_some_and(ETagCondition::is_any)
-        && cluster
-            .head(&input.bucket, &input.key)
-            .await
-            .or_s3()?
-            .is_some()
-    {
-        return Err(err(
-            S3ErrorCode::PreconditionFailed,
-            "If-None-Match: * and the object exists",
-        ));
-    }
+    let condition = write_condition(
+        cluster,
+        &input.bucket,
+        &input.key,
+        input.if_match.as_ref(),
+        input.if_none_match.as_ref(),
+    )
+    .await?;
     let obj = NewObject {
         bucket: input.bucket,
         key: input.key,
@@ -270,6 +264,7 @@ pub(crate) async fn put(
         ),
         content_md5: content_md5(input.content_md5.as_deref())?,
         checksum,
+        condition,
         ..Default::default()
     };
     let written = cluster
@@ -284,6 +279,72 @@ pub(crate) async fn put(
     let mut resp = S3Response::new(out);
     mark_degraded(&mut resp.headers, &written);
     Ok(resp)
+}
+
+/// The condition of a conditional write (`PutObject`, `CompleteMultipartUpload`), checked
+/// first against the key's current object (a write that fails it is refused before its
+/// body moves), then by every drive as it commits, so that of two conditional writes that
+/// race at most one is stored:
+/// - `If-None-Match: *`: the key has no object, else `412 PreconditionFailed`; S3 takes
+///   no other value on a write (`501 NotImplemented`).
+/// - `If-Match: ETAG`: the key's object has that `ETag` (`*`: any), else `412`, or
+///   `404 NoSuchKey` when there is none.
+pub(crate) async fn write_condition(
+    cluster: &Cluster,
+    bucket: &str,
+    key: &str,
+    if_match: Option<&ETagCondition>,
+    if_none_match: Option<&ETagCondition>,
+) -> S3Result<Option<WriteCondition>> {
+    if if_match.is_none() && if_none_match.is_none() {
+        return Ok(None);
+    }
+    if if_none_match.is_some_and(|c| !c.is_any()) {
+        return Err(err(
+            S3ErrorCode::NotImplemented,
+            "If-None-Match on a write takes only *",
+        ));
+    }
+    let (records, failed) = cluster.holders(bucket, key, &[]).await;
+    let current = oed_cluster::newest_readable(&records);
+    let m = usize::from(cluster.map().profile.m);
+    if current.is_none() && failed > m {
+        return Err(s3_error(Error::Unavailable(format!(
+            "{failed} drives holding {key:?} did not answer"
+        ))));
+    }
+    if if_none_match.is_some() {
+        if current.is_some() {
+            return Err(err(
+                S3ErrorCode::PreconditionFailed,
+                WriteCondition::Absent.failure(),
+            ));
+        }
+        if if_match.is_none() {
+            return Ok(Some(WriteCondition::Absent));
+        }
+    }
+    let Some(cond) = if_match else {
+        return Ok(None);
+    };
+    let Some(rec) = current else {
+        // Versions are there but none on `k` drives: writes of the key are under way
+        // (conditional ones that split the drives are being undone).
+        return Err(if records.is_empty() {
+            err(S3ErrorCode::NoSuchKey, "If-Match: the key has no object")
+        } else {
+            s3_error(Error::ConditionConflict(
+                "If-Match: writes of this key are under way; try again".into(),
+            ))
+        });
+    };
+    if !etag_matches(cond, &rec) {
+        return Err(err(
+            S3ErrorCode::PreconditionFailed,
+            format!("If-Match: the object's ETag is \"{}\"", rec.etag),
+        ));
+    }
+    Ok(Some(WriteCondition::Current(rec.version_id)))
 }
 
 /// Says in a response header how many shards a degraded write is missing.

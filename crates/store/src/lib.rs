@@ -812,6 +812,52 @@ mod tests {
         assert!(store.meta.kept("bkt", "k").unwrap().is_none());
     }
 
+    /// A write's condition is checked at its commit, against the version stored then:
+    /// of two writes made on the key being absent, the second is refused and changes
+    /// nothing; a write on the current version passes where that version (or an older
+    /// one) is stored, and fails where a newer one is.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_write_condition_is_checked_at_commit() {
+        use oed_model::record::WriteCondition;
+        let dir = tempfile::tempdir().unwrap();
+        let store = open_store(dir.path());
+        let put = |v: u128, condition| {
+            let store = store.clone();
+            async move {
+                let (rec, mut file) = shard(v, 9000);
+                file.extend(
+                    serde_json::to_vec(&RecordTail {
+                        etag: format!("e{v}"),
+                        condition,
+                        ..RecordTail::default()
+                    })
+                    .unwrap(),
+                );
+                let body = futures_util::stream::iter([Ok::<_, std::io::Error>(Bytes::from(file))]);
+                store.put_shard(rec, body, true).await
+            }
+        };
+        let current = || store.meta.object("bkt", "k").unwrap().map(|r| r.version_id);
+        put(3, Some(WriteCondition::Absent)).await.unwrap();
+        let refused = put(4, Some(WriteCondition::Absent)).await.unwrap_err();
+        assert!(matches!(refused, Error::PreconditionFailed(_)), "{refused}");
+        assert_eq!(current(), Some(VersionId(3)));
+        // Made on version 3: stored over 3; again on 3 over 5, refused.
+        put(5, Some(WriteCondition::Current(VersionId(3))))
+            .await
+            .unwrap();
+        let refused = put(6, Some(WriteCondition::Current(VersionId(3))))
+            .await
+            .unwrap_err();
+        assert!(matches!(refused, Error::PreconditionFailed(_)), "{refused}");
+        assert_eq!(current(), Some(VersionId(5)));
+        // A drive behind (holding 5 while the client named 7, stored elsewhere) passes.
+        put(8, Some(WriteCondition::Current(VersionId(7))))
+            .await
+            .unwrap();
+        assert_eq!(current(), Some(VersionId(8)));
+    }
+
     /// Version 3 of `k` written, then version 4 (client writes: 3 is kept until 4 is
     /// settled); returns the settlement of 4 as failed.
     async fn overwrite_kept(store: &Store) -> Settlement {

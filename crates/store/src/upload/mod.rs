@@ -13,7 +13,9 @@ use crate::meta::Kept;
 use crate::{Store, files, join_error, pool, remove_file_if_exists};
 use oed_model::drive::Stored;
 use oed_model::error::{Error, Result};
-use oed_model::record::{self, FileId, ObjectRecord, RecordTail, VersionId, now_ms};
+use oed_model::record::{
+    self, FileId, ObjectRecord, RecordTail, VersionId, WriteCondition, now_ms,
+};
 use oed_model::seal::{Seal, TAG_LEN};
 
 pub(crate) mod splice;
@@ -180,6 +182,7 @@ impl Store {
         with_tail: bool,
         started: Instant,
     ) -> Result<Stored> {
+        let condition = tail.as_ref().and_then(|t| t.condition);
         if let Some(tail) = tail {
             record.etag = tail.etag;
             record.parts = tail.parts;
@@ -202,9 +205,11 @@ impl Store {
         // directory's fsync, the synced record. A request dropped meanwhile (its client
         // gone) does not stop it halfway.
         let store = self.clone();
-        tokio::task::spawn_blocking(move || store.commit_upload(record, upload, with_tail))
-            .await
-            .map_err(join_error)?
+        tokio::task::spawn_blocking(move || {
+            store.commit_upload(record, upload, with_tail, condition)
+        })
+        .await
+        .map_err(join_error)?
     }
 
     /// The end of [`Store::put_shard`], on a blocking thread, for an upload received and
@@ -213,12 +218,15 @@ impl Store {
     /// under the key's commit lock, the record is committed unless a newer version is
     /// stored. A file not committed is removed when dropped. With `keep_replaced` (a
     /// client write), the version it replaces is kept until the write is settled
-    /// ([`Store::settle`]); any version kept before is dropped.
+    /// ([`Store::settle`]); any version kept before is dropped. A write made on a
+    /// `condition` that the key's version here fails is refused
+    /// ([`Error::PreconditionFailed`]).
     fn commit_upload(
         &self,
         mut record: ObjectRecord,
         upload: Upload,
         keep_replaced: bool,
+        condition: Option<WriteCondition>,
     ) -> Result<Stored> {
         let (inline, mut temp) = match upload {
             Upload::Inline(data) => (Some(data), None),
@@ -236,6 +244,11 @@ impl Store {
         };
         let _guard = self.lock_for(&record.bucket, &record.key);
         let previous = self.meta.object(&record.bucket, &record.key)?;
+        if let Some(c) = condition
+            && !c.holds(previous.as_ref().map(|p| p.version_id))
+        {
+            return Err(Error::PreconditionFailed(c.failure().into()));
+        }
         if previous
             .as_ref()
             .is_some_and(|p| self.supersedes(p.version_id, record.version_id))
