@@ -576,6 +576,89 @@ fn client_writes_keep_what_they_replace_until_settled() {
     });
 }
 
+/// In a bucket with versioning, a client write keeps the version it replaces under that
+/// version's key (readable there, file and all), a failed write gives it back, and
+/// `promote` makes the newest noncurrent version current again once the current one is
+/// deleted, only where the key has no current version.
+#[test]
+fn versioned_writes_keep_what_they_replace_and_promote_brings_it_back() {
+    use oed_model::record::version_key;
+    both(|s| {
+        Box::pin(async move {
+            let d = &*s.drive;
+            d.create_bucket("vers").await.unwrap();
+            let put = |v: u128, len: usize, key: &'static str| {
+                let data = bytes(len, u64::try_from(v).unwrap());
+                let mut rec = record("vers", key, v, data.len() as u64, 1, 1, 0);
+                rec.versioned = true;
+                let mut file = shard_file(&rec, &data);
+                file.extend(serde_json::to_vec(&RecordTail::default()).unwrap());
+                async move {
+                    let stored = d.put_shard(&rec, upload(&file, 5000), true).await;
+                    (stored.unwrap(), data)
+                }
+            };
+            let settle = |key: &'static str, v: u128, stored: bool| async move {
+                d.settle(&[Settlement {
+                    bucket: "vers".into(),
+                    key: key.into(),
+                    version_id: VersionId(v),
+                    stored,
+                }])
+                .await
+                .unwrap()
+            };
+            for (key, len) in [("file", 3 * 4096), ("inline", 100)] {
+                let (_, data3) = put(3, len, key).await;
+                let (second, _) = put(4, len, key).await;
+                assert!(second.kept, "{}", s.name);
+                assert_eq!(settle(key, 4, true).await, [true], "{}", s.name);
+                let old = d
+                    .stat("vers", &version_key(key, VersionId(3)))
+                    .await
+                    .unwrap()
+                    .unwrap();
+                assert_eq!(old.version_id, VersionId(3), "{}", s.name);
+                assert_eq!(
+                    read_shard(d, "vers", &old.key).await,
+                    chunk_bytes(&shard_file(&old, &data3)),
+                    "{}",
+                    s.name
+                );
+                // A failed write: version 4 is current again, and not kept as well.
+                put(5, len, key).await;
+                assert_eq!(settle(key, 5, false).await, [true], "{}", s.name);
+                assert_eq!(
+                    d.stat("vers", key).await.unwrap().unwrap().version_id,
+                    VersionId(4)
+                );
+                let four = version_key(key, VersionId(4));
+                assert!(d.stat("vers", &four).await.unwrap().is_none(), "{}", s.name);
+                // Only where the key has no current version.
+                assert_eq!(d.promote("vers", key).await.unwrap(), None, "{}", s.name);
+                d.delete_object("vers", key, Some(VersionId(4)))
+                    .await
+                    .unwrap();
+                assert_eq!(
+                    d.promote("vers", key).await.unwrap(),
+                    Some(VersionId(3)),
+                    "{}",
+                    s.name
+                );
+                let back = d.stat("vers", key).await.unwrap().unwrap();
+                assert_eq!(back.version_id, VersionId(3));
+                assert_eq!(
+                    read_shard(d, "vers", key).await,
+                    chunk_bytes(&shard_file(&back, &data3)),
+                    "{}",
+                    s.name
+                );
+                assert_eq!(d.promote("vers", key).await.unwrap(), None, "{}", s.name);
+            }
+        })
+    });
+}
+
 /// A drive holding one good shard, and the check that it is exactly as it was.
 async fn one_good_shard(d: &dyn Drive) -> (ObjectRecord, Vec<u8>, Vec<u8>) {
     let data = bytes(2 * 4096 + 5, 3);

@@ -140,6 +140,9 @@ OPERATIONS = [
     ("GetBucketAcl", {"owner"}, False, lambda s3: s3.get_bucket_acl(Bucket=B)),
     ("PutBucketAcl", {"owner"}, False,
      lambda s3: s3.put_bucket_acl(Bucket=B, AccessControlPolicy=OWNER_FULL)),
+    # A status S3 does not know: refused as MalformedXML by the owner, the bucket unchanged.
+    ("PutBucketVersioning", {"owner"}, False,
+     lambda s3: s3.put_bucket_versioning(Bucket=B, VersioningConfiguration={"Status": "Off"})),
     ("GetBucketPolicyStatus", {"owner"}, False,
      lambda s3: s3.get_bucket_policy_status(Bucket=B)),
     ("PutBucketPolicy", {"owner"}, False,

@@ -86,6 +86,36 @@ def test_rclone_copies_lists_syncs_back_checks_and_purges(cluster, s3, tmp_path)
     assert "rclone-tree" not in [b["Name"] for b in s3.list_buckets()["Buckets"]]
 
 
+@pytest.mark.skipif(RCLONE is None, reason="rclone is not installed (deploy/test.sh installs it)")
+def test_rclone_reads_old_versions_of_a_versioned_bucket(cluster, s3, tmp_path):
+    """rclone's own version support over ListObjectVersions and GET ?versionId: a file
+    synced over and deleted keeps its versions, which `--s3-versions` lists and
+    `--s3-version-at` reads as they were."""
+    import time
+    s3.create_bucket(Bucket="rclone-versions")
+    s3.put_bucket_versioning(Bucket="rclone-versions",
+                             VersioningConfiguration={"Status": "Enabled"})
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "notes.txt").write_bytes(b"first draft")
+    rclone(cluster, "copy", str(src), "oed:rclone-versions")
+    time.sleep(1.1)
+    between = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    time.sleep(1.1)
+    (src / "notes.txt").write_bytes(b"second draft, longer")
+    rclone(cluster, "copy", str(src), "oed:rclone-versions")
+    rclone(cluster, "delete", "oed:rclone-versions/notes.txt")
+    assert rclone(cluster, "lsf", "oed:rclone-versions").strip() == ""
+    listed = rclone(cluster, "lsf", "--s3-versions", "oed:rclone-versions").split()
+    assert len(listed) == 2 and all(n.startswith("notes-v") for n in listed), listed
+    old = rclone(cluster, "cat", "--s3-version-at", between, "oed:rclone-versions/notes.txt")
+    assert old == "first draft"
+    versions = s3.list_object_versions(Bucket="rclone-versions")
+    for v in versions.get("Versions", []) + versions.get("DeleteMarkers", []):
+        s3.delete_object(Bucket="rclone-versions", Key=v["Key"], VersionId=v["VersionId"])
+    s3.delete_bucket(Bucket="rclone-versions")
+
+
 S3FS = shutil.which("s3fs")
 
 

@@ -480,12 +480,12 @@ async fn give(
     entries: &[SignedEntry],
     timeout: Duration,
 ) -> std::result::Result<usize, DriveError> {
-    // Keys and grants first, policies in batches of their own: a drive of a version
-    // before policies refuses a batch that holds one as a whole (it cannot decode it),
-    // and still takes the rest.
+    // Keys and grants first, policies and bucket settings in batches of their own: a
+    // drive of a version before them refuses a batch that holds one as a whole (it
+    // cannot decode it), and still takes the rest.
     let (policies, rest): (Vec<&SignedEntry>, Vec<&SignedEntry>) = entries
         .iter()
-        .partition(|e| matches!(e.entry, AccountEntry::Policy(_)));
+        .partition(|e| matches!(e.entry, AccountEntry::Policy(_) | AccountEntry::Settings(_)));
     let mut taken = 0;
     for batch in rest.chunks(MAX_BATCH) {
         let batch: Vec<SignedEntry> = batch.iter().map(|e| (*e).clone()).collect();

@@ -20,6 +20,7 @@ pub mod md5;
 pub mod read;
 pub mod settle;
 pub mod stripes;
+pub mod versions;
 pub mod write;
 
 use std::collections::HashMap;
@@ -679,6 +680,7 @@ impl Cluster {
             .next()
             .await?
             .is_some()
+            || self.has_noncurrent(name).await?
         {
             return Err(Error::BucketNotEmpty);
         }

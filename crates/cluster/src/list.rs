@@ -154,8 +154,76 @@ pub struct Page {
 /// A key after which every key with prefix `p` has been passed (keys hold at most 1024
 /// bytes, so a run of the largest character this long is past all of them in practice;
 /// a key that still sorts before it is folded into the same prefix again).
-fn past_prefix(p: &str) -> String {
+pub(crate) fn past_prefix(p: &str) -> String {
     format!("{p}\u{10FFFF}")
+}
+
+/// How a listing rolls keys into common prefixes and counts its entries against `max`.
+pub(crate) struct Rollup<'a> {
+    prefix: &'a str,
+    delimiter: Option<&'a str>,
+    max: usize,
+    count: usize,
+    last_prefix: Option<String>,
+}
+
+/// What [`Rollup::step`] makes of a key.
+pub(crate) enum Step {
+    /// Its common prefix was just listed: nothing to add.
+    Skip,
+    /// The page is full: more entries follow.
+    Full,
+    /// A new common prefix, to list (and skip the rest of).
+    Prefix(String),
+    /// The key itself, to list.
+    Key,
+}
+
+impl<'a> Rollup<'a> {
+    /// For keys under `prefix`, rolled up at `delimiter` (an empty one is none), `max`
+    /// entries a page.
+    pub(crate) fn new(prefix: &'a str, delimiter: Option<&'a str>, max: usize) -> Self {
+        Self {
+            prefix,
+            delimiter: delimiter.filter(|d| !d.is_empty()),
+            max,
+            count: 0,
+            last_prefix: None,
+        }
+    }
+
+    /// Whether a marker is a common prefix (a listing after it skips all its keys).
+    pub(crate) fn is_common_prefix(&self, marker: &str) -> bool {
+        match (self.delimiter, marker.strip_prefix(self.prefix)) {
+            (Some(d), Some(rest)) => {
+                rest.ends_with(d) && rest.find(d) == Some(rest.len() - d.len())
+            }
+            _ => false,
+        }
+    }
+
+    /// What `key` (which starts with the prefix) adds to the page.
+    pub(crate) fn step(&mut self, key: &str) -> Step {
+        let cp = self.delimiter.and_then(|d| {
+            key[self.prefix.len()..]
+                .find(d)
+                .map(|pos| key[..self.prefix.len() + pos + d.len()].to_owned())
+        });
+        if cp.is_some() && cp == self.last_prefix {
+            return Step::Skip;
+        }
+        if self.count == self.max {
+            return Step::Full;
+        }
+        self.count += 1;
+        match cp {
+            Some(cp) => {
+                self.last_prefix = Some(cp.clone());
+                Step::Prefix(cp)
+            }
+            None => Step::Key,
+        }
+    }
 }
 
 /// Walks keys of `bucket` that start with `prefix` (and are not before `first_key`),
@@ -173,17 +241,14 @@ pub async fn walk(
     max: usize,
     first_key: &str,
 ) -> Result<Page> {
-    let delimiter = delimiter.filter(|d| !d.is_empty());
+    let mut rollup = Rollup::new(prefix, delimiter, max);
     let mut start = first_key.max(prefix).to_owned();
     if let Some(a) = after {
         // A marker that is a common prefix skips all its keys; a key, just itself.
-        let skip = match (delimiter, a.strip_prefix(prefix)) {
-            (Some(d), Some(rest))
-                if rest.ends_with(d) && rest.find(d) == Some(rest.len() - d.len()) =>
-            {
-                past_prefix(a)
-            }
-            _ => format!("{a}\0"),
+        let skip = if rollup.is_common_prefix(a) {
+            past_prefix(a)
+        } else {
+            format!("{a}\0")
         };
         start = start.max(skip);
     }
@@ -192,7 +257,6 @@ pub async fn walk(
         return Ok(page);
     }
     let mut merge = Merge::new(cluster, bucket, &start);
-    let mut count = 0usize;
     while let Some(rec) = merge.next().await? {
         if !rec.key.starts_with(prefix) {
             if rec.key.as_str() > prefix {
@@ -200,29 +264,25 @@ pub async fn walk(
             }
             continue;
         }
-        let cp = delimiter.and_then(|d| {
-            rec.key[prefix.len()..]
-                .find(d)
-                .map(|pos| rec.key[..prefix.len() + pos + d.len()].to_owned())
-        });
-        if cp
-            .as_ref()
-            .is_some_and(|cp| page.prefixes.last() == Some(cp))
-        {
+        // A key whose current version is a delete marker is not listed.
+        if rec.delete_marker {
             continue;
         }
-        if count == max {
-            page.truncated = true;
-            break;
-        }
-        count += 1;
-        if let Some(cp) = cp {
-            merge.seek(&past_prefix(&cp));
-            page.last = Some(cp.clone());
-            page.prefixes.push(cp);
-        } else {
-            page.last = Some(rec.key.clone());
-            page.contents.push(rec);
+        match rollup.step(&rec.key) {
+            Step::Skip => {}
+            Step::Full => {
+                page.truncated = true;
+                break;
+            }
+            Step::Prefix(cp) => {
+                merge.seek(&past_prefix(&cp));
+                page.last = Some(cp.clone());
+                page.prefixes.push(cp);
+            }
+            Step::Key => {
+                page.last = Some(rec.key.clone());
+                page.contents.push(rec);
+            }
         }
     }
     Ok(page)

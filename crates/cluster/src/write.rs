@@ -71,6 +71,11 @@ pub struct NewObject {
     /// The condition the client's write is made on, checked by every drive as it
     /// commits ([`WriteCondition`]).
     pub condition: Option<WriteCondition>,
+    /// A version of its own (the bucket's versioning is enabled), not the `null` one
+    /// ([`ObjectRecord::versioned`]).
+    pub versioned: bool,
+    /// A delete marker (no body).
+    pub delete_marker: bool,
 }
 
 /// An S3 checksum (`x-amz-checksum-*`) asked for on a body: computed as the body streams,
@@ -424,6 +429,8 @@ impl Cluster {
             checksum: None,
             // Each drive names its own file when it stores its shard.
             file: None,
+            versioned: obj.versioned,
+            delete_marker: obj.delete_marker,
         };
         record.validate()?;
         let placed = placed.iter().map(|&i| map.at(i).clone()).collect();

@@ -132,6 +132,43 @@ pub struct BucketPolicy {
     pub version: VersionId,
 }
 
+/// A bucket's settings that every drive applies to its requests: its versioning, for
+/// now. Reset (to the defaults) when the bucket is deleted, kept so that an older copy
+/// cannot bring them back.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BucketSettings {
+    /// The bucket's name.
+    pub bucket: String,
+    /// Its versioning state.
+    #[serde(default)]
+    pub versioning: Versioning,
+    /// The version of its last change.
+    pub version: VersionId,
+}
+
+/// A bucket's versioning state, as S3 names it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Versioning {
+    /// Never enabled: every write replaces the key's `null` version.
+    #[default]
+    Unversioned,
+    /// Each write is a version of its own; a delete adds a delete marker.
+    Enabled,
+    /// Enabled once, now off: writes replace the `null` version, earlier versions stay.
+    Suspended,
+}
+
+impl Versioning {
+    /// Whether writes keep the version they replace (enabled or suspended: a version of
+    /// its own is kept; unversioned buckets have none).
+    #[must_use]
+    pub fn configured(self) -> bool {
+        self != Self::Unversioned
+    }
+}
+
 /// One entry of the table, as drives store and send it: the entry and its MAC
 /// ([`AccountKeys::sign`]), so that an entry altered or made up on the way, or on a disk,
 /// is refused wherever it arrives.
@@ -154,17 +191,20 @@ pub enum AccountEntry {
     Bucket(BucketAccess),
     /// A bucket's policy.
     Policy(BucketPolicy),
+    /// A bucket's settings.
+    Settings(BucketSettings),
 }
 
 impl AccountEntry {
-    /// Its name in the table: `k/<key id>`, `b/<bucket>` or `p/<bucket>`; the store keeps
-    /// it under it.
+    /// Its name in the table: `k/<key id>`, `b/<bucket>`, `p/<bucket>` or `s/<bucket>`;
+    /// the store keeps it under it.
     #[must_use]
     pub fn name(&self) -> String {
         match self {
             Self::Key(k) => format!("k/{}", k.id),
             Self::Bucket(b) => format!("b/{}", b.bucket),
             Self::Policy(p) => format!("p/{}", p.bucket),
+            Self::Settings(s) => format!("s/{}", s.bucket),
         }
     }
 
@@ -175,6 +215,7 @@ impl AccountEntry {
             Self::Key(k) => k.version,
             Self::Bucket(b) => b.version,
             Self::Policy(p) => p.version,
+            Self::Settings(s) => s.version,
         }
     }
 
@@ -184,6 +225,7 @@ impl AccountEntry {
             Self::Key(k) => k.version = version,
             Self::Bucket(b) => b.version = version,
             Self::Policy(p) => p.version = version,
+            Self::Settings(s) => s.version = version,
         }
     }
 }
@@ -219,6 +261,8 @@ pub struct AccountTable {
     buckets: HashMap<String, SignedEntry>,
     /// Policy entries by bucket.
     policies: HashMap<String, SignedEntry>,
+    /// Settings entries by bucket.
+    settings: HashMap<String, SignedEntry>,
     /// The policies in force, parsed, by bucket. A stored policy that does not parse
     /// (one a later version understands) lets nobody in.
     parsed: HashMap<String, Policy>,
@@ -262,6 +306,9 @@ impl AccountTable {
                 };
                 self.policies.insert(p.bucket.clone(), signed);
             }
+            AccountEntry::Settings(b) => {
+                self.settings.insert(b.bucket.clone(), signed);
+            }
         }
         true
     }
@@ -273,7 +320,7 @@ impl AccountTable {
             .is_none_or(|old| signed.replaces(old))
     }
 
-    /// The entry of `name` (`k/<id>`, `b/<bucket>`, `p/<bucket>`).
+    /// The entry of `name` (`k/<id>`, `b/<bucket>`, `p/<bucket>`, `s/<bucket>`).
     #[must_use]
     pub fn get(&self, name: &str) -> Option<&SignedEntry> {
         if let Some(id) = name.strip_prefix("k/") {
@@ -281,6 +328,9 @@ impl AccountTable {
         }
         if let Some(bucket) = name.strip_prefix("p/") {
             return self.policies.get(bucket);
+        }
+        if let Some(bucket) = name.strip_prefix("s/") {
+            return self.settings.get(bucket);
         }
         self.buckets.get(name.strip_prefix("b/")?)
     }
@@ -325,6 +375,23 @@ impl AccountTable {
         }
     }
 
+    /// The settings of `bucket`, if it has an entry.
+    #[must_use]
+    pub fn settings(&self, bucket: &str) -> Option<&BucketSettings> {
+        match &self.settings.get(bucket)?.entry {
+            AccountEntry::Settings(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    /// The versioning state of `bucket`.
+    #[must_use]
+    pub fn versioning(&self, bucket: &str) -> Versioning {
+        self.settings(bucket)
+            .map(|s| s.versioning)
+            .unwrap_or_default()
+    }
+
     /// The policy in force in `bucket`, parsed.
     #[must_use]
     pub fn policy(&self, bucket: &str) -> Option<&Policy> {
@@ -350,6 +417,7 @@ impl AccountTable {
             .values()
             .chain(self.buckets.values())
             .chain(self.policies.values())
+            .chain(self.settings.values())
             .cloned()
             .collect()
     }
@@ -357,7 +425,7 @@ impl AccountTable {
     /// How many entries it holds.
     #[must_use]
     pub fn len(&self) -> usize {
-        self.keys.len() + self.buckets.len() + self.policies.len()
+        self.keys.len() + self.buckets.len() + self.policies.len() + self.settings.len()
     }
 
     /// Whether it holds none.

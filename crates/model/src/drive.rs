@@ -402,6 +402,14 @@ pub trait Drive: Send + Sync + std::fmt::Debug {
     /// `BadRequest` for more than [`MAX_BATCH`] settlements.
     async fn settle(&self, settlements: &[Settlement]) -> Result<Vec<bool>, DriveError>;
 
+    /// Makes the newest noncurrent version of `bucket`/`key` held there current when no
+    /// version of the key is current there (a client deleted the current one), under the
+    /// key's commit lock and in one synced write. Returns the version made current.
+    ///
+    /// # Errors
+    /// When the drive cannot answer.
+    async fn promote(&self, bucket: &str, key: &str) -> Result<Option<VersionId>, DriveError>;
+
     /// The digest of the account table held there and how many entries it has.
     ///
     /// # Errors

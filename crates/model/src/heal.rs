@@ -81,6 +81,11 @@ pub struct HealEntry {
     /// Heals of it that failed so far.
     #[serde(default)]
     pub attempts: u32,
+    /// Whether the version is one of its own (`ObjectRecord::versioned`): the version of
+    /// the key it replaced is then kept as a noncurrent one, whose entry, when this one
+    /// takes its place in a queue, is kept under its version key.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub versioned: bool,
 }
 
 impl HealEntry {
@@ -110,6 +115,7 @@ impl HealEntry {
             bytes,
             queued_ms: now_ms(),
             attempts: 0,
+            versioned: record.versioned,
         }
     }
 

@@ -372,6 +372,8 @@ impl ClusterMap {
         take: impl Fn(&DriveEntry) -> bool,
         era: impl Fn(&DriveEntry) -> bool,
     ) -> Vec<usize> {
+        // A kept version stays with its key.
+        let key = crate::record::placement_key(key);
         // Drives without a capacity weigh as the mean of those of the map (of the epoch)
         // that have one, whether they are in or out.
         let weights = self.weights_among(&|d: &DriveEntry| era(d));

@@ -186,6 +186,15 @@ pub struct ObjectRecord {
     /// which is found at a path hashed from the bucket, key, version and shard index.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub file: Option<FileId>,
+    /// Whether clients name this version by its own id: written while the bucket's
+    /// versioning was enabled. Otherwise it is S3's `null` version (every version of a
+    /// bucket that never had versioning, and those written while it was suspended).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub versioned: bool,
+    /// Whether this version is a delete marker: no data (`size` 0), and a key whose
+    /// current version it is reads as deleted.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub delete_marker: bool,
 }
 
 /// An object's or a part's S3 checksum, as it is returned.
@@ -304,6 +313,44 @@ impl WriteCondition {
     }
 }
 
+/// Where the versions of a key that are no longer current are kept: under an internal key
+/// of their own each (`\u{1}v/`, the key, `\u{1}`, the version id subtracted from the
+/// largest, in hex), so that they are erasure-coded objects like any other (healed,
+/// scrubbed, drained and moved alike), placed where their key is
+/// ([`placement_key`]), and listed after one another newest first.
+pub const VERSIONS_PREFIX: &str = "\u{1}v/";
+
+/// The internal key under which version `v` of `key` is kept once it is not current.
+#[must_use]
+pub fn version_key(key: &str, v: VersionId) -> String {
+    format!("{VERSIONS_PREFIX}{key}\u{1}{:032x}", u128::MAX - v.0)
+}
+
+/// What every [`version_key`] of `key` starts with.
+#[must_use]
+pub fn versions_of(key: &str) -> String {
+    format!("{VERSIONS_PREFIX}{key}\u{1}")
+}
+
+/// The client's key and the version of a [`version_key`]; `None` for any other key.
+#[must_use]
+pub fn parse_version_key(internal: &str) -> Option<(&str, VersionId)> {
+    let rest = internal.strip_prefix(VERSIONS_PREFIX)?;
+    let (key, inverted) = rest.rsplit_once('\u{1}')?;
+    if inverted.len() != 32 {
+        return None;
+    }
+    let inverted = u128::from_str_radix(inverted, 16).ok()?;
+    Some((key, VersionId(u128::MAX - inverted)))
+}
+
+/// The key an object is placed by: a kept version's is its key's, so that it stays on
+/// the drives that held it when it was current.
+#[must_use]
+pub fn placement_key(key: &str) -> &str {
+    parse_version_key(key).map_or(key, |(k, _)| k)
+}
+
 /// Largest accepted [`RecordTail`], encoded: room for 10,000 parts.
 pub const MAX_TAIL_BYTES: usize = 4 << 20;
 
@@ -323,6 +370,43 @@ impl ObjectRecord {
                 .iter()
                 .fold(0, |sum, p| sum.saturating_add(p.size))
         }
+    }
+
+    /// The client's key of this version (for a version kept under [`version_key`], the
+    /// key it was written to).
+    #[must_use]
+    pub fn user_key(&self) -> &str {
+        placement_key(&self.key)
+    }
+
+    /// The version id as S3 clients see it: `null`, or the id in hex.
+    #[must_use]
+    pub fn s3_version_id(&self) -> String {
+        if self.versioned {
+            self.version_id.to_string()
+        } else {
+            "null".to_owned()
+        }
+    }
+
+    /// This version's record as it is kept once another is current: under
+    /// [`version_key`].
+    #[must_use]
+    pub fn as_noncurrent(&self) -> Self {
+        Self {
+            key: version_key(self.user_key(), self.version_id),
+            ..self.clone()
+        }
+    }
+
+    /// Whether, when `successor` replaces this version as current, this one is kept as a
+    /// noncurrent version: when either is a version of its own (S3 drops only a `null`
+    /// version replaced by a `null` one), and never for the cluster's own keys.
+    #[must_use]
+    pub fn kept_when_replaced_by(&self, successor: &Self) -> bool {
+        (self.versioned || successor.versioned)
+            && self.version_id < successor.version_id
+            && !self.key.starts_with(INTERNAL_PREFIX)
     }
 
     /// The erasure-coding layout of the object.
@@ -555,6 +639,27 @@ mod tests {
             "{ahead} {now}"
         );
         assert!(VersionId::generate() > VersionId(u128::from(ahead) << 64));
+    }
+
+    #[test]
+    fn version_keys_sort_newest_first_and_name_their_key() {
+        let (a, b) = (VersionId(5 << 64), VersionId(6 << 64));
+        assert!(version_key("k", b) < version_key("k", a));
+        assert!(version_key("k", a).starts_with(&versions_of("k")));
+        assert_eq!(
+            parse_version_key(&version_key("k/\u{1}x", a)),
+            Some(("k/\u{1}x", a))
+        );
+        assert_eq!(placement_key(&version_key("k", a)), "k");
+        assert_eq!(placement_key("k"), "k");
+        assert_eq!(parse_version_key("\u{1}u/k\u{1}abc"), None);
+        check_key(&version_key(&"k".repeat(MAX_KEY), a)).unwrap();
+        let mut r = test_record("k", 1, 0);
+        assert_eq!(r.s3_version_id(), "null");
+        r.versioned = true;
+        assert_eq!(r.as_noncurrent().user_key(), "k");
+        assert!(r.kept_when_replaced_by(&test_record("k", 2, 0)));
+        assert!(!test_record("k", 1, 0).kept_when_replaced_by(&test_record("k", 2, 0)));
     }
 
     #[test]

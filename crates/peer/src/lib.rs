@@ -135,6 +135,7 @@ peer_ops! {
     RecordsFor => GET "records",
     Relocate => POST "relocate",
     Settle => POST "settle",
+    Promote => POST "promote",
     AccountDigest => GET "accounts/digest",
     AccountEntries => GET "accounts",
     MergeAccounts => POST "accounts",
@@ -175,6 +176,7 @@ impl PeerOp {
             Self::RecordsFor => get(records_for),
             Self::Relocate => axum::routing::post(relocate),
             Self::Settle => axum::routing::post(settle),
+            Self::Promote => axum::routing::post(promote),
             Self::AccountDigest => get(account_digest),
             Self::AccountEntries => get(account_entries),
             Self::MergeAccounts => axum::routing::post(merge_accounts),
@@ -798,6 +800,13 @@ async fn settle(State(state): State<Arc<PeerState>>, body: Bytes) -> Answer<Json
     let settlements: Vec<Settlement> = serde_json::from_slice(&body)
         .map_err(|e| Error::BadRequest(format!("settlements: {e}")))?;
     Ok(Json(state.drive.settle(&settlements).await?))
+}
+
+async fn promote(
+    State(state): State<Arc<PeerState>>,
+    Query(q): Query<ObjectQuery>,
+) -> Answer<Json<Option<VersionId>>> {
+    Ok(Json(state.drive.promote(&q.bucket, &q.key).await?))
 }
 
 async fn account_digest(State(state): State<Arc<PeerState>>) -> Answer<Json<AccountDigest>> {

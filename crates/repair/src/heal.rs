@@ -96,7 +96,7 @@ pub async fn run(r: Arc<Repair>, stop: CancellationToken) {
 /// when the heal failed.
 async fn settle(r: &Arc<Repair>, e: HealEntry) {
     let started = Instant::now();
-    let outcome = heal_one(r, &e).await;
+    let outcome = heal_or_follow(r, &e).await;
     let queue = r.store.heal_queue();
     let settled = match outcome {
         Ok(Outcome::Healed(bytes)) => {
@@ -139,6 +139,26 @@ pub(super) fn current_of(records: &[ObjectRecord], failed: usize) -> Result<Opti
         )));
     }
     Ok(None)
+}
+
+/// Heals the entry's shard; in a bucket with versioning, an entry of a version that has
+/// since been replaced (kept under its version key, `oed_model::record::version_key`)
+/// heals that noncurrent version instead.
+async fn heal_or_follow(r: &Arc<Repair>, e: &HealEntry) -> Result<Outcome> {
+    let outcome = heal_one(r, e).await?;
+    if matches!(outcome, Outcome::Obsolete(_))
+        && !e.key.starts_with(oed_model::record::INTERNAL_PREFIX)
+        && r.cluster.accounts().versioning(&e.bucket).configured()
+    {
+        let kept = HealEntry {
+            key: oed_model::record::version_key(&e.key, e.version_id),
+            ..e.clone()
+        };
+        if let healed @ Outcome::Healed(_) = heal_one(r, &kept).await? {
+            return Ok(healed);
+        }
+    }
+    Ok(outcome)
 }
 
 async fn heal_one(r: &Arc<Repair>, e: &HealEntry) -> Result<Outcome> {

@@ -32,6 +32,7 @@ pub(crate) async fn create(
     }
     cluster.create_bucket(&input.bucket).await.or_s3()?;
     crate::policy::bucket_made(cluster, &input.bucket).await?;
+    crate::versioning::reset(cluster, &input.bucket).await?;
     access::new_bucket(cluster, who, &input.bucket).await?;
     Ok(S3Response::new(CreateBucketOutput {
         location: Some(format!("/{}", input.bucket)),
@@ -68,6 +69,7 @@ pub(crate) async fn delete(
 ) -> S3Result<S3Response<DeleteBucketOutput>> {
     cluster.delete_bucket(bucket).await.or_s3()?;
     crate::policy::bucket_deleted(cluster, bucket).await?;
+    crate::versioning::reset(cluster, bucket).await?;
     access::bucket_deleted(cluster, bucket).await?;
     Ok(S3Response::new(DeleteBucketOutput {}))
 }

@@ -274,9 +274,16 @@ pub(crate) async fn attributes(
         Checksum, GetObjectAttributesOutput, GetObjectAttributesParts, ObjectAttributes,
         ObjectPart, StorageClass,
     };
-    let rec = super::record(cluster, &input.bucket, &input.key).await?;
+    let (rec, versioning) = super::versioning::read(
+        cluster,
+        &input.bucket,
+        &input.key,
+        input.version_id.as_deref(),
+    )
+    .await?;
     let mut out = GetObjectAttributesOutput {
         last_modified: Some(super::timestamp(rec.last_modified_ms)),
+        version_id: super::versioning::header(&rec, versioning),
         ..Default::default()
     };
     // One header, `x-amz-object-attributes: ETag,Checksum`, or several.

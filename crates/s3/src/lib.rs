@@ -22,6 +22,7 @@ pub mod range;
 mod rate;
 #[cfg(test)]
 mod stored_values;
+mod versioning;
 
 pub use rate::RateFloor;
 
@@ -41,8 +42,9 @@ use s3s::dto::{
     ListMultipartUploadsOutput, ListObjectVersionsInput, ListObjectVersionsOutput,
     ListObjectsInput, ListObjectsOutput, ListObjectsV2Input, ListObjectsV2Output, ListPartsInput,
     ListPartsOutput, PutBucketAclInput, PutBucketAclOutput, PutBucketPolicyInput,
-    PutBucketPolicyOutput, PutObjectAclInput, PutObjectAclOutput, PutObjectInput, PutObjectOutput,
-    UploadPartCopyInput, UploadPartCopyOutput, UploadPartInput, UploadPartOutput,
+    PutBucketPolicyOutput, PutBucketVersioningInput, PutBucketVersioningOutput, PutObjectAclInput,
+    PutObjectAclOutput, PutObjectInput, PutObjectOutput, UploadPartCopyInput, UploadPartCopyOutput,
+    UploadPartInput, UploadPartOutput,
 };
 use s3s::{S3, S3Error, S3ErrorCode, S3Request, S3Response, S3Result};
 
@@ -725,9 +727,15 @@ impl S3 for OedS3 {
         &self,
         req: S3Request<GetBucketVersioningInput>,
     ) -> S3Result<S3Response<GetBucketVersioningOutput>> {
-        // Versioning is never enabled: S3 answers such a bucket with no status.
-        need_bucket(&self.cluster, &req.input.bucket).await?;
-        Ok(S3Response::new(GetBucketVersioningOutput::default()))
+        versioning::get(&self.cluster, &req.input.bucket).await
+    }
+
+    async fn put_bucket_versioning(
+        &self,
+        req: S3Request<PutBucketVersioningInput>,
+    ) -> S3Result<S3Response<PutBucketVersioningOutput>> {
+        let input = req.input;
+        versioning::put(&self.cluster, &input.bucket, input.versioning_configuration).await
     }
 
     async fn put_bucket_policy(
@@ -831,7 +839,7 @@ impl S3 for OedS3 {
         &self,
         req: S3Request<DeleteObjectInput>,
     ) -> S3Result<S3Response<DeleteObjectOutput>> {
-        object::delete(&self.cluster, &req.input.bucket, &req.input.key).await
+        object::delete(&self.cluster, req.input).await
     }
 
     async fn delete_objects(

@@ -1,18 +1,19 @@
 //! Listing: `ListObjects` v1 and v2 (prefix, delimiter, max-keys, markers, continuation
-//! tokens, start-after, `encoding-type=url`) and `ListObjectVersions` as an unversioned
-//! bucket answers it, all over the cluster's merged listing.
+//! tokens, start-after, `encoding-type=url`) and `ListObjectVersions` (key and version
+//! markers), all over the cluster's merged listing.
 
 use base64::Engine as _;
 use s3s::dto::{
-    CommonPrefix, EncodingType, ListObjectVersionsInput, ListObjectVersionsOutput,
-    ListObjectsInput, ListObjectsOutput, ListObjectsV2Input, ListObjectsV2Output, Object,
-    ObjectStorageClass, ObjectVersion,
+    CommonPrefix, DeleteMarkerEntry, EncodingType, ListObjectVersionsInput,
+    ListObjectVersionsOutput, ListObjectsInput, ListObjectsOutput, ListObjectsV2Input,
+    ListObjectsV2Output, Object, ObjectStorageClass, ObjectVersion, ObjectVersionStorageClass,
 };
 use s3s::{S3ErrorCode, S3Response, S3Result};
 
 use super::{OrS3, USER_KEYS_START, bucket::owner, err, etag, need_bucket, timestamp};
 use oed_cluster::Cluster;
 use oed_cluster::list::{Page, walk};
+use oed_cluster::versions::{After, VersionName, walk_versions};
 use oed_model::record::ObjectRecord;
 // Percent-encodes like S3 does for `encoding-type=url`.
 use oed_model::uri::encode_path as url_encode;
@@ -204,48 +205,124 @@ pub(crate) async fn versions(
     cluster: &Cluster,
     input: ListObjectVersionsInput,
 ) -> S3Result<S3Response<ListObjectVersionsOutput>> {
-    let (e, max, prefix, page) = user_page(
+    need_bucket(cluster, &input.bucket).await?;
+    let e = Encoder::new(input.encoding_type.as_ref())?;
+    let max = max_keys(input.max_keys)?;
+    let prefix = input.prefix.clone().unwrap_or_default();
+    let key_marker = input.key_marker.as_deref().filter(|k| !k.is_empty());
+    let version_marker = input.version_id_marker.as_deref().filter(|v| !v.is_empty());
+    let after = resume_after(cluster, &input.bucket, key_marker, version_marker).await?;
+    let page = walk_versions(
         cluster,
         &input.bucket,
-        input.encoding_type.as_ref(),
-        input.max_keys,
-        input.prefix.as_deref(),
+        &prefix,
         input.delimiter.as_deref(),
-        input.key_marker.as_deref(),
+        after.as_ref(),
+        max,
     )
-    .await?;
-    let versions = page
-        .contents
-        .iter()
-        .map(|r| ObjectVersion {
-            key: Some(e.enc(&r.key)),
-            version_id: Some("null".into()),
-            is_latest: Some(true),
-            size: Some(super::s3_i64(r.object_size())),
-            e_tag: Some(etag(&r.etag)),
-            last_modified: Some(timestamp(r.last_modified_ms)),
-            owner: Some(owner()),
-            ..Default::default()
-        })
-        .collect();
+    .await
+    .or_s3()?;
+    let mut versions = Vec::new();
+    let mut markers = Vec::new();
+    for v in &page.versions {
+        let r = &v.record;
+        let key = Some(e.enc(r.user_key()));
+        if r.delete_marker {
+            markers.push(DeleteMarkerEntry {
+                key,
+                version_id: Some(r.s3_version_id()),
+                is_latest: Some(v.latest),
+                last_modified: Some(timestamp(r.last_modified_ms)),
+                owner: Some(owner()),
+            });
+        } else {
+            versions.push(ObjectVersion {
+                key,
+                version_id: Some(r.s3_version_id()),
+                is_latest: Some(v.latest),
+                size: Some(super::s3_i64(r.object_size())),
+                e_tag: Some(etag(&r.etag)),
+                last_modified: Some(timestamp(r.last_modified_ms)),
+                owner: Some(owner()),
+                storage_class: Some(ObjectVersionStorageClass::from_static(
+                    ObjectVersionStorageClass::STANDARD,
+                )),
+                ..Default::default()
+            });
+        }
+    }
+    // The next page resumes after the last entry: a version (its key and id) or a
+    // common prefix (its key alone).
+    let (next_key, next_version) = match (&page.last, page.truncated) {
+        (Some((key, version)), true) => {
+            let id = version.and_then(|v| {
+                page.versions
+                    .iter()
+                    .rev()
+                    .find(|x| x.record.version_id == v && x.record.user_key() == key)
+                    .map(|x| x.record.s3_version_id())
+            });
+            (Some(e.enc(key)), id)
+        }
+        _ => (None, None),
+    };
     Ok(S3Response::new(ListObjectVersionsOutput {
         name: Some(input.bucket),
         prefix: Some(e.enc(&prefix)),
-        key_marker: Some(e.opt(input.key_marker.as_deref()).unwrap_or_default()),
+        key_marker: Some(e.opt(key_marker).unwrap_or_default()),
+        version_id_marker: Some(version_marker.unwrap_or_default().to_owned()),
         max_keys: Some(super::s3_i32(max)),
         is_truncated: Some(page.truncated),
-        next_key_marker: if page.truncated {
-            e.opt(page.last.as_deref())
-        } else {
-            None
-        },
-        next_version_id_marker: page.truncated.then(|| "null".to_owned()),
+        next_key_marker: next_key,
+        next_version_id_marker: next_version,
         versions: Some(versions),
+        delete_markers: Some(markers),
         common_prefixes: Some(prefixes(&page.prefixes, &e)),
         delimiter: e.opt(input.delimiter.as_deref()),
         encoding_type: input.encoding_type,
         ..Default::default()
     }))
+}
+
+/// Where a version listing resumes: after the key marker's versions up to the version
+/// marker (all of them without one).
+///
+/// # Errors
+/// `InvalidArgument` for a version marker without a key marker, or one malformed.
+async fn resume_after(
+    cluster: &Cluster,
+    bucket: &str,
+    key_marker: Option<&str>,
+    version_marker: Option<&str>,
+) -> S3Result<Option<After>> {
+    Ok(match (key_marker, version_marker) {
+        (None, Some(_)) => {
+            return Err(err(
+                S3ErrorCode::InvalidArgument,
+                "A version-id marker cannot be specified without a key marker.",
+            ));
+        }
+        (None, None) => None,
+        (Some(k), None) => Some(After {
+            key: k.to_owned(),
+            version: None,
+        }),
+        (Some(k), Some(v)) => {
+            let version = match crate::versioning::parse(v)? {
+                VersionName::Id(id) => Some(id),
+                // The `null` version sits among the others by its time.
+                VersionName::Null => cluster
+                    .version(bucket, k, VersionName::Null)
+                    .await
+                    .or_s3()?
+                    .map(|f| f.record.version_id),
+            };
+            Some(After {
+                key: k.to_owned(),
+                version,
+            })
+        }
+    })
 }
 
 #[cfg(test)]

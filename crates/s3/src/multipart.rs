@@ -410,11 +410,16 @@ pub(crate) async fn complete(
         condition,
         ..Default::default()
     };
+    let versioning = crate::versioning::state(cluster, &input.bucket);
+    let obj = crate::versioning::new_object(obj, versioning);
     let written = cluster
         .complete_upload(obj, &marker, &unused)
         .await
         .or_s3()?;
-    let mut resp = S3Response::new(completed(&written.record));
+    crate::versioning::after_write(cluster, &written, versioning).await?;
+    let mut out = completed(&written.record);
+    out.version_id = crate::versioning::header(&written.record, versioning);
+    let mut resp = S3Response::new(out);
     mark_degraded(&mut resp.headers, &written);
     Ok(resp)
 }

@@ -8,15 +8,15 @@ use base64::Engine as _;
 use bytes::Bytes;
 use futures_util::StreamExt;
 use s3s::dto::{
-    CopyObjectInput, CopyObjectOutput, CopyObjectResult, CopySource, DeleteObjectOutput,
-    DeleteObjectsInput, DeleteObjectsOutput, DeletedObject, ETagCondition, GetObjectInput,
-    GetObjectOutput, HeadObjectInput, HeadObjectOutput, PutObjectInput, PutObjectOutput,
-    StreamingBlob, Timestamp,
+    CopyObjectInput, CopyObjectOutput, CopyObjectResult, CopySource, DeleteObjectInput,
+    DeleteObjectOutput, DeleteObjectsInput, DeleteObjectsOutput, DeletedObject, ETagCondition,
+    GetObjectInput, GetObjectOutput, HeadObjectInput, HeadObjectOutput, PutObjectInput,
+    PutObjectOutput, StreamingBlob, Timestamp,
 };
 use s3s::{S3Error, S3ErrorCode, S3Request, S3Response, S3Result};
 
 use super::error::s3_error;
-use super::{OrS3, check_user_key, err, etag, need_bucket, record, timestamp};
+use super::{OrS3, check_user_key, err, etag, need_bucket, timestamp};
 use oed_cluster::Cluster;
 use oed_cluster::write::{NewObject, Written};
 use oed_model::error::Error;
@@ -267,12 +267,16 @@ pub(crate) async fn put(
         condition,
         ..Default::default()
     };
+    let versioning = super::versioning::state(cluster, &obj.bucket);
+    let obj = super::versioning::new_object(obj, versioning);
     let written = cluster
         .put_object(obj, body_stream(input.body, cluster))
         .await
         .or_s3()?;
+    super::versioning::after_write(cluster, &written, versioning).await?;
     let mut out = PutObjectOutput {
         e_tag: Some(etag(&written.record.etag)),
+        version_id: super::versioning::header(&written.record, versioning),
         ..Default::default()
     };
     super::checksum::fill_checksum!(out, written.record.checksum.as_ref(), typed);
@@ -312,6 +316,16 @@ pub(crate) async fn write_condition(
         return Err(s3_error(Error::Unavailable(format!(
             "{failed} drives holding {key:?} did not answer"
         ))));
+    }
+    // A key whose current version is a delete marker has no object.
+    if current.as_ref().is_some_and(|c| c.delete_marker) {
+        if if_match.is_some() {
+            return Err(err(
+                S3ErrorCode::NoSuchKey,
+                "If-Match: the key has no object (it was deleted)",
+            ));
+        }
+        return Ok(Some(WriteCondition::Absent));
     }
     if if_none_match.is_some() {
         if current.is_some() {
@@ -526,7 +540,13 @@ pub(crate) async fn get(
     // The share of the coordinator's memory first, then the lookup: a GET that waits
     // for memory holds no connections to the drives meanwhile (docs/cluster.md).
     let share = cluster.take_read_share().await.or_s3()?;
-    let rec = record(cluster, &input.bucket, &input.key).await?;
+    let (rec, versioning) = super::versioning::read(
+        cluster,
+        &input.bucket,
+        &input.key,
+        input.version_id.as_deref(),
+    )
+    .await?;
     check_conditions(
         &rec,
         input.if_match.as_ref(),
@@ -551,6 +571,7 @@ pub(crate) async fn get(
         content_type: rec.content_type.clone(),
         metadata: Some(rec.user_meta.clone().into_iter().collect()),
         parts_count: parts_count(&rec, input.part_number),
+        version_id: super::versioning::header(&rec, versioning),
         ..Default::default()
     });
     fill_headers!(resp.output, rec);
@@ -591,7 +612,13 @@ pub(crate) async fn head(
     cluster: &Cluster,
     input: HeadObjectInput,
 ) -> S3Result<S3Response<HeadObjectOutput>> {
-    let rec = record(cluster, &input.bucket, &input.key).await?;
+    let (rec, versioning) = super::versioning::read(
+        cluster,
+        &input.bucket,
+        &input.key,
+        input.version_id.as_deref(),
+    )
+    .await?;
     check_conditions(
         &rec,
         input.if_match.as_ref(),
@@ -602,6 +629,7 @@ pub(crate) async fn head(
     )?;
     let w = wanted(&rec, input.range.as_ref(), input.part_number)?;
     let mut out = HeadObjectOutput {
+        version_id: super::versioning::header(&rec, versioning),
         content_length: Some(super::s3_i64(w.bytes.end - w.bytes.start)),
         content_range: w.content_range,
         accept_ranges: Some("bytes".into()),
@@ -623,23 +651,22 @@ pub(crate) async fn head(
     Ok(resp)
 }
 
-/// Deletes the current version of a key; deleting what does not exist succeeds.
-async fn delete_key(cluster: &Cluster, bucket: &str, key: &str) -> S3Result<()> {
-    check_user_key(key)?;
-    match cluster.head(bucket, key).await.or_s3()? {
-        Some(rec) => cluster.delete_record(&rec).await,
-        None => need_bucket(cluster, bucket).await?,
-    }
-    Ok(())
-}
-
 pub(crate) async fn delete(
     cluster: &Cluster,
-    bucket: &str,
-    key: &str,
+    input: DeleteObjectInput,
 ) -> S3Result<S3Response<DeleteObjectOutput>> {
-    delete_key(cluster, bucket, key).await?;
-    Ok(S3Response::new(DeleteObjectOutput::default()))
+    let d = super::versioning::delete(
+        cluster,
+        &input.bucket,
+        &input.key,
+        input.version_id.as_deref(),
+    )
+    .await?;
+    Ok(S3Response::new(DeleteObjectOutput {
+        delete_marker: d.delete_marker.then_some(true),
+        version_id: d.version_id,
+        ..Default::default()
+    }))
 }
 
 pub(crate) async fn delete_many(
@@ -673,17 +700,25 @@ pub(crate) async fn delete_many(
             });
             continue;
         }
-        match delete_key(cluster, &input.bucket, &o.key).await {
-            Ok(()) if quiet => {}
-            Ok(()) => deleted.push(DeletedObject {
+        let version = o.version_id.clone();
+        match super::versioning::delete(cluster, &input.bucket, &o.key, version.as_deref()).await {
+            Ok(_) if quiet => {}
+            // Of a version named: that version; of a delete marker added: the marker.
+            Ok(d) => deleted.push(DeletedObject {
                 key: Some(o.key),
-                ..Default::default()
+                delete_marker: d.delete_marker.then_some(true),
+                delete_marker_version_id: if d.delete_marker && version.is_none() {
+                    d.version_id.clone()
+                } else {
+                    None
+                },
+                version_id: version,
             }),
             Err(e) => errors.push(s3s::dto::Error {
                 code: Some(e.code().as_str().to_owned()),
                 key: Some(o.key),
                 message: e.message().map(str::to_owned),
-                version_id: None,
+                version_id: version,
             }),
         }
     }
@@ -702,8 +737,9 @@ pub fn unwritable_in_xml(key: &str) -> Option<String> {
     key.contains(bad).then(|| key.replace(bad, "\u{fffd}"))
 }
 
-/// The current record of a copy source, checked against the `x-amz-copy-source-if-*`
-/// conditions (each failure is `PreconditionFailed`).
+/// The record of a copy source (its current version, or the one its `versionId` names),
+/// checked against the `x-amz-copy-source-if-*` conditions (each failure is
+/// `PreconditionFailed`).
 pub(crate) async fn copy_source_record(
     cluster: &Cluster,
     src: &CopySource,
@@ -712,8 +748,8 @@ pub(crate) async fn copy_source_record(
     if_modified_since: Option<&Timestamp>,
     if_unmodified_since: Option<&Timestamp>,
 ) -> S3Result<ObjectRecord> {
-    let (bucket, key) = copy_source(src)?;
-    let rec = record(cluster, &bucket, &key).await?;
+    let (bucket, key, version) = copy_source(src)?;
+    let rec = super::versioning::object(cluster, &bucket, &key, version.as_deref()).await?;
     check_conditions(
         &rec,
         if_match,
@@ -725,22 +761,18 @@ pub(crate) async fn copy_source_record(
     Ok(rec)
 }
 
-/// The bucket and key of a copy source.
-fn copy_source(src: &CopySource) -> S3Result<(String, String)> {
+/// The bucket, key and version of a copy source.
+fn copy_source(src: &CopySource) -> S3Result<(String, String, Option<String>)> {
     match src {
         CopySource::Bucket {
             bucket,
             key,
             version_id,
-        } => {
-            if version_id.is_some() {
-                return Err(err(
-                    S3ErrorCode::InvalidArgument,
-                    "versioning is not enabled: copy sources take no versionId",
-                ));
-            }
-            Ok((bucket.to_string(), key.to_string()))
-        }
+        } => Ok((
+            bucket.to_string(),
+            key.to_string(),
+            version_id.as_deref().map(str::to_owned),
+        )),
         _ => Err(err(
             S3ErrorCode::NotImplemented,
             "access points and outposts are not supported",
@@ -800,13 +832,19 @@ pub(crate) async fn copy(
         headers,
         ..Default::default()
     };
+    let versioning = super::versioning::state(cluster, &obj.bucket);
+    let obj = super::versioning::new_object(obj, versioning);
     let written = cluster.put_object(obj, copy_body(body)).await.or_s3()?;
+    super::versioning::after_write(cluster, &written, versioning).await?;
+    let source_versioning = super::versioning::state(cluster, &src.bucket);
     let mut resp = S3Response::new(CopyObjectOutput {
         copy_object_result: Some(CopyObjectResult {
             e_tag: Some(etag(&written.record.etag)),
             last_modified: Some(timestamp(written.record.last_modified_ms)),
             ..Default::default()
         }),
+        version_id: super::versioning::header(&written.record, versioning),
+        copy_source_version_id: super::versioning::header(&src, source_versioning),
         ..Default::default()
     });
     mark_degraded(&mut resp.headers, &written);

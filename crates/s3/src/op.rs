@@ -15,7 +15,7 @@ use s3s::route::S3Route;
 use s3s::{Body, S3ErrorCode, S3Request, S3Response, S3Result};
 
 use super::OpName;
-use super::{OrS3, err, has_param, need_bucket, param, record};
+use super::{OrS3, err, has_param, need_bucket, param};
 use crate::access;
 use oed_cluster::Cluster;
 use oed_model::account::Right;
@@ -202,7 +202,10 @@ impl S3Route for OpRoute {
         }
         let outcome = if let Some(key) = key {
             check_targets(&op, &key)?;
-            let rec = record(&self.cluster, &bucket, &key).await?;
+            // An object's current version, or the one `versionId` names.
+            let version = param(req.uri.query(), "versionId");
+            let rec =
+                crate::versioning::object(&self.cluster, &bucket, &key, version.as_deref()).await?;
             let w = window(range.as_ref(), &rec)?;
             self.cluster.run_op_range(&rec, op, w).await.or_s3()?
         } else if let Op::Compress(_) = op {

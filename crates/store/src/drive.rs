@@ -220,6 +220,11 @@ impl Drive for Store {
         self.each(settlements, Store::settle).await
     }
 
+    async fn promote(&self, bucket: &str, key: &str) -> Result<Option<VersionId>, DriveError> {
+        let (store, bucket, key) = (self.clone(), bucket.to_owned(), key.to_owned());
+        Ok(blocking(move || store.promote(&bucket, &key)).await?)
+    }
+
     async fn account_digest(&self) -> Result<AccountDigest, DriveError> {
         Ok(self.accounts().digest())
     }

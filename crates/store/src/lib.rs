@@ -812,6 +812,85 @@ mod tests {
         assert!(store.meta.kept("bkt", "k").unwrap().is_none());
     }
 
+    /// In a bucket with versioning, the version a write replaces is kept under its
+    /// version key as the write commits (its file, or its inline bytes, move with it): it
+    /// stays when the write settles as stored, goes when the write failed (the version
+    /// is current again), and becomes current again when the current one is deleted and
+    /// the key promoted. Two `null` versions replace each other as before.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn replaced_versions_are_kept_as_noncurrent_ones() {
+        use oed_model::record::version_key;
+        let dir = tempfile::tempdir().unwrap();
+        let store = open_store(dir.path());
+        let put = |v: u128, size: usize, versioned: bool| {
+            let store = store.clone();
+            async move {
+                let (mut rec, mut file) = shard(v, size);
+                rec.versioned = versioned;
+                file.extend(serde_json::to_vec(&RecordTail::default()).unwrap());
+                let body = futures_util::stream::iter([Ok::<_, std::io::Error>(Bytes::from(file))]);
+                store.put_shard(rec, body, true).await.unwrap()
+            }
+        };
+        let settle = |v: u128, stored: bool| Settlement {
+            bucket: "bkt".into(),
+            key: "k".into(),
+            version_id: VersionId(v),
+            stored,
+        };
+        let noncurrent = |v: u128| {
+            store
+                .meta
+                .object("bkt", &version_key("k", VersionId(v)))
+                .unwrap()
+        };
+        let current = || {
+            store
+                .meta
+                .object("bkt", "k")
+                .unwrap()
+                .map(|r| r.version_id.0)
+        };
+        // Two null versions: the first is replaced, as without versioning.
+        put(1, 9000, false).await;
+        put(2, 9000, false).await;
+        store.settle(&settle(2, true)).unwrap();
+        assert!(noncurrent(1).is_none());
+        // A version of its own keeps the null one it replaces, and so on.
+        put(3, 9000, true).await;
+        assert_eq!(noncurrent(2).unwrap().version_id, VersionId(2));
+        store.settle(&settle(3, true)).unwrap();
+        let kept2 = noncurrent(2).unwrap();
+        assert!(store.record_path(&kept2).exists(), "settling kept its file");
+        put(4, 100, true).await;
+        store.settle(&settle(4, true)).unwrap();
+        // A failed write: the version it replaced is current again, and only there.
+        let stored = put(5, 100, true).await;
+        assert!(stored.kept && noncurrent(4).is_some());
+        store.settle(&settle(5, false)).unwrap();
+        assert_eq!(current(), Some(4));
+        assert!(noncurrent(4).is_none());
+        assert_eq!(store.meta.object_count(), 3);
+        store.shard("bkt", "k", Some(VersionId(4))).unwrap();
+        // The current version deleted: the newest noncurrent one becomes current.
+        store
+            .delete_object("bkt", "k", Some(VersionId(4)))
+            .await
+            .unwrap();
+        assert_eq!(store.promote("bkt", "k").unwrap(), Some(VersionId(3)));
+        assert_eq!(current(), Some(3));
+        assert!(noncurrent(3).is_none());
+        assert!(
+            store
+                .record_path(&store.meta.object("bkt", "k").unwrap().unwrap())
+                .exists()
+        );
+        // Only where the key has no current version.
+        assert_eq!(store.promote("bkt", "k").unwrap(), None);
+        assert_eq!(store.sweep_orphans().unwrap(), 0);
+        assert_eq!(stray_files(&store), 0);
+    }
+
     /// A write's condition is checked at its commit, against the version stored then:
     /// of two writes made on the key being absent, the second is refused and changes
     /// nothing; a write on the current version passes where that version (or an older

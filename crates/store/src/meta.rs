@@ -14,7 +14,7 @@ use oed_model::account::SignedEntry;
 use oed_model::config::{Config, FsyncPolicy};
 use oed_model::error::{Error, Result};
 use oed_model::heal::{HealCause, HealEntry};
-use oed_model::record::{BucketRecord, ObjectRecord, VersionId, object_key};
+use oed_model::record::{BucketRecord, ObjectRecord, VersionId, object_key, versions_of};
 
 const BUCKETS: &str = "buckets";
 const OBJECTS: &str = "objects";
@@ -275,7 +275,10 @@ impl MetaStore {
 
     /// Stores `record` (replacing the key's previous record) and, for a small shard, its
     /// bytes, in one synced batch: both become visible together or not at all. The
-    /// key's kept version becomes `keep`, or is dropped.
+    /// key's kept version becomes `keep`, or is dropped. The version it replaces is
+    /// stored as `noncurrent` (under its version key, with its inline bytes) when it is
+    /// kept as a noncurrent version; `new_noncurrent` says whether that key held no
+    /// record before.
     ///
     /// # Errors
     /// [`Error::Meta`] or [`Error::Record`]; nothing is changed then.
@@ -285,6 +288,7 @@ impl MetaStore {
         previous: Option<&ObjectRecord>,
         inline: Option<&[u8]>,
         keep: Option<&Kept>,
+        noncurrent: Option<(&Kept, bool)>,
     ) -> Result<()> {
         let key = object_key(&record.bucket, &record.key);
         let mut batch = WriteBatch::default();
@@ -293,11 +297,61 @@ impl MetaStore {
             None => batch.delete_cf(self.cf(KEPT), &key),
         }
         self.put_record(&mut batch, &key, record, inline)?;
-        self.write(batch)?;
-        if previous.is_none() {
-            self.objects.fetch_add(1, Ordering::Relaxed);
+        if let Some((n, _)) = noncurrent {
+            let r = &n.record;
+            self.put_record(
+                &mut batch,
+                &object_key(&r.bucket, &r.key),
+                r,
+                n.inline.as_deref(),
+            )?;
         }
+        self.write(batch)?;
+        let added =
+            u64::from(previous.is_none()) + u64::from(noncurrent.is_some_and(|(_, new)| new));
+        self.objects.fetch_add(added, Ordering::Relaxed);
         Ok(())
+    }
+
+    /// Makes the newest noncurrent version of `bucket`/`key` held here current again
+    /// (record and inline bytes move back to the key), in one synced batch, when the key
+    /// has no current record here. Returns the record made current.
+    ///
+    /// # Errors
+    /// [`Error::Meta`] or [`Error::Record`].
+    pub fn promote(&self, bucket: &str, key: &str) -> Result<Option<ObjectRecord>> {
+        if self.object(bucket, key)?.is_some() {
+            return Ok(None);
+        }
+        let from = object_key(bucket, &versions_of(key));
+        let Some(kv) = self
+            .db
+            .iterator_cf(
+                self.cf(OBJECTS),
+                IteratorMode::From(&from, Direction::Forward),
+            )
+            .next()
+        else {
+            return Ok(None);
+        };
+        let (k, v) = kv.map_err(crate::meta_error)?;
+        if !k.starts_with(&from) {
+            return Ok(None);
+        }
+        let mut record: ObjectRecord = serde_json::from_slice(&v)?;
+        let inline = self.inline_shard(bucket, &record.key, record.version_id)?;
+        key.clone_into(&mut record.key);
+        let mut batch = WriteBatch::default();
+        batch.delete_cf(self.cf(OBJECTS), &k);
+        batch.delete_cf(self.cf(INLINE), &k);
+        self.put_record(
+            &mut batch,
+            &object_key(bucket, key),
+            &record,
+            inline.as_deref(),
+        )?;
+        self.write(batch)?;
+        Ok(Some(record))
     }
 
     /// Replaces the record of `bucket`/`key` (its inline bytes, if any, stay), in one
@@ -329,7 +383,8 @@ impl MetaStore {
     }
 
     /// Makes the kept version of its key current again (record and inline bytes), in one
-    /// synced batch, replacing the current record.
+    /// synced batch, replacing the current record; its copy as a noncurrent version, if
+    /// the write stored one, goes.
     ///
     /// # Errors
     /// [`Error::Meta`] or [`Error::Record`].
@@ -339,7 +394,32 @@ impl MetaStore {
         let mut batch = WriteBatch::default();
         self.put_record(&mut batch, &key, r, kept.inline.as_deref())?;
         batch.delete_cf(self.cf(KEPT), &key);
-        self.write(batch)
+        let noncurrent = r.as_noncurrent();
+        let archived = self
+            .object(&r.bucket, &noncurrent.key)?
+            .is_some_and(|n| n.version_id == r.version_id);
+        if archived {
+            let k = object_key(&r.bucket, &noncurrent.key);
+            batch.delete_cf(self.cf(OBJECTS), &k);
+            batch.delete_cf(self.cf(INLINE), &k);
+        }
+        self.write(batch)?;
+        if archived {
+            self.objects.fetch_sub(1, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+
+    /// Whether the kept version `kept` is also stored as a noncurrent version (its shard
+    /// file is that record's then, not the kept entry's to free).
+    ///
+    /// # Errors
+    /// [`Error::Meta`] or [`Error::Record`].
+    pub fn is_noncurrent(&self, kept: &ObjectRecord) -> Result<bool> {
+        let n = kept.as_noncurrent();
+        Ok(self
+            .object(&n.bucket, &n.key)?
+            .is_some_and(|r| r.version_id == kept.version_id && r.file == kept.file))
     }
 
     /// Adds to `batch` the record of `key` and its inline bytes (prefixed with their
@@ -631,7 +711,8 @@ mod tests {
         {
             let meta = MetaStore::open(dir.path(), &config).unwrap();
             for key in ["a", "b", "c"] {
-                meta.commit_object(&record(key), None, None, None).unwrap();
+                meta.commit_object(&record(key), None, None, None, None)
+                    .unwrap();
             }
             assert_eq!(meta.heal_backlog(), 0);
             meta.queue_corrupt(&record("a"), HealCause::ReadCorrupt)
@@ -656,7 +737,8 @@ mod tests {
         let config = Config::default();
         {
             let meta = MetaStore::open(dir.path(), &config).unwrap();
-            meta.commit_object(&record("a"), None, None, None).unwrap();
+            meta.commit_object(&record("a"), None, None, None, None)
+                .unwrap();
             meta.db
                 .put_cf(meta.cf(HEAL_LEGACY), object_key("bkt", "a"), b"{}")
                 .unwrap();

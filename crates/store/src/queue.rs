@@ -217,6 +217,28 @@ impl MetaStore {
                 .map_err(crate::meta_error)?
                 .and_then(|v| serde_json::from_slice(&v).ok());
             let mut merged = e.clone();
+            // The shard of a version the new one keeps as noncurrent still needs heal,
+            // under the key it is kept at now.
+            if let Some(old) = old.as_ref().filter(|o| {
+                e.versioned
+                    && o.entry.version_id < e.version_id
+                    && !e.key.starts_with(oed_model::record::INTERNAL_PREFIX)
+            }) {
+                let kept = HealEntry {
+                    key: oed_model::record::version_key(&e.key, old.entry.version_id),
+                    ..old.entry.clone()
+                };
+                let kept_key = entry_key_of(&kept);
+                let exists = self
+                    .db
+                    .get_pinned_cf(self.cf(super::meta::QUEUE), &kept_key)
+                    .map_err(crate::meta_error)?
+                    .is_some();
+                if !exists {
+                    self.put_fresh(&mut batch, &kept)?;
+                    changes.push((kept, 1));
+                }
+            }
             if let Some(old) = &old {
                 if old.entry.version_id > e.version_id {
                     merged = old.entry.clone();
@@ -230,15 +252,7 @@ impl MetaStore {
                 changes.push((old.entry.clone(), -1));
             }
             new.push(old.is_none());
-            batch.put_cf(
-                self.cf(super::meta::QUEUE),
-                &key,
-                serde_json::to_vec(&QueuedEntry {
-                    entry: merged.clone(),
-                    deferred: false,
-                })?,
-            );
-            batch.put_cf(self.cf(super::meta::QUEUE), order_key(&merged, false), b"");
+            self.put_fresh(&mut batch, &merged)?;
             changes.push((merged, 1));
         }
         self.write(batch)?;
@@ -249,6 +263,20 @@ impl MetaStore {
             counts.queued[e.cause.index()] += 1;
         }
         Ok(new)
+    }
+
+    /// Adds to `batch` entry `e`, not deferred, and its place in the healer's order.
+    fn put_fresh(&self, batch: &mut WriteBatch, e: &HealEntry) -> Result<()> {
+        batch.put_cf(
+            self.cf(super::meta::QUEUE),
+            entry_key_of(e),
+            serde_json::to_vec(&QueuedEntry {
+                entry: e.clone(),
+                deferred: false,
+            })?,
+        );
+        batch.put_cf(self.cf(super::meta::QUEUE), order_key(e, false), b"");
+        Ok(())
     }
 
     /// Up to `limit` entries for `drive` in the healer's order: not deferred before
@@ -415,12 +443,46 @@ impl MetaStore {
 mod tests {
     use super::*;
     use oed_model::config::Config;
-    use oed_model::record::test_record;
+    use oed_model::record::{VersionId, test_record};
 
     fn entry(key: &str, version: u128, redundancy: u16, drive: &str) -> HealEntry {
         let mut rec = test_record(key, version, 10_000);
         rec.drives = vec!["a".into(), "b".into(), drive.into()];
         HealEntry::of(&rec, 2, HealCause::DegradedWrite, redundancy, "self")
+    }
+
+    /// An entry of a version of its own takes the place of an older version's entry of
+    /// the key, and that one is kept under the version key the older version is kept
+    /// at now; `null` versions replace each other's entries as before.
+    #[test]
+    fn a_replaced_versions_entry_moves_to_its_version_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = Config {
+            drive_id: "self".into(),
+            ..Config::default()
+        };
+        let meta = MetaStore::open(dir.path(), &config).unwrap();
+        let versioned = |v| HealEntry {
+            versioned: true,
+            ..entry("k", v, 1, "other")
+        };
+        meta.queue_entries(&[entry("k", 1, 1, "other")]).unwrap();
+        meta.queue_entries(&[entry("k", 2, 1, "other")]).unwrap();
+        assert_eq!(meta.heal_backlog(), 1);
+        meta.queue_entries(&[versioned(3)]).unwrap();
+        meta.queue_entries(&[versioned(4)]).unwrap();
+        let mut keys: Vec<_> = meta
+            .entries_for("other", 10)
+            .unwrap()
+            .into_iter()
+            .map(|e| (e.key, e.version_id.0))
+            .collect();
+        keys.sort();
+        let kept = |v| oed_model::record::version_key("k", VersionId(v));
+        let mut want = vec![("k".to_owned(), 4), (kept(2), 2), (kept(3), 3)];
+        want.sort();
+        assert_eq!(keys, want);
+        assert_eq!(meta.heal_backlog(), 3);
     }
 
     #[test]

@@ -29,7 +29,7 @@ impl Store {
                 return Ok(false);
             }
             self.meta.drop_kept(&s.bucket, &s.key)?;
-            self.pool.release(&self.record_path(&k.record));
+            self.release_kept(&k.record)?;
             return Ok(true);
         }
         // The write failed: its version goes, and the one it replaced comes back.
@@ -59,11 +59,31 @@ impl Store {
             // A newer write has replaced it since, and keeps it: it is dropped.
             (_, Some(k)) if k.record.version_id == s.version_id => {
                 self.meta.drop_kept(&s.bucket, &s.key)?;
-                self.pool.release(&self.record_path(&k.record));
+                self.release_kept(&k.record)?;
                 Ok(true)
             }
             _ => Ok(false),
         }
+    }
+
+    /// Frees the shard file of a kept version whose entry was dropped, unless it is
+    /// stored as a noncurrent version too (its file is that record's).
+    pub(crate) fn release_kept(&self, kept: &oed_model::record::ObjectRecord) -> Result<()> {
+        if !self.meta.is_noncurrent(kept)? {
+            self.pool.release(&self.record_path(kept));
+        }
+        Ok(())
+    }
+
+    /// Makes the newest noncurrent version of `bucket`/`key` held here current, when no
+    /// version of the key is current here (a client deleted the current one), under the
+    /// key's commit lock. Returns the version made current.
+    ///
+    /// # Errors
+    /// [`Error::Meta`], [`Error::Record`].
+    pub fn promote(&self, bucket: &str, key: &str) -> Result<Option<oed_model::record::VersionId>> {
+        let _guard = self.lock_for(bucket, key);
+        Ok(self.meta.promote(bucket, key)?.map(|r| r.version_id))
     }
 
     /// Applies one [`oed_model::drive::Relocation`] to the records here, under the key's

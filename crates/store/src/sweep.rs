@@ -44,7 +44,7 @@ impl Store {
         self.meta.delete_object(bucket, key)?;
         self.pool.release(&self.record_path(&rec));
         if let Some(k) = kept {
-            self.pool.release(&self.record_path(&k.record));
+            self.release_kept(&k.record)?;
         }
         Ok(())
     }

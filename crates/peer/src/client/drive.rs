@@ -176,6 +176,11 @@ impl Drive for PeerClient {
         self.post_json(PeerOp::Settle, "", settlements).await
     }
 
+    async fn promote(&self, bucket: &str, key: &str) -> Result<Option<VersionId>, DriveError> {
+        let query = key_query(bucket, key, None);
+        self.send(PeerOp::Promote, &query).await?.json().await
+    }
+
     async fn account_digest(&self) -> Result<AccountDigest, DriveError> {
         self.send(PeerOp::AccountDigest, "").await?.json().await
     }

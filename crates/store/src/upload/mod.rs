@@ -243,51 +243,83 @@ impl Store {
             }
         };
         let _guard = self.lock_for(&record.bucket, &record.key);
-        let previous = self.meta.object(&record.bucket, &record.key)?;
-        if let Some(c) = condition
-            && !c.holds(previous.as_ref().map(|p| p.version_id))
-        {
-            return Err(Error::PreconditionFailed(c.failure().into()));
-        }
-        if previous
-            .as_ref()
-            .is_some_and(|p| self.supersedes(p.version_id, record.version_id))
-        {
-            return Err(Error::Superseded);
-        }
+        let mut previous = self.meta.object(&record.bucket, &record.key)?;
+        self.check_commit(&record, previous.as_ref(), condition)?;
         let kept_before = self.meta.kept(&record.bucket, &record.key)?;
-        let keep = match &previous {
-            Some(p) if keep_replaced && p.version_id != record.version_id => Some(Kept {
+        // The version replaced: kept as a noncurrent version when the bucket's versioning
+        // says so ([`ObjectRecord::kept_when_replaced_by`]), and kept for the write's
+        // settlement when it is a client's.
+        let replaced_inline = match &previous {
+            Some(p) if p.version_id != record.version_id => {
+                Some(self.meta.inline_shard(&p.bucket, &p.key, p.version_id)?)
+            }
+            _ => None,
+        };
+        let mut noncurrent = None;
+        let mut legacy_move = None;
+        if let (Some(p), Some(inline)) = (&mut previous, &replaced_inline)
+            && p.kept_when_replaced_by(&record)
+        {
+            let (n, legacy) = self.noncurrent_copy(p, inline.as_ref())?;
+            noncurrent = Some(n);
+            legacy_move = legacy;
+        }
+        let keep = match (&previous, replaced_inline) {
+            (Some(p), Some(inline)) if keep_replaced => Some(Kept {
                 record: p.clone(),
-                inline: self.meta.inline_shard(&p.bucket, &p.key, p.version_id)?,
+                inline,
             }),
             _ => None,
         };
         // Last step: the record. Until this synced write the new shard is invisible; if
         // it fails, the file goes with `temp`.
         let started = Instant::now();
-        self.meta
-            .commit_object(&record, previous.as_ref(), inline.as_deref(), keep.as_ref())?;
+        let committed = self.meta.commit_object(
+            &record,
+            previous.as_ref(),
+            inline.as_deref(),
+            keep.as_ref(),
+            noncurrent.as_ref().map(|(n, before)| (n, before.is_none())),
+        );
+        if let Err(e) = committed {
+            if let Some((old, new, _)) = &legacy_move
+                && let Err(back) = std::fs::rename(new, old)
+            {
+                tracing::error!(path = %old.display(), error = %back, "a shard file could not be renamed back");
+            }
+            return Err(e);
+        }
+        drop(legacy_move);
         let new_path = temp.as_mut().and_then(|t| t.committed());
         self.timed("record", started);
-        // Files no record names now: the replaced version's unless it is kept, and the
-        // version kept before. A new number never names an old file; checked all the
+        // Files no record names now: the replaced version's unless it is kept (for the
+        // settlement, or as a noncurrent version), a noncurrent copy of that version
+        // stored before in another file, and the version kept before unless it is a
+        // noncurrent version now. A new number never names an old file; checked all the
         // same, since freeing it would lose the shard just stored.
         let still_named = |old: &Path| new_path.as_deref() == Some(old);
         let mut replaced_parts = Vec::new();
-        if let Some(prev) = previous {
-            let old = self.record_path(&prev);
-            if keep.is_none() && !still_named(&old) {
+        if let Some((n, Some(before))) = &noncurrent
+            && before.file != n.record.file
+        {
+            let old = self.record_path(before);
+            if !still_named(&old) {
                 self.pool.release(&old);
             }
-            // The same version sent again keeps its parts.
-            if prev.version_id != record.version_id {
+        }
+        if let Some(prev) = previous {
+            let old = self.record_path(&prev);
+            if keep.is_none() && noncurrent.is_none() && !still_named(&old) {
+                self.pool.release(&old);
+            }
+            // The same version sent again keeps its parts, and so does one kept.
+            if prev.version_id != record.version_id && noncurrent.is_none() {
                 replaced_parts = prev.parts;
             }
         }
         if let Some(k) = kept_before {
             let old = self.record_path(&k.record);
-            if !still_named(&old) {
+            if !still_named(&old) && !self.meta.is_noncurrent(&k.record)? {
                 self.pool.release(&old);
             }
         }
@@ -300,6 +332,59 @@ impl Store {
 }
 
 impl Store {
+    /// Refuses a commit whose `condition` fails against the key's version here
+    /// (`previous`; a delete marker counts as none), or that a newer version stored here
+    /// supersedes.
+    fn check_commit(
+        &self,
+        record: &ObjectRecord,
+        previous: Option<&ObjectRecord>,
+        condition: Option<WriteCondition>,
+    ) -> Result<()> {
+        if let Some(c) = condition
+            && !c.holds(previous.filter(|p| !p.delete_marker).map(|p| p.version_id))
+        {
+            return Err(Error::PreconditionFailed(c.failure().into()));
+        }
+        if previous.is_some_and(|p| self.supersedes(p.version_id, record.version_id)) {
+            return Err(Error::Superseded);
+        }
+        Ok(())
+    }
+
+    /// The copy of `replaced` (with its `inline` bytes) kept as a noncurrent version,
+    /// with the record its version key held before, if any. A shard file of the earlier
+    /// format is found by a path made from its key: one kept under another key is
+    /// renamed to a numbered file first (`replaced` names it then), and the rename is
+    /// returned, to be undone if the commit fails.
+    fn noncurrent_copy(
+        &self,
+        replaced: &mut ObjectRecord,
+        inline: Option<&Vec<u8>>,
+    ) -> Result<(Noncurrent, Option<LegacyMove>)> {
+        let mut legacy = None;
+        if replaced.file.is_none() && inline.is_none() {
+            let old = self.record_path(replaced);
+            let (id, new) = self.files.allocate()?;
+            let placing = self.files.placing(&new);
+            files::rename_new(&old, &new)?;
+            replaced.file = Some(id);
+            legacy = Some((old, new, placing));
+        }
+        let n = replaced.as_noncurrent();
+        let before = self.meta.object(&n.bucket, &n.key)?;
+        Ok((
+            (
+                Kept {
+                    record: n,
+                    inline: inline.cloned(),
+                },
+                before,
+            ),
+            legacy,
+        ))
+    }
+
     /// Whether `v` was made further ahead of this drive's clock than `clock_skew_seconds`
     /// allows: no coordinator whose requests this drive takes can have made it, so it
     /// came from a clock gone wrong or from someone else.
@@ -329,6 +414,14 @@ impl Store {
         stored > incoming && !self.ahead_of_time(stored)
     }
 }
+
+/// A shard file of the earlier format renamed to a numbered one: from, to, and its
+/// placement (which keeps the orphan sweep off it until its record is committed).
+type LegacyMove = (PathBuf, PathBuf, files::Placing);
+
+/// A replaced version as it is kept as a noncurrent one, with the record its version key
+/// held before, if any.
+type Noncurrent = (Kept, Option<ObjectRecord>);
 
 /// An upload whose shard header is not the one its record makes.
 fn header_mismatch() -> Error {
