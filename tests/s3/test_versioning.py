@@ -5,6 +5,7 @@ and paging, DeleteObjects with versions; and versions kept through drives killed
 SIGKILL and healed."""
 
 import hashlib
+import time
 
 import pytest
 from botocore.exceptions import ClientError
@@ -256,40 +257,120 @@ HEAL = [
 ]
 
 
-def test_versions_survive_killed_drives_and_are_healed():
+@pytest.fixture
+def fresh():
+    c = Cluster(extra=lambda i: HEAL)
+    yield c
+    c.stop()
+
+
+def healed(c, objects):
+    """Every drive holds `objects` records and no heal is queued anywhere."""
+    st = c.status()
+    ok = all(s and not (sum(s["queue"]["local"].values()) + s["queue"]["hints"])
+             and s["shards"] == objects for s in st)
+    return st if ok else False
+
+
+def read_all(c, want, marker=None, versions=None):
+    """Every version reads back as written with any two drives down."""
+    for down in ((0, 1), (2, 3), (4, 5)):
+        for i in down:
+            c.kill9(i)
+        via = c.client(next(i for i in range(6) if i not in down), connect_timeout=5,
+                       read_timeout=30)
+        for (key, v), data in want.items():
+            assert via.get_object(Bucket="versions-heal", Key=key, VersionId=v)["Body"].read() == data
+        listed = via.list_object_versions(Bucket="versions-heal")
+        assert len(listed["Versions"]) == (versions or len(want))
+        if marker:
+            assert [m["VersionId"] for m in listed["DeleteMarkers"]] == [marker]
+        for i in down:
+            c.start(i)
+
+
+def test_versions_survive_killed_drives_and_are_healed(fresh):
     """Versions written while a drive is killed (SIGKILL; a write needs k + 1 = 5 of 6)
     are healed when it returns, and every version reads back with any two drives down."""
-    c = Cluster(extra=lambda i: HEAL)
-    try:
-        s3 = c.client(0, connect_timeout=5, read_timeout=30)
-        s3.create_bucket(Bucket="versions-heal")
-        enable(s3, "versions-heal")
-        want = {}
-        for i in range(3):
-            r = s3.put_object(Bucket="versions-heal", Key="k", Body=f"before{i}".encode() * 1000)
-            want[r["VersionId"]] = f"before{i}".encode() * 1000
-        c.kill9(5)
-        for i in range(3):
-            r = s3.put_object(Bucket="versions-heal", Key="k", Body=f"during{i}".encode() * 1000)
-            want[r["VersionId"]] = f"during{i}".encode() * 1000
-        marker = s3.delete_object(Bucket="versions-heal", Key="k")["VersionId"]
-        c.start(5)
+    c = fresh
+    s3 = c.client(0, connect_timeout=5, read_timeout=30)
+    s3.create_bucket(Bucket="versions-heal")
+    enable(s3, "versions-heal")
+    want = {}
+    for i in range(3):
+        r = s3.put_object(Bucket="versions-heal", Key="k", Body=f"before{i}".encode() * 1000)
+        want["k", r["VersionId"]] = f"before{i}".encode() * 1000
+    c.kill9(5)
+    for i in range(3):
+        r = s3.put_object(Bucket="versions-heal", Key="k", Body=f"during{i}".encode() * 1000)
+        want["k", r["VersionId"]] = f"during{i}".encode() * 1000
+    marker = s3.delete_object(Bucket="versions-heal", Key="k")["VersionId"]
+    c.start(5)
+    c.wait_for("versions healed", lambda: healed(c, 7), timeout=120)
+    read_all(c, want, marker)
 
-        def healed():
-            st = c.status()
-            return st if all(s and not (sum(s["queue"]["local"].values()) + s["queue"]["hints"])
-                             and s["shards"] == 7 for s in st) else False
-        c.wait_for("versions healed", healed, timeout=120)
-        for down in ((0, 1), (2, 3), (4, 5)):
+
+def test_rot_in_noncurrent_versions_is_found_by_scrub_and_healed(fresh):
+    """Bytes flipped in every shard file of one drive, noncurrent versions' included, are
+    found by its scrub and healed: every version reads back with two other drives down."""
+    c = fresh
+    s3 = c.client(0, connect_timeout=5, read_timeout=30)
+    s3.create_bucket(Bucket="versions-heal")
+    enable(s3, "versions-heal")
+    want = {}
+    for key in ("a", "b", "c"):
+        for i in range(3):
+            data = hashlib.shake_256(f"{key}{i}".encode()).digest(100_000)
+            want[key, s3.put_object(Bucket="versions-heal", Key=key, Body=data)["VersionId"]] = data
+    files = c.shard_files(1)
+    assert len(files) == 9, files
+    for f in files:
+        raw = bytearray(f.read_bytes())
+        raw[len(raw) // 2] ^= 0xFF
+        f.write_bytes(bytes(raw))
+    before = int(time.time() * 1000)
+    c.admin("scrub", "all")
+
+    def scrubbed():
+        st = c.status()
+        return all(s and not s["scrub"]["running"] and (s["scrub"]["last_complete_ms"] or 0) > before
+                   for s in st) and st
+    st = c.wait_for("scrub passes", scrubbed, timeout=120)
+    assert st[1]["scrub"]["corrupt_found"] == 9
+    c.wait_for("versions healed", lambda: healed(c, 9), timeout=120)
+    read_all(c, want)
+
+
+def test_noncurrent_versions_move_with_their_key_when_drives_are_added():
+    """Two drives added to a 6-drive 4+2 cluster: each noncurrent version moves where
+    the new map places its key, like the current one, and every version reads back."""
+    import tomllib
+    from test_rebalance import placed, rebalanced
+    c = Cluster(n=6, k=4, m=2, extra=lambda i: ["heal_rate_bytes=0"])
+    try:
+        s3 = c.client()
+        s3.create_bucket(Bucket="versions-grow")
+        enable(s3, "versions-grow")
+        want = {}
+        for i in range(20):
+            for v in range(3):
+                data = hashlib.shake_256(f"{i}/{v}".encode()).digest(20_000 + v)
+                r = s3.put_object(Bucket="versions-grow", Key=f"k{i:02d}", Body=data)
+                want[f"k{i:02d}", r["VersionId"]] = data
+        spares = [c.start_spare(), c.start_spare()]
+        c.admin("add", *[spec for _, spec in spares])
+        epoch = tomllib.loads(c.map.read_text())["epoch"]
+        status = c.wait_for("the rebalance to finish", lambda: rebalanced(c, epoch), timeout=300)
+        # Three versions of every key, each where the map places the key now.
+        expect = {d: 3 * sum(d in placed("versions-grow", f"k{i:02d}", c.ids, 6) for i in range(20))
+                  for d in c.ids}
+        assert {s["drive_id"]: s["shards"] for s in status} == expect
+        for down in ((0, 1), (6, 7)):
             for i in down:
                 c.kill9(i)
-            via = c.client(next(i for i in range(6) if i not in down), connect_timeout=5,
-                           read_timeout=30)
-            for v, data in want.items():
-                assert via.get_object(Bucket="versions-heal", Key="k", VersionId=v)["Body"].read() == data
-            listed = via.list_object_versions(Bucket="versions-heal")
-            assert len(listed["Versions"]) == 6
-            assert [m["VersionId"] for m in listed["DeleteMarkers"]] == [marker]
+            via = c.client(next(i for i in range(8) if i not in down))
+            for (key, v), data in want.items():
+                assert via.get_object(Bucket="versions-grow", Key=key, VersionId=v)["Body"].read() == data
             for i in down:
                 c.start(i)
     finally:

@@ -285,7 +285,8 @@ pub struct RecordTail {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum WriteCondition {
-    /// No version of the key is stored (`If-None-Match: *`).
+    /// No version of the key is stored (`If-None-Match: *`); a delete marker counts as
+    /// none (the drive passes `None` for it to [`WriteCondition::holds`]).
     Absent,
     /// The version stored is this one, whose `ETag` the client named (`If-Match`), or
     /// an older one (a drive that missed it); none, or a newer one, fails.

@@ -790,7 +790,8 @@ impl S3 for OedS3 {
         &self,
         req: S3Request<GetObjectAclInput>,
     ) -> S3Result<S3Response<GetObjectAclOutput>> {
-        record(&self.cluster, &req.input.bucket, &req.input.key).await?;
+        let i = &req.input;
+        versioning::object(&self.cluster, &i.bucket, &i.key, i.version_id.as_deref()).await?;
         Ok(S3Response::new(GetObjectAclOutput {
             grants: Some(acl::grants()),
             owner: Some(bucket::owner()),
@@ -802,7 +803,8 @@ impl S3 for OedS3 {
         &self,
         req: S3Request<PutObjectAclInput>,
     ) -> S3Result<S3Response<PutObjectAclOutput>> {
-        record(&self.cluster, &req.input.bucket, &req.input.key).await?;
+        let i = &req.input;
+        versioning::object(&self.cluster, &i.bucket, &i.key, i.version_id.as_deref()).await?;
         acl::put_document(req.input.access_control_policy.as_ref())?;
         Ok(S3Response::new(PutObjectAclOutput::default()))
     }
