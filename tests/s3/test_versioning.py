@@ -399,3 +399,32 @@ def test_near_data_operations_take_a_version(cluster, s3, bucket):
     assert sha256(f"&versionId={old}") == (200, hashlib.sha256(b"old bytes").hexdigest())
     status, text = sha256("&versionId=" + "0" * 32)
     assert status == 404 and "NoSuchVersion" in text
+
+
+def test_a_public_bucket_serves_current_versions_only(cluster, s3, bucket):
+    """A policy that makes objects public (s3:GetObject) lets anyone read the current
+    version, not a version by its id (S3 needs s3:GetObjectVersion), and a deleted key
+    reads as not there."""
+    import json
+    import boto3
+    from botocore import UNSIGNED
+    from botocore.config import Config
+    enable(s3, bucket)
+    old = s3.put_object(Bucket=bucket, Key="pub", Body=b"old")["VersionId"]
+    s3.put_object(Bucket=bucket, Key="pub", Body=b"new")
+    s3.put_object(Bucket=bucket, Key="gone", Body=b"x")
+    s3.delete_object(Bucket=bucket, Key="gone")
+    s3.put_bucket_policy(Bucket=bucket, Policy=json.dumps({
+        "Version": "2012-10-17", "Statement": [{
+            "Effect": "Allow", "Principal": "*", "Action": "s3:GetObject",
+            "Resource": f"arn:aws:s3:::{bucket}/*"}]}))
+    anon = boto3.client("s3", endpoint_url=cluster.endpoint(), region_name="us-east-1",
+                        config=Config(signature_version=UNSIGNED))
+    assert anon.get_object(Bucket=bucket, Key="pub")["Body"].read() == b"new"
+    with pytest.raises(ClientError) as e:
+        anon.get_object(Bucket=bucket, Key="pub", VersionId=old)
+    assert code(e) == ("AccessDenied", 403)
+    with pytest.raises(ClientError) as e:
+        anon.get_object(Bucket=bucket, Key="gone")
+    assert code(e) == ("AccessDenied", 403)
+    s3.delete_bucket_policy(Bucket=bucket)

@@ -90,7 +90,7 @@ impl Cluster {
                     if !r.key.starts_with(&prefix) {
                         break;
                     }
-                    if !r.versioned {
+                    if !r.versioned && r.user_key() == key {
                         found = Some(r);
                         break;
                     }
@@ -111,7 +111,16 @@ impl Cluster {
     pub async fn newest_noncurrent(&self, bucket: &str, key: &str) -> Result<Option<ObjectRecord>> {
         let prefix = versions_of(key);
         let mut merge = Merge::new(self, bucket, &prefix);
-        Ok(merge.next().await?.filter(|r| r.key.starts_with(&prefix)))
+        while let Some(r) = merge.next().await? {
+            if !r.key.starts_with(&prefix) {
+                break;
+            }
+            // A longer key whose next character is U+0001 shares the prefix.
+            if r.user_key() == key {
+                return Ok(Some(r));
+            }
+        }
+        Ok(None)
     }
 
     /// Deletes one version for good (a client's `DELETE ?versionId=`). When it was the
@@ -126,6 +135,8 @@ impl Cluster {
         if !found.current {
             return Ok(());
         }
+        // A write that raced the delete may have made it noncurrent on some drives.
+        self.delete_record(&found.record.as_noncurrent()).await;
         let (bucket, key) = (&found.record.bucket, &found.record.key);
         let Some(next) = self.newest_noncurrent(bucket, key).await? else {
             return Ok(());

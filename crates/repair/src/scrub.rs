@@ -422,7 +422,11 @@ async fn cross_check(r: &Arc<Repair>, records: &[ObjectRecord], levels: &mut BTr
             _ => {
                 let could = count.get(&rec.version_id).copied().unwrap_or(0) + unanswered;
                 let old = now_ms().saturating_sub(rec.last_modified_ms) > grace_ms;
-                if could < k && old {
+                // A noncurrent version whose replacing write is not settled here: that
+                // write's sweep (or settlement) decides, and brings it back if it failed.
+                let unsettled = oed_model::record::parse_version_key(&rec.key)
+                    .is_some_and(|(user, v)| r.store.keeps(&rec.bucket, user, v).unwrap_or(true));
+                if could < k && old && !unsettled {
                     sweep_record(r, rec, current).await;
                 }
             }

@@ -196,7 +196,9 @@ pub(crate) struct PublicRead;
 /// `s3:ListBucket` without a prefix condition (`oed_model::policy`). A read of a key
 /// that does not exist is let in only where the policy also lists the bucket: otherwise
 /// it is refused as S3 refuses it (403, not 404: the policy does not tell who may not
-/// list which keys exist).
+/// list which keys exist). A read of a version by its id (`by_version`) is not public:
+/// S3 needs `s3:GetObjectVersion` for it, which no policy OED takes grants, so deleted
+/// and replaced versions stay private.
 ///
 /// # Errors
 /// When the object's record cannot be read.
@@ -205,12 +207,14 @@ pub(crate) async fn public(
     op: &str,
     bucket: &str,
     key: Option<&str>,
+    by_version: bool,
 ) -> S3Result<Public> {
     let table = cluster.accounts();
     let Some(policy) = table.policy(bucket) else {
         return Ok(Public::No);
     };
     match op {
+        "GetObject" | "HeadObject" if by_version => Ok(Public::No),
         "GetObject" | "HeadObject" => {
             let Some(key) = key.filter(|k| policy.allows_get(k)) else {
                 return Ok(Public::No);
@@ -218,7 +222,12 @@ pub(crate) async fn public(
             if policy.allows_list("") {
                 return Ok(Public::Yes);
             }
-            let exists = cluster.head(bucket, key).await.or_s3()?.is_some();
+            // A key whose current version is a delete marker does not exist.
+            let exists = cluster
+                .head(bucket, key)
+                .await
+                .or_s3()?
+                .is_some_and(|r| !r.delete_marker);
             Ok(if exists { Public::Yes } else { Public::No })
         }
         "ListObjects" | "ListObjectsV2" if policy.lists() => Ok(Public::ListIfPrefix),

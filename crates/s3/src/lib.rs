@@ -223,6 +223,7 @@ impl NameOperation {
         who: &access::Who<'_>,
         bucket: &str,
         key: Option<&str>,
+        by_version: bool,
     ) -> S3Result<Option<access::Public>> {
         let need = access::needs(name);
         let by_rights = match (who, need) {
@@ -236,7 +237,7 @@ impl NameOperation {
             return Ok(None);
         }
         if !bucket.is_empty() {
-            let public = access::public(&self.cluster, name, bucket, key).await?;
+            let public = access::public(&self.cluster, name, bucket, key, by_version).await?;
             if public != access::Public::No {
                 return Ok(Some(public));
             }
@@ -272,7 +273,11 @@ impl s3s::access::S3Access for NameOperation {
             }
         };
         let anonymous = matches!(who, access::Who::Anonymous);
-        match self.allowed(&name, &who, &bucket, key.as_deref()).await? {
+        let by_version = has_param(cx.uri().query(), "versionId");
+        match self
+            .allowed(&name, &who, &bucket, key.as_deref(), by_version)
+            .await?
+        {
             Some(access::Public::Yes) if anonymous => {
                 cx.extensions_mut().insert(access::PublicRead);
             }

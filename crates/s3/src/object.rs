@@ -707,7 +707,7 @@ pub(crate) async fn delete_many(
             Ok(d) => deleted.push(DeletedObject {
                 key: Some(o.key),
                 delete_marker: d.delete_marker.then_some(true),
-                delete_marker_version_id: if d.delete_marker && version.is_none() {
+                delete_marker_version_id: if d.delete_marker {
                     d.version_id.clone()
                 } else {
                     None

@@ -106,7 +106,14 @@ impl IgnoreRange {
             || matches!(who, crate::access::Who::Key(id)
                 if self.cluster.accounts().rights(id, &bucket).read);
         if !reads
-            && crate::access::public(&self.cluster, op, &bucket, Some(&key)).await?
+            && crate::access::public(
+                &self.cluster,
+                op,
+                &bucket,
+                Some(&key),
+                super::has_param(req.uri.query(), "versionId"),
+            )
+            .await?
                 == crate::access::Public::Yes
         {
             if matches!(who, crate::access::Who::Anonymous) && has_overrides(&req.uri) {

@@ -234,7 +234,7 @@ pub(crate) async fn after_write(
         if !old.key.starts_with(&prefix) {
             break;
         }
-        if !old.versioned && old.version_id < r.version_id {
+        if !old.versioned && old.version_id < r.version_id && old.user_key() == r.key {
             cluster
                 .delete_version(&Found {
                     record: old,

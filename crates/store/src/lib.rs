@@ -551,8 +551,11 @@ impl Store {
             .join(format!("{name}.shard"))
     }
 
+    /// The commit lock of `bucket`/`key`, which its noncurrent versions share (a write
+    /// that keeps the version it replaces, a promotion and a version's deletion are
+    /// ordered by it).
     fn lock_for(&self, bucket: &str, key: &str) -> MutexGuard<'_, ()> {
-        let h = crc32c::crc32c(&record::object_key(bucket, key));
+        let h = crc32c::crc32c(&record::object_key(bucket, record::placement_key(key)));
         // The lock guards no data, only order: a panic while holding it leaves nothing
         // to distrust.
         self.locks[h as usize % LOCK_STRIPES]
@@ -887,6 +890,18 @@ mod tests {
         );
         // Only where the key has no current version.
         assert_eq!(store.promote("bkt", "k").unwrap(), None);
+        // A longer key whose next character is U+0001 shares the prefix of the key's
+        // noncurrent versions, and sorts first: its versions are not the key's.
+        let (mut other, file) = shard(9, 100);
+        other.key = version_key("k\u{1}0", VersionId(9));
+        other.versioned = true;
+        let body = futures_util::stream::iter([Ok::<_, std::io::Error>(Bytes::from(file))]);
+        store.put_shard(other, body, false).await.unwrap();
+        store
+            .delete_object("bkt", "k", Some(VersionId(3)))
+            .await
+            .unwrap();
+        assert_eq!(store.promote("bkt", "k").unwrap(), Some(VersionId(2)));
         assert_eq!(store.sweep_orphans().unwrap(), 0);
         assert_eq!(stray_files(&store), 0);
     }

@@ -324,21 +324,25 @@ impl MetaStore {
             return Ok(None);
         }
         let from = object_key(bucket, &versions_of(key));
-        let Some(kv) = self
-            .db
-            .iterator_cf(
-                self.cf(OBJECTS),
-                IteratorMode::From(&from, Direction::Forward),
-            )
-            .next()
-        else {
+        let mut newest = None;
+        for kv in self.db.iterator_cf(
+            self.cf(OBJECTS),
+            IteratorMode::From(&from, Direction::Forward),
+        ) {
+            let (k, v) = kv.map_err(crate::meta_error)?;
+            if !k.starts_with(&from) {
+                break;
+            }
+            let record: ObjectRecord = serde_json::from_slice(&v)?;
+            // A longer key whose next character is U+0001 shares the prefix.
+            if record.user_key() == key {
+                newest = Some((k, record));
+                break;
+            }
+        }
+        let Some((k, mut record)) = newest else {
             return Ok(None);
         };
-        let (k, v) = kv.map_err(crate::meta_error)?;
-        if !k.starts_with(&from) {
-            return Ok(None);
-        }
-        let mut record: ObjectRecord = serde_json::from_slice(&v)?;
         let inline = self.inline_shard(bucket, &record.key, record.version_id)?;
         key.clone_into(&mut record.key);
         let mut batch = WriteBatch::default();

@@ -220,7 +220,7 @@ impl MetaStore {
             // The shard of a version the new one keeps as noncurrent still needs heal,
             // under the key it is kept at now.
             if let Some(old) = old.as_ref().filter(|o| {
-                e.versioned
+                (e.versioned || o.entry.versioned)
                     && o.entry.version_id < e.version_id
                     && !e.key.starts_with(oed_model::record::INTERNAL_PREFIX)
             }) {

@@ -75,6 +75,23 @@ impl Store {
         Ok(())
     }
 
+    /// Whether version `version` of `bucket`/`key` is kept here for the settlement of the
+    /// write that replaced it.
+    ///
+    /// # Errors
+    /// [`Error::Meta`], [`Error::Record`].
+    pub fn keeps(
+        &self,
+        bucket: &str,
+        key: &str,
+        version: oed_model::record::VersionId,
+    ) -> Result<bool> {
+        Ok(self
+            .meta
+            .kept(bucket, key)?
+            .is_some_and(|k| k.record.version_id == version))
+    }
+
     /// Makes the newest noncurrent version of `bucket`/`key` held here current, when no
     /// version of the key is current here (a client deleted the current one), under the
     /// key's commit lock. Returns the version made current.

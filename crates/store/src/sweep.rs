@@ -40,6 +40,16 @@ impl Store {
             return Err(Error::Superseded);
         }
         let kept = self.meta.kept(bucket, key)?;
+        // A noncurrent version still kept for the settlement of the write that replaced
+        // it shares its file with that entry: deleted, it is not to come back either.
+        if let Some((user, v)) = oed_model::record::parse_version_key(key)
+            && self
+                .meta
+                .kept(bucket, user)?
+                .is_some_and(|k| k.record.version_id == v)
+        {
+            self.meta.drop_kept(bucket, user)?;
+        }
         // Record first: a crash after it leaves an orphan file, never a dangling record.
         self.meta.delete_object(bucket, key)?;
         self.pool.release(&self.record_path(&rec));

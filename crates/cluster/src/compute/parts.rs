@@ -106,6 +106,9 @@ impl<'a> NewParts<'a> {
             content_type: Some(content_type.into()),
             parts: refs,
             etag: Some(etag.clone()),
+            // In a bucket with versioning enabled, an output is a version of its own.
+            versioned: self.cluster.accounts().versioning(&self.bucket)
+                == oed_model::account::Versioning::Enabled,
             ..NewObject::default()
         };
         self.cluster

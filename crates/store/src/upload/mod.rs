@@ -368,6 +368,12 @@ impl Store {
             let (id, new) = self.files.allocate()?;
             let placing = self.files.placing(&new);
             files::rename_new(&old, &new)?;
+            // Both names on disk before a record names the new one.
+            if self.fsync {
+                for dir in [new.parent(), old.parent()].into_iter().flatten() {
+                    files::sync_dir(dir)?;
+                }
+            }
             replaced.file = Some(id);
             legacy = Some((old, new, placing));
         }
