@@ -659,6 +659,60 @@ fn versioned_writes_keep_what_they_replace_and_promote_brings_it_back() {
     });
 }
 
+#[test]
+fn amendments_change_one_version_and_the_later_one_stays() {
+    use oed_model::drive::{Amendment, Change};
+    both(|s| {
+        Box::pin(async move {
+            let d = &*s.drive;
+            d.create_bucket("tags").await.unwrap();
+            for (key, len) in [("file", 3 * 4096), ("inline", 100)] {
+                let data = bytes(len, 7);
+                let rec = record("tags", key, 5, data.len() as u64, 1, 1, 0);
+                let mut file = shard_file(&rec, &data);
+                file.extend(serde_json::to_vec(&RecordTail::default()).unwrap());
+                d.put_shard(&rec, upload(&file, 5000), true).await.unwrap();
+                let tags = |v: &str| Change::Tags([("t".to_owned(), v.to_owned())].into());
+                let amend = |version: u128, at: u128, v: &str| Amendment {
+                    bucket: "tags".into(),
+                    key: key.into(),
+                    version_id: VersionId(version),
+                    at: VersionId(at),
+                    change: tags(v),
+                };
+                // The later change stays, whichever comes first; another version is
+                // not there to change.
+                let got = d
+                    .amend(&[
+                        amend(5, 20, "late"),
+                        amend(5, 10, "early"),
+                        amend(4, 30, "x"),
+                    ])
+                    .await
+                    .unwrap();
+                assert_eq!(got, [true, true, false], "{}", s.name);
+                let now = d.stat("tags", key).await.unwrap().unwrap();
+                assert_eq!(now.tags["t"], "late", "{}", s.name);
+                assert_eq!(now.tags_changed, VersionId(20), "{}", s.name);
+                // The version and its data stay as they were.
+                assert_eq!(now.version_id, VersionId(5), "{}", s.name);
+                assert_eq!(
+                    read_shard(d, "tags", key).await,
+                    chunk_bytes(&shard_file(&rec, &data)),
+                    "{}",
+                    s.name
+                );
+                let too_many = vec![amend(5, 40, "y"); oed_model::drive::MAX_BATCH + 1];
+                expect_code(d.amend(&too_many).await, ErrorCode::BadRequest, s);
+                assert_eq!(
+                    d.stat("tags", key).await.unwrap().unwrap().tags["t"],
+                    "late"
+                );
+            }
+        })
+    });
+}
+
 /// A drive holding one good shard, and the check that it is exactly as it was.
 async fn one_good_shard(d: &dyn Drive) -> (ObjectRecord, Vec<u8>, Vec<u8>) {
     let data = bytes(2 * 4096 + 5, 3);

@@ -12,6 +12,7 @@
 //! never shown.
 
 pub mod accounts;
+pub mod amend;
 pub mod budget;
 pub mod compute;
 pub mod init;
@@ -814,13 +815,18 @@ struct Links {
     sealed_uploads: bool,
 }
 
-/// The newest version among `records` that at least `k` of them hold.
+/// The newest version among `records` that at least `k` of them hold; of its records,
+/// the one whose tags were changed last (a drive that missed a change has the earlier).
 #[must_use]
 pub fn newest_readable(records: &[ObjectRecord]) -> Option<ObjectRecord> {
     let mut by_version: std::collections::BTreeMap<_, (usize, &ObjectRecord)> =
         std::collections::BTreeMap::new();
     for r in records {
-        by_version.entry(r.version_id).or_insert((0, r)).0 += 1;
+        let e = by_version.entry(r.version_id).or_insert((0, r));
+        e.0 += 1;
+        if r.tags_changed > e.1.tags_changed {
+            e.1 = r;
+        }
     }
     by_version
         .into_values()

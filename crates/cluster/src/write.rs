@@ -76,6 +76,8 @@ pub struct NewObject {
     pub versioned: bool,
     /// A delete marker (no body).
     pub delete_marker: bool,
+    /// Its tags ([`ObjectRecord::tags`]), checked by the caller.
+    pub tags: BTreeMap<String, String>,
 }
 
 /// An S3 checksum (`x-amz-checksum-*`) asked for on a body: computed as the body streams,
@@ -431,6 +433,8 @@ impl Cluster {
             file: None,
             versioned: obj.versioned,
             delete_marker: obj.delete_marker,
+            tags: obj.tags.clone(),
+            tags_changed: oed_model::record::VersionId(0),
         };
         record.validate()?;
         let placed = placed.iter().map(|&i| map.at(i).clone()).collect();

@@ -132,10 +132,10 @@ pub struct BucketPolicy {
     pub version: VersionId,
 }
 
-/// A bucket's settings that every drive applies to its requests: its versioning, for
-/// now. Reset (to the defaults) when the bucket is deleted, kept so that an older copy
+/// A bucket's settings that every drive applies to its requests: its versioning and its
+/// tags. Reset (to the defaults) when the bucket is deleted, kept so that an older copy
 /// cannot bring them back.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct BucketSettings {
     /// The bucket's name.
@@ -143,6 +143,9 @@ pub struct BucketSettings {
     /// Its versioning state.
     #[serde(default)]
     pub versioning: Versioning,
+    /// Its tags (S3 bucket tagging); none: it has no tag set.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub tags: std::collections::BTreeMap<String, String>,
     /// The version of its last change.
     pub version: VersionId,
 }

@@ -130,6 +130,48 @@ pub struct Relocation {
     pub parent: Option<String>,
 }
 
+/// A change to one stored version that keeps the version (its id, data and `ETag`):
+/// applied by each drive holding a record of it ([`Drive::amend`]). Of two changes of one
+/// version, the one made later (`at`) stays on every drive, whichever arrives first.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Amendment {
+    /// The bucket.
+    pub bucket: String,
+    /// The key the version is stored under (a noncurrent version's own key).
+    pub key: String,
+    /// The version changed.
+    pub version_id: VersionId,
+    /// When the change was made (an id the coordinator made for it).
+    pub at: VersionId,
+    /// What changes.
+    pub change: Change,
+}
+
+/// What an [`Amendment`] changes.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Change {
+    /// The object's tags become these (none: the tags are removed).
+    Tags(std::collections::BTreeMap<String, String>),
+}
+
+impl Amendment {
+    /// Applies it to `record` (a record of its version), unless the record carries a
+    /// change made later. Returns whether `record` changed.
+    pub fn apply(&self, record: &mut ObjectRecord) -> bool {
+        match &self.change {
+            Change::Tags(tags) => {
+                if record.tags_changed >= self.at {
+                    return false;
+                }
+                record.tags.clone_from(tags);
+                record.tags_changed = self.at;
+                true
+            }
+        }
+    }
+}
+
 /// How a client write ended, told to the drives that stored its shards
 /// ([`Drive::settle`]). A drive that commits a client write keeps the version it replaced
 /// (record and shard) until then: an overwrite that fails must not take the version it
@@ -409,6 +451,14 @@ pub trait Drive: Send + Sync + std::fmt::Debug {
     /// # Errors
     /// When the drive cannot answer.
     async fn promote(&self, bucket: &str, key: &str) -> Result<Option<VersionId>, DriveError>;
+
+    /// Applies each amendment to the record of its version held there, under the key's
+    /// commit lock and in one synced write each. Returns, for each, whether the record
+    /// there carries it now (`false`: no record of that version is there).
+    ///
+    /// # Errors
+    /// `BadRequest` for more than [`MAX_BATCH`] amendments.
+    async fn amend(&self, amendments: &[Amendment]) -> Result<Vec<bool>, DriveError>;
 
     /// The digest of the account table held there and how many entries it has.
     ///

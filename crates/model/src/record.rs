@@ -195,6 +195,19 @@ pub struct ObjectRecord {
     /// current version it is reads as deleted.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub delete_marker: bool,
+    /// Its tags (S3 object tagging): set by the write, changed since by
+    /// [`Amendment`](crate::drive::Amendment)s, which keep the version.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub tags: BTreeMap<String, String>,
+    /// When its tags were last changed after the write (the id of that change); zero:
+    /// as written. Of two records of one version, the one changed later is right.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub tags_changed: VersionId,
+}
+
+#[allow(clippy::trivially_copy_pass_by_ref)] // serde's skip_serializing_if takes a reference
+fn is_zero(v: &VersionId) -> bool {
+    v.0 == 0
 }
 
 /// An object's or a part's S3 checksum, as it is returned.

@@ -76,8 +76,8 @@ use auth::PeerKey;
 use oed_meter::traffic::{BodyMeter, Class, Direction};
 use oed_model::account::{AccountDigest, SignedEntry};
 use oed_model::drive::{
-    Drive, DriveError, DriveInfo, HealEntry, MAX_LIST, ObjectRef, OpAnswer, OpRequest, RecordPage,
-    Relocation, Settlement, Stored,
+    Amendment, Drive, DriveError, DriveInfo, HealEntry, MAX_LIST, ObjectRef, OpAnswer, OpRequest,
+    RecordPage, Relocation, Settlement, Stored,
 };
 use oed_model::error::Error;
 use oed_model::record::{BucketRecord, ObjectRecord, VersionId};
@@ -136,6 +136,7 @@ peer_ops! {
     Relocate => POST "relocate",
     Settle => POST "settle",
     Promote => POST "promote",
+    Amend => POST "amend",
     AccountDigest => GET "accounts/digest",
     AccountEntries => GET "accounts",
     MergeAccounts => POST "accounts",
@@ -177,6 +178,7 @@ impl PeerOp {
             Self::Relocate => axum::routing::post(relocate),
             Self::Settle => axum::routing::post(settle),
             Self::Promote => axum::routing::post(promote),
+            Self::Amend => axum::routing::post(amend),
             Self::AccountDigest => get(account_digest),
             Self::AccountEntries => get(account_entries),
             Self::MergeAccounts => axum::routing::post(merge_accounts),
@@ -807,6 +809,12 @@ async fn promote(
     Query(q): Query<ObjectQuery>,
 ) -> Answer<Json<Option<VersionId>>> {
     Ok(Json(state.drive.promote(&q.bucket, &q.key).await?))
+}
+
+async fn amend(State(state): State<Arc<PeerState>>, body: Bytes) -> Answer<Json<Vec<bool>>> {
+    let amendments: Vec<Amendment> =
+        serde_json::from_slice(&body).map_err(|e| Error::BadRequest(format!("amendments: {e}")))?;
+    Ok(Json(state.drive.amend(&amendments).await?))
 }
 
 async fn account_digest(State(state): State<Arc<PeerState>>) -> Answer<Json<AccountDigest>> {

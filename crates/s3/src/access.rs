@@ -79,7 +79,8 @@ pub(crate) fn needs(op: &str) -> Need {
         | "GetBucketVersioning"
         | "ListMultipartUploads"
         | "ListParts"
-        | "GetObjectAcl" => Need::Right(Right::Read),
+        | "GetObjectAcl"
+        | "GetObjectTagging" => Need::Right(Right::Read),
         "PutObject"
         | "PostObject"
         | "DeleteObject"
@@ -90,7 +91,9 @@ pub(crate) fn needs(op: &str) -> Need {
         | "UploadPartCopy"
         | "CompleteMultipartUpload"
         | "AbortMultipartUpload"
-        | "PutObjectAcl" => Need::Right(Right::Write),
+        | "PutObjectAcl"
+        | "PutObjectTagging"
+        | "DeleteObjectTagging" => Need::Right(Right::Write),
         // The bucket's deletion and its settings.
         "DeleteBucket" => Need::Right(Right::Owner),
         s if s.starts_with("PutBucket")

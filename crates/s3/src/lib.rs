@@ -22,6 +22,7 @@ pub mod range;
 mod rate;
 #[cfg(test)]
 mod stored_values;
+pub mod tagging;
 mod versioning;
 
 pub use rate::RateFloor;
@@ -726,6 +727,49 @@ impl S3 for OedS3 {
             location_constraint: (self.region != "us-east-1")
                 .then(|| s3s::dto::BucketLocationConstraint::from(self.region.clone())),
         }))
+    }
+
+    async fn get_object_tagging(
+        &self,
+        req: S3Request<s3s::dto::GetObjectTaggingInput>,
+    ) -> S3Result<S3Response<s3s::dto::GetObjectTaggingOutput>> {
+        tagging::get_object(&self.cluster, req.input).await
+    }
+
+    async fn put_object_tagging(
+        &self,
+        req: S3Request<s3s::dto::PutObjectTaggingInput>,
+    ) -> S3Result<S3Response<s3s::dto::PutObjectTaggingOutput>> {
+        tagging::put_object(&self.cluster, req.input).await
+    }
+
+    async fn delete_object_tagging(
+        &self,
+        req: S3Request<s3s::dto::DeleteObjectTaggingInput>,
+    ) -> S3Result<S3Response<s3s::dto::DeleteObjectTaggingOutput>> {
+        tagging::delete_object(&self.cluster, req.input).await
+    }
+
+    async fn get_bucket_tagging(
+        &self,
+        req: S3Request<s3s::dto::GetBucketTaggingInput>,
+    ) -> S3Result<S3Response<s3s::dto::GetBucketTaggingOutput>> {
+        tagging::get_bucket(&self.cluster, &req.input.bucket).await
+    }
+
+    async fn put_bucket_tagging(
+        &self,
+        req: S3Request<s3s::dto::PutBucketTaggingInput>,
+    ) -> S3Result<S3Response<s3s::dto::PutBucketTaggingOutput>> {
+        let i = req.input;
+        tagging::put_bucket(&self.cluster, &i.bucket, i.tagging.tag_set).await
+    }
+
+    async fn delete_bucket_tagging(
+        &self,
+        req: S3Request<s3s::dto::DeleteBucketTaggingInput>,
+    ) -> S3Result<S3Response<s3s::dto::DeleteBucketTaggingOutput>> {
+        tagging::delete_bucket(&self.cluster, &req.input.bucket).await
     }
 
     async fn get_bucket_versioning(

@@ -119,6 +119,7 @@ pub(crate) async fn create(
             input.expires.as_ref(),
         ),
         parts_checksum: checksum.clone(),
+        tags: crate::tagging::of_write(input.tagging.as_deref())?,
         ..Default::default()
     };
     cluster
@@ -404,6 +405,7 @@ pub(crate) async fn complete(
         content_type: marker.content_type.clone(),
         user_meta: marker.user_meta.clone(),
         headers: marker.headers.clone(),
+        tags: marker.tags.clone(),
         parts,
         etag: Some(object_etag.clone()),
         parts_checksum: object_checksum,

@@ -265,6 +265,7 @@ pub(crate) async fn put(
         content_md5: content_md5(input.content_md5.as_deref())?,
         checksum,
         condition,
+        tags: super::tagging::of_write(input.tagging.as_deref())?,
         ..Default::default()
     };
     let versioning = super::versioning::state(cluster, &obj.bucket);
@@ -572,6 +573,7 @@ pub(crate) async fn get(
         metadata: Some(rec.user_meta.clone().into_iter().collect()),
         parts_count: parts_count(&rec, input.part_number),
         version_id: super::versioning::header(&rec, versioning),
+        tag_count: super::tagging::count(&rec),
         ..Default::default()
     });
     fill_headers!(resp.output, rec);
@@ -799,12 +801,20 @@ pub(crate) async fn copy(
         .metadata_directive
         .as_ref()
         .is_some_and(|d| d.as_str() == "REPLACE");
-    if !replace && src.bucket == input.bucket && src.key == input.key {
+    // A version named in the source is copied onto its key to make it current again
+    // (how S3 restores an earlier version).
+    let named_version = copy_source(&input.copy_source)?.2.is_some();
+    if !replace && !named_version && src.bucket == input.bucket && src.user_key() == input.key {
         return Err(err(
             S3ErrorCode::InvalidRequest,
             "copying an object onto itself must change its metadata (x-amz-metadata-directive: REPLACE)",
         ));
     }
+    let tags = super::tagging::of_copy(
+        input.tagging_directive.as_ref(),
+        input.tagging.as_deref(),
+        &src,
+    )?;
     let (content_type, user, headers) = if replace {
         let headers = stored_headers(
             input.cache_control,
@@ -830,6 +840,7 @@ pub(crate) async fn copy(
         content_type,
         user_meta: user,
         headers,
+        tags,
         ..Default::default()
     };
     let versioning = super::versioning::state(cluster, &obj.bucket);

@@ -91,12 +91,29 @@ pub(crate) async fn get(
 }
 
 async fn set(cluster: &Cluster, bucket: &str, versioning: Versioning) -> S3Result<()> {
-    let entry = AccountEntry::Settings(BucketSettings {
-        bucket: bucket.to_owned(),
-        versioning,
-        version: VersionId(0),
-    });
-    crate::access::change(cluster, entry, "settings").await
+    change_settings(cluster, bucket, |s| s.versioning = versioning).await
+}
+
+/// Changes the bucket's settings entry (made with the defaults when it has none) by `f`.
+///
+/// # Errors
+/// `ServiceUnavailable` when the change could not be stored on this drive.
+pub(crate) async fn change_settings(
+    cluster: &Cluster,
+    bucket: &str,
+    f: impl FnOnce(&mut BucketSettings),
+) -> S3Result<()> {
+    let mut settings = cluster
+        .accounts()
+        .settings(bucket)
+        .cloned()
+        .unwrap_or_else(|| BucketSettings {
+            bucket: bucket.to_owned(),
+            ..BucketSettings::default()
+        });
+    f(&mut settings);
+    settings.version = VersionId(0);
+    crate::access::change(cluster, AccountEntry::Settings(settings), "settings").await
 }
 
 /// After a bucket is deleted, or made anew: settings of an earlier bucket of the name go.
@@ -104,8 +121,22 @@ async fn set(cluster: &Cluster, bucket: &str, versioning: Versioning) -> S3Resul
 /// # Errors
 /// `ServiceUnavailable` when the change could not be stored on this drive.
 pub(crate) async fn reset(cluster: &Cluster, bucket: &str) -> S3Result<()> {
-    if cluster.accounts().settings(bucket).is_some() {
-        set(cluster, bucket, Versioning::Unversioned).await?;
+    let Some(s) = cluster.accounts().settings(bucket).cloned() else {
+        return Ok(());
+    };
+    let defaults = BucketSettings {
+        bucket: bucket.to_owned(),
+        version: s.version,
+        ..BucketSettings::default()
+    };
+    if s != defaults {
+        change_settings(cluster, bucket, |s| {
+            *s = BucketSettings {
+                bucket: bucket.to_owned(),
+                ..BucketSettings::default()
+            };
+        })
+        .await?;
     }
     Ok(())
 }

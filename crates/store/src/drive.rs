@@ -13,8 +13,8 @@ use futures_util::StreamExt as _;
 use super::Store;
 use oed_model::account::{AccountDigest, SignedEntry};
 use oed_model::drive::{
-    Drive, DriveError, DriveInfo, HealEntry, MAX_LIST, ObjectRef, OpAnswer, OpRequest, RecordPage,
-    Relocation, Settlement, ShardRead, ShardStream, ShardUpload, Stored, check_batch,
+    Amendment, Drive, DriveError, DriveInfo, HealEntry, MAX_LIST, ObjectRef, OpAnswer, OpRequest,
+    RecordPage, Relocation, Settlement, ShardRead, ShardStream, ShardUpload, Stored, check_batch,
 };
 use oed_model::error::{Error, Result};
 use oed_model::record::{BucketRecord, ObjectRecord, VersionId};
@@ -223,6 +223,10 @@ impl Drive for Store {
     async fn promote(&self, bucket: &str, key: &str) -> Result<Option<VersionId>, DriveError> {
         let (store, bucket, key) = (self.clone(), bucket.to_owned(), key.to_owned());
         Ok(blocking(move || store.promote(&bucket, &key)).await?)
+    }
+
+    async fn amend(&self, amendments: &[Amendment]) -> Result<Vec<bool>, DriveError> {
+        self.each(amendments, Store::amend).await
     }
 
     async fn account_digest(&self) -> Result<AccountDigest, DriveError> {

@@ -103,6 +103,25 @@ impl Store {
         Ok(self.meta.promote(bucket, key)?.map(|r| r.version_id))
     }
 
+    /// Applies one [`oed_model::drive::Amendment`] to the record of its version here,
+    /// under the key's commit lock. Returns whether the record here carries it now.
+    ///
+    /// # Errors
+    /// [`Error::Meta`], [`Error::Record`].
+    pub fn amend(&self, a: &oed_model::drive::Amendment) -> Result<bool> {
+        let _guard = self.lock_for(&a.bucket, &a.key);
+        let Some(mut r) = self.meta.object(&a.bucket, &a.key)? else {
+            return Ok(false);
+        };
+        if r.version_id != a.version_id {
+            return Ok(false);
+        }
+        if a.apply(&mut r) {
+            self.meta.rewrite_record(&r)?;
+        }
+        Ok(true)
+    }
+
     /// Applies one [`oed_model::drive::Relocation`] to the records here, under the key's
     /// commit lock (so it cannot undo a newer version committed meanwhile). Returns
     /// whether they name the new drive now: `false` when no record here is of that

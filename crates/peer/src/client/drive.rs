@@ -9,8 +9,8 @@ use crate::PeerOp;
 use crate::auth::{self};
 use oed_model::account::{AccountDigest, SignedEntry};
 use oed_model::drive::{
-    Drive, DriveError, DriveInfo, ErrorCode, HealEntry, ObjectRef, OpAnswer, OpRequest, RecordPage,
-    Relocation, Settlement, ShardRead, ShardUpload, Stored,
+    Amendment, Drive, DriveError, DriveInfo, ErrorCode, HealEntry, ObjectRef, OpAnswer, OpRequest,
+    RecordPage, Relocation, Settlement, ShardRead, ShardUpload, Stored,
 };
 use oed_model::record::{BucketRecord, ObjectRecord, VersionId};
 use oed_model::uri::encode as q;
@@ -179,6 +179,11 @@ impl Drive for PeerClient {
     async fn promote(&self, bucket: &str, key: &str) -> Result<Option<VersionId>, DriveError> {
         let query = key_query(bucket, key, None);
         self.send(PeerOp::Promote, &query).await?.json().await
+    }
+
+    async fn amend(&self, amendments: &[Amendment]) -> Result<Vec<bool>, DriveError> {
+        oed_model::drive::check_batch(amendments.len())?;
+        self.post_json(PeerOp::Amend, "", amendments).await
     }
 
     async fn account_digest(&self) -> Result<AccountDigest, DriveError> {
