@@ -326,6 +326,13 @@ class Cluster:
             time.sleep(every)
         raise AssertionError(f"timed out waiting for {what}; last: {last!r}")
 
+    def wait_healed(self, timeout=120):
+        """Waits until every drive answers with nothing queued for heal and no hints
+        held for others."""
+        self.wait_for("hints delivered and healed", lambda: all(
+            s and not (sum(s["queue"]["local"].values()) + s["queue"]["hints"])
+            for s in self.status()), timeout=timeout)
+
     def shard_files(self, i):
         return sorted((self.data_dir(i) / "shards").rglob("*.shard"))
 

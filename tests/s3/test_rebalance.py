@@ -51,6 +51,9 @@ class Load:
         self.bucket, self.acked = bucket, acked
         self.lock = threading.Lock()
         self.errors, self.puts, self.gets, self.lists = [], 0, 0, 0
+        # The key whose PUT is on its way: a listing may show it before its answer
+        # arrives.
+        self.pending = set()
         self.stop = threading.Event()
         self.threads = [threading.Thread(target=self.rw, daemon=True),
                         threading.Thread(target=self.list, daemon=True)]
@@ -64,12 +67,18 @@ class Load:
         while not self.stop.is_set() and time.time() < deadline:
             key = f"during/{i:05d}"
             data = rnd.randbytes(rnd.randint(1, 96) * 1024)
+            with self.lock:
+                self.pending.add(key)
             try:
-                self.s3.put_object(Bucket=self.bucket, Key=key, Body=data)
-                with self.lock:
-                    self.acked[key] = hashlib.sha256(data).hexdigest()
-                    self.puts += 1
-                    keys = list(self.acked)
+                try:
+                    self.s3.put_object(Bucket=self.bucket, Key=key, Body=data)
+                    with self.lock:
+                        self.acked[key] = hashlib.sha256(data).hexdigest()
+                        self.puts += 1
+                        keys = list(self.acked)
+                finally:
+                    with self.lock:
+                        self.pending.discard(key)
                 for k in rnd.sample(keys, min(3, len(keys))):
                     got = self.s3.get_object(Bucket=self.bucket, Key=k)["Body"].read()
                     if hashlib.sha256(got).hexdigest() != self.acked[k]:
@@ -106,7 +115,7 @@ class Load:
             if missing:
                 self.errors.append(f"LIST: {len(missing)} acknowledged keys missing, e.g. {sorted(missing)[:3]}")
             with self.lock:
-                unknown = set(seen) - set(self.acked)
+                unknown = set(seen) - set(self.acked) - self.pending
             if unknown:
                 self.errors.append(f"LIST: {len(unknown)} keys never acknowledged")
             self.lists += 1

@@ -151,9 +151,7 @@ def test_tags_changed_while_a_drive_is_killed_read_back_after_it_returns():
         c.kill9(5)
         s3.put_object_tagging(Bucket="tags-heal", Key="k", Tagging=tag_set({"v": "new"}))
         c.start(5)
-        c.wait_for("hints delivered and healed", lambda: all(
-            s and not (sum(s["queue"]["local"].values()) + s["queue"]["hints"])
-            for s in c.status()), timeout=120)
+        c.wait_healed()
         # With two of the drives that took the change down, the returned drive is one of
         # the four records read.
         c.kill9(0)

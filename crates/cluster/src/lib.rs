@@ -211,6 +211,8 @@ pub struct Cluster {
     pub body_window: Duration,
     /// See `body_window`.
     pub min_body_rate: u64,
+    /// A lifecycle rule's day, milliseconds (`lifecycle_day_seconds`).
+    pub lifecycle_day_ms: u64,
     /// When the log last said this drive's clock is off.
     clock_warned: Mutex<Option<std::time::Instant>>,
 }
@@ -297,6 +299,7 @@ impl Cluster {
             body_window: Duration::from_secs(config.http_header_timeout_seconds),
             clock_warned: Mutex::new(None),
             min_body_rate: config.min_body_bytes_per_second,
+            lifecycle_day_ms: config.lifecycle_day_seconds.saturating_mul(1000),
         })
     }
 
@@ -815,24 +818,26 @@ struct Links {
     sealed_uploads: bool,
 }
 
-/// The newest version among `records` that at least `k` of them hold; of its records,
-/// the one whose tags were changed last (a drive that missed a change has the earlier).
+/// The newest version among `records` that at least `k` of them hold, with each part
+/// that amendments change (tags, retention, legal hold) as its latest change left it (a
+/// drive that missed a change has the earlier).
 #[must_use]
 pub fn newest_readable(records: &[ObjectRecord]) -> Option<ObjectRecord> {
     let mut by_version: std::collections::BTreeMap<_, (usize, &ObjectRecord)> =
         std::collections::BTreeMap::new();
     for r in records {
-        let e = by_version.entry(r.version_id).or_insert((0, r));
-        e.0 += 1;
-        if r.tags_changed > e.1.tags_changed {
-            e.1 = r;
-        }
+        by_version.entry(r.version_id).or_insert((0, r)).0 += 1;
     }
-    by_version
+    let (_, first) = by_version
         .into_values()
         .rev()
-        .find(|(n, r)| *n >= usize::from(r.k))
-        .map(|(_, r)| r.clone())
+        .find(|(n, r)| *n >= usize::from(r.k))?;
+    let mut out = first.clone();
+    let version = out.version_id;
+    for r in records.iter().filter(|r| r.version_id == version) {
+        oed_model::drive::merge_changes(&mut out, r);
+    }
+    Some(out)
 }
 
 #[cfg(test)]

@@ -152,6 +152,32 @@ impl Cluster {
         Ok(())
     }
 
+    /// After `written`, a `null` version written while versioning is suspended: the
+    /// `null` version it replaces goes, also when that was not the current one (S3
+    /// keeps one `null` version per key). A current one was replaced by the drives as
+    /// they committed.
+    ///
+    /// # Errors
+    /// [`Error::Unavailable`] when the versions cannot be listed.
+    pub async fn drop_replaced_nulls(&self, written: &ObjectRecord) -> Result<()> {
+        let r = written;
+        let prefix = versions_of(&r.key);
+        let mut merge = Merge::new(self, &r.bucket, &prefix);
+        while let Some(old) = merge.next().await? {
+            if !old.key.starts_with(&prefix) {
+                break;
+            }
+            if !old.versioned && old.version_id < r.version_id && old.user_key() == r.key {
+                self.delete_version(&Found {
+                    record: old,
+                    current: false,
+                })
+                .await?;
+            }
+        }
+        Ok(())
+    }
+
     /// Whether `bucket` holds any noncurrent version.
     ///
     /// # Errors

@@ -78,6 +78,10 @@ pub struct NewObject {
     pub delete_marker: bool,
     /// Its tags ([`ObjectRecord::tags`]), checked by the caller.
     pub tags: BTreeMap<String, String>,
+    /// Its retention ([`ObjectRecord::retention`]), checked by the caller.
+    pub retention: Option<oed_model::record::Retention>,
+    /// Its legal hold ([`ObjectRecord::legal_hold`]).
+    pub legal_hold: bool,
 }
 
 /// An S3 checksum (`x-amz-checksum-*`) asked for on a body: computed as the body streams,
@@ -180,6 +184,22 @@ enum ShardAnswer {
 #[must_use]
 pub fn parts_prefix(upload_id: &str) -> String {
     format!("\u{1}p/{upload_id}/")
+}
+
+/// The internal key of multipart upload `upload_id` of `key` while it is in progress:
+/// an empty object whose record keeps the upload's metadata.
+#[must_use]
+pub fn upload_key(key: &str, upload_id: &str) -> String {
+    format!("{UPLOADS_PREFIX}{key}\u{1}{upload_id}")
+}
+
+/// What every [`upload_key`] starts with.
+pub const UPLOADS_PREFIX: &str = "\u{1}u/";
+
+/// The client's key and the upload id of an [`upload_key`]; `None` for any other key.
+#[must_use]
+pub fn parse_upload_key(internal: &str) -> Option<(&str, &str)> {
+    internal.strip_prefix(UPLOADS_PREFIX)?.rsplit_once('\u{1}')
 }
 
 /// The key of part `n` of upload `upload_id`.
@@ -404,6 +424,22 @@ impl Cluster {
         Ok(written)
     }
 
+    /// The retention a new version of `obj` that names none gets: its bucket's default
+    /// (object lock), from now; none for a delete marker and the cluster's own keys
+    /// (parts and uploads in progress: a completed upload gets it when it completes).
+    fn default_retention(&self, obj: &NewObject) -> Option<oed_model::record::Retention> {
+        if obj.delete_marker || obj.key.starts_with('\u{1}') {
+            return None;
+        }
+        let accounts = self.accounts();
+        let d = accounts
+            .settings(&obj.bucket)?
+            .object_lock
+            .as_ref()?
+            .default_retention?;
+        Some(d.at(now_ms()))
+    }
+
     /// The record of a new version of `obj` (its `ETag` and final id still to come), the
     /// drives placed for its shards, and its layout.
     fn new_record(&self, obj: &NewObject) -> Result<(ObjectRecord, ShardDrives, oed_ec::Layout)> {
@@ -435,6 +471,10 @@ impl Cluster {
             delete_marker: obj.delete_marker,
             tags: obj.tags.clone(),
             tags_changed: oed_model::record::VersionId(0),
+            retention: obj.retention.or_else(|| self.default_retention(obj)),
+            retention_changed: oed_model::record::VersionId(0),
+            legal_hold: obj.legal_hold,
+            legal_hold_changed: oed_model::record::VersionId(0),
         };
         record.validate()?;
         let placed = placed.iter().map(|&i| map.at(i).clone()).collect();

@@ -132,8 +132,8 @@ pub struct BucketPolicy {
     pub version: VersionId,
 }
 
-/// A bucket's settings that every drive applies to its requests: its versioning and its
-/// tags. Reset (to the defaults) when the bucket is deleted, kept so that an older copy
+/// A bucket's settings that every drive applies to its requests: its versioning, its
+/// tags and its lifecycle rules. Reset (to the defaults) when the bucket is deleted, kept so that an older copy
 /// cannot bring them back.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -146,8 +146,51 @@ pub struct BucketSettings {
     /// Its tags (S3 bucket tagging); none: it has no tag set.
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub tags: std::collections::BTreeMap<String, String>,
+    /// Its lifecycle rules; none: it has no lifecycle configuration.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lifecycle: Option<crate::lifecycle::Lifecycle>,
+    /// Its object lock configuration; none: object lock is not enabled (once enabled, it
+    /// stays).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub object_lock: Option<ObjectLock>,
     /// The version of its last change.
     pub version: VersionId,
+}
+
+/// A bucket's object lock configuration: enabled, with the retention new versions get
+/// when their write names none.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ObjectLock {
+    /// The default retention, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default_retention: Option<DefaultRetention>,
+}
+
+/// A bucket's default retention: its mode, and how long from a version's write.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DefaultRetention {
+    /// The mode.
+    pub mode: crate::record::LockMode,
+    /// Days (set when the configuration gave `Days`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub days: Option<u32>,
+    /// Years (set when it gave `Years`; a year is 365 days).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub years: Option<u32>,
+}
+
+impl DefaultRetention {
+    /// The retention of a version written at `now_ms`.
+    #[must_use]
+    pub fn at(self, now_ms: u64) -> crate::record::Retention {
+        let days = u64::from(self.days.unwrap_or(0)) + 365 * u64::from(self.years.unwrap_or(0));
+        crate::record::Retention {
+            mode: self.mode,
+            until_ms: now_ms.saturating_add(days.saturating_mul(crate::lifecycle::DAY_MS)),
+        }
+    }
 }
 
 /// A bucket's versioning state, as S3 names it.
@@ -393,6 +436,21 @@ impl AccountTable {
         self.settings(bucket)
             .map(|s| s.versioning)
             .unwrap_or_default()
+    }
+
+    /// The buckets with lifecycle rules, with them, by name.
+    #[must_use]
+    pub fn lifecycles(&self) -> Vec<(String, crate::lifecycle::Lifecycle)> {
+        let mut out: Vec<_> = self
+            .settings
+            .iter()
+            .filter_map(|(b, e)| match &e.entry {
+                AccountEntry::Settings(s) => Some((b.clone(), s.lifecycle.clone()?)),
+                _ => None,
+            })
+            .collect();
+        out.sort_by(|a, b| a.0.cmp(&b.0));
+        out
     }
 
     /// The policy in force in `bucket`, parsed.

@@ -253,6 +253,15 @@ pub struct Config {
     /// Age, in seconds, before the scrubber removes leftovers: temp files, shard files
     /// without a record, records of writes that never reached a quorum. Default: 3600.
     pub sweep_grace_seconds: u64,
+    /// Lifecycle actions (a version expired, a delete marker removed, an upload
+    /// aborted) this drive takes per second, at most. 0 turns lifecycle off on this
+    /// drive. Default: 50.
+    pub lifecycle_actions_per_second: u32,
+    /// How long a lifecycle "day" is, in seconds: the unit of the rules' `Days`, and the
+    /// time from the start of one lifecycle pass to the start of the next. Only tests
+    /// shorten it (as Ceph's `rgw_lc_debug_interval` does); with real days, an expiry
+    /// is rounded up to the next midnight UTC, as S3 counts. Default: 86400.
+    pub lifecycle_day_seconds: u64,
 }
 
 /// Where power readings come from; see [`Config::power_source`].
@@ -320,6 +329,8 @@ impl Default for Config {
             scrub_rate_bytes: 8 << 20,
             scrub_interval_seconds: 7 * 24 * 3600,
             sweep_grace_seconds: 3600,
+            lifecycle_actions_per_second: 50,
+            lifecycle_day_seconds: 86_400,
         }
     }
 }
@@ -416,6 +427,9 @@ impl Config {
         }
         if self.max_concurrent_requests == 0 {
             return bad("max_concurrent_requests must be at least 1".into());
+        }
+        if self.lifecycle_day_seconds == 0 {
+            return bad("lifecycle_day_seconds must be at least 1".into());
         }
         if !(0.05..=1.0).contains(&self.heal_busy_share) {
             return bad("heal_busy_share must be between 0.05 and 1".into());

@@ -153,6 +153,45 @@ pub struct Amendment {
 pub enum Change {
     /// The object's tags become these (none: the tags are removed).
     Tags(std::collections::BTreeMap<String, String>),
+    /// Its retention becomes this (none: it has none).
+    Retention(Option<crate::record::Retention>),
+    /// Its legal hold is put on (true) or taken off.
+    LegalHold(bool),
+}
+
+/// The changes `newer` carries that `older`, a record of the same version, lacks: each
+/// part an [`Amendment`] changes, with when it was changed.
+#[must_use]
+pub fn changes_since(newer: &ObjectRecord, older: &ObjectRecord) -> Vec<(VersionId, Change)> {
+    let mut out = Vec::new();
+    if newer.tags_changed > older.tags_changed {
+        out.push((newer.tags_changed, Change::Tags(newer.tags.clone())));
+    }
+    if newer.retention_changed > older.retention_changed {
+        out.push((newer.retention_changed, Change::Retention(newer.retention)));
+    }
+    if newer.legal_hold_changed > older.legal_hold_changed {
+        out.push((
+            newer.legal_hold_changed,
+            Change::LegalHold(newer.legal_hold),
+        ));
+    }
+    out
+}
+
+/// `into` with each part an amendment changes taken from `other` (a record of the same
+/// version) where `other` changed it later: the version as the latest changes left it.
+pub fn merge_changes(into: &mut ObjectRecord, other: &ObjectRecord) {
+    for (at, change) in changes_since(other, into) {
+        Amendment {
+            bucket: String::new(),
+            key: String::new(),
+            version_id: into.version_id,
+            at,
+            change,
+        }
+        .apply(into);
+    }
 }
 
 impl Amendment {
@@ -166,9 +205,23 @@ impl Amendment {
                 }
                 record.tags.clone_from(tags);
                 record.tags_changed = self.at;
-                true
+            }
+            Change::Retention(r) => {
+                if record.retention_changed >= self.at {
+                    return false;
+                }
+                record.retention = *r;
+                record.retention_changed = self.at;
+            }
+            Change::LegalHold(on) => {
+                if record.legal_hold_changed >= self.at {
+                    return false;
+                }
+                record.legal_hold = *on;
+                record.legal_hold_changed = self.at;
             }
         }
+        true
     }
 }
 

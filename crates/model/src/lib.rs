@@ -9,6 +9,7 @@ pub mod config;
 pub mod drive;
 pub mod error;
 pub mod heal;
+pub mod lifecycle;
 pub mod map;
 pub mod policy;
 pub mod record;

@@ -203,6 +203,55 @@ pub struct ObjectRecord {
     /// as written. Of two records of one version, the one changed later is right.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub tags_changed: VersionId,
+    /// Its retention (S3 object lock): until when, and in which mode, no key may delete
+    /// it. Set by the write, changed since by [`Amendment`](crate::drive::Amendment)s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retention: Option<Retention>,
+    /// When its retention was last changed after the write (zero: as written).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub retention_changed: VersionId,
+    /// Whether a legal hold is on it (S3 object lock): no key may delete it until the
+    /// hold is taken off.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub legal_hold: bool,
+    /// When its legal hold was last changed after the write (zero: as written).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub legal_hold_changed: VersionId,
+}
+
+/// How a version's retention may be undone (S3 object lock modes).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LockMode {
+    /// A key with the bucket's `owner` right may shorten or remove it, saying so
+    /// (`x-amz-bypass-governance-retention: true`).
+    Governance,
+    /// Nobody may shorten or remove it, nor delete the version, until its date.
+    Compliance,
+}
+
+/// A version's retention: its mode and the time until which it holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Retention {
+    /// The mode.
+    pub mode: LockMode,
+    /// Until when, milliseconds since the epoch.
+    pub until_ms: u64,
+}
+
+impl ObjectRecord {
+    /// Whether object lock keeps this version from being deleted at `now_ms`: a legal
+    /// hold, or a retention date not yet reached. `Some(mode)` for a retention (the hold
+    /// is `None` inside: no mode lifts it).
+    #[must_use]
+    pub fn locked(&self, now_ms: u64) -> Option<Option<LockMode>> {
+        if self.legal_hold {
+            return Some(None);
+        }
+        self.retention
+            .filter(|r| r.until_ms > now_ms)
+            .map(|r| Some(r.mode))
+    }
 }
 
 #[allow(clippy::trivially_copy_pass_by_ref)] // serde's skip_serializing_if takes a reference

@@ -65,6 +65,8 @@ pub enum Action {
     Drain,
     /// Stop a drain.
     Undrain,
+    /// A lifecycle pass now.
+    Lifecycle,
 }
 
 impl Action {
@@ -77,6 +79,7 @@ impl Action {
             Self::Retry => "retry",
             Self::Drain => "drain",
             Self::Undrain => "undrain",
+            Self::Lifecycle => "lifecycle",
         }
     }
 
@@ -91,12 +94,13 @@ impl Action {
             Self::Retry,
             Self::Drain,
             Self::Undrain,
+            Self::Lifecycle,
         ]
         .into_iter()
         .find(|a| a.as_str() == name)
         .ok_or_else(|| {
             Error::BadRequest(format!(
-                "unknown action {name:?}: scrub, refill, retry, drain or undrain"
+                "unknown action {name:?}: scrub, refill, retry, drain, undrain or lifecycle"
             ))
         })
     }
@@ -140,6 +144,7 @@ async fn action(
         Action::Retry => repair.retry_deferred(),
         Action::Drain => repair.start_drain()?,
         Action::Undrain => repair.stop_drain(),
+        Action::Lifecycle => repair.start_lifecycle(),
     };
     Ok(Json(ActionTaken {
         action: q.action,

@@ -259,6 +259,12 @@ pub enum AdminAction {
         /// A drive id, or "all".
         drive: String,
     },
+    /// Start a lifecycle pass now on DRIVE, or on every drive with "all" (each applies
+    /// its buckets' lifecycle rules to the versions it is the drive for).
+    Lifecycle {
+        /// A drive id, or "all".
+        drive: String,
+    },
     /// Mark DRIVE out: it gets no new shards; what it holds stays readable there. The
     /// map file gets the next epoch and is pushed to every drive.
     Out {

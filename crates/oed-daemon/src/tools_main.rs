@@ -206,6 +206,12 @@ fn admin(args: AdminArgs) -> anyhow::Result<()> {
                 rt.block_on(admin::act(&map, &access, "retry", &all(drive)))?
             );
         }
+        AdminAction::Lifecycle { drive } => {
+            print!(
+                "{}",
+                rt.block_on(admin::act(&map, &access, "lifecycle", &all(drive)))?
+            );
+        }
         AdminAction::Key { action } => {
             print!("{}", rt.block_on(admin_keys(&map, &access, action))?);
         }
@@ -345,7 +351,8 @@ fn admin_map(
         | AdminAction::Status { .. }
         | AdminAction::Scrub { .. }
         | AdminAction::Refill { .. }
-        | AdminAction::Retry { .. } => {}
+        | AdminAction::Retry { .. }
+        | AdminAction::Lifecycle { .. } => {}
     }
     Ok(())
 }

@@ -28,7 +28,7 @@ use tokio_util::sync::CancellationToken;
 use super::{Repair, batches, entry_size};
 use oed_cluster::newest_readable;
 use oed_cluster::stripes::StripeSource;
-use oed_model::drive::{Amendment, Change, DriveError, ErrorCode};
+use oed_model::drive::{Amendment, DriveError, ErrorCode};
 use oed_model::error::{Error, Result};
 use oed_model::heal::{HealCause, HealEntry};
 use oed_model::record::{ObjectRecord, PartRef};
@@ -178,15 +178,18 @@ async fn heal_one(r: &Arc<Repair>, e: &HealEntry) -> Result<Outcome> {
         if store.supersedes(l.version_id, current.version_id) {
             return Ok(Outcome::Obsolete("a newer version is being written here"));
         }
-        if l.version_id == current.version_id && l.tags_changed < current.tags_changed {
-            // This drive missed a change of the version's tags.
-            store.amend(&Amendment {
-                bucket: l.bucket.clone(),
-                key: l.key.clone(),
-                version_id: l.version_id,
-                at: current.tags_changed,
-                change: Change::Tags(current.tags.clone()),
-            })?;
+        if l.version_id == current.version_id {
+            // Changes of the version (its tags, its retention, its legal hold) this drive
+            // missed.
+            for (at, change) in oed_model::drive::changes_since(&current, l) {
+                store.amend(&Amendment {
+                    bucket: l.bucket.clone(),
+                    key: l.key.clone(),
+                    version_id: l.version_id,
+                    at,
+                    change,
+                })?;
+            }
         }
         let bad = matches!(e.cause, HealCause::ReadCorrupt | HealCause::ScrubCorrupt)
             && e.version_id == l.version_id;

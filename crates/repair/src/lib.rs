@@ -12,6 +12,8 @@
 //!   knows (a replaced disk) lists what it held from the other drives and queues all of it.
 //! - [`drain`]: a drive marked out moves its shards to drives that are in, and has every
 //!   holder's record updated, before it is removed from the map.
+//! - [`lifecycle`]: this drive applies its buckets' lifecycle rules to the versions it
+//!   is the drive for.
 //! - [`rebalance`]: after the map changes, every drive moves the shards the map in force
 //!   places elsewhere to their new drives, and hands over the rebuild of the shards of a
 //!   drive removed as lost.
@@ -64,6 +66,7 @@ macro_rules! phases {
 
 pub mod drain;
 pub mod heal;
+pub mod lifecycle;
 pub mod metrics;
 pub mod rebalance;
 pub mod refill;
@@ -106,6 +109,10 @@ pub struct RepairConfig {
     pub scrub_interval: Duration,
     /// Age of leftovers before they are swept.
     pub grace: Duration,
+    /// Lifecycle actions per second (0: no lifecycle).
+    pub lifecycle_rate: u32,
+    /// A lifecycle day.
+    pub lifecycle_day: Duration,
 }
 
 impl RepairConfig {
@@ -121,6 +128,8 @@ impl RepairConfig {
             scrub_rate: config.scrub_rate_bytes,
             scrub_interval: Duration::from_secs(config.scrub_interval_seconds),
             grace: Duration::from_secs(config.sweep_grace_seconds),
+            lifecycle_rate: config.lifecycle_actions_per_second,
+            lifecycle_day: Duration::from_secs(config.lifecycle_day_seconds),
         }
     }
 }
@@ -274,6 +283,10 @@ pub struct Repair {
     rebalance: Mutex<rebalance::RebalanceState>,
     /// What rebalance did since start.
     pub rebalance_stats: rebalance::RebalanceStats,
+    /// Starts a lifecycle pass now.
+    lifecycle_now: Notify,
+    /// What the lifecycle did since start (and its state, also kept in the store).
+    pub lifecycle_stats: lifecycle::LifecycleStats,
 }
 
 /// What `oedd admin` shows of a drive (`GET admin/status`).
@@ -309,6 +322,9 @@ pub struct RepairStatus {
     /// minutes (`None`: none answered; absent from the answers of versions before it).
     #[serde(default)]
     pub clock_offset_seconds: Option<f64>,
+    /// Lifecycle (absent from the answers of versions before it).
+    #[serde(default)]
+    pub lifecycle: lifecycle::LifecycleStatus,
 }
 
 /// Heal's part of [`RepairStatus`].
@@ -361,6 +377,8 @@ impl Repair {
             rebalance_now: Notify::new(),
             rebalance: Mutex::new(rebalance),
             rebalance_stats: rebalance::RebalanceStats::default(),
+            lifecycle_now: Notify::new(),
+            lifecycle_stats: lifecycle::LifecycleStats::default(),
         })
     }
 
@@ -381,6 +399,7 @@ impl Repair {
         tasks.spawn(refill::run(self.clone(), stop.child_token()));
         tasks.spawn(drain::run(self.clone(), stop.child_token()));
         tasks.spawn(rebalance::run(self.clone(), stop.child_token()));
+        tasks.spawn(lifecycle::run(self.clone(), stop.child_token()));
     }
 
     /// Wakes the healer (entries were queued).
@@ -391,6 +410,12 @@ impl Repair {
     /// Asks for a scrub pass now; returns true.
     pub fn start_scrub(&self) -> bool {
         self.scrub_now.notify_one();
+        true
+    }
+
+    /// Asks for a lifecycle pass now; returns true.
+    pub fn start_lifecycle(&self) -> bool {
+        self.lifecycle_now.notify_one();
         true
     }
 
@@ -463,6 +488,9 @@ impl Repair {
                 eta_seconds: (rate > 0.0 && left > 0).then(|| left as f64 / rate),
             },
             scrub: self.scrub_stats.status(&self.config),
+            lifecycle: self
+                .lifecycle_stats
+                .status(&self.config, self.cluster.accounts().lifecycles().len()),
             refill,
             queue,
         }

@@ -37,6 +37,75 @@ pub struct RepairCollector {
     refill: GaugeVec,
     drain: DrainMetrics,
     rebalance: RebalanceMetrics,
+    lifecycle: LifecycleMetrics,
+}
+
+/// The lifecycle's metrics.
+struct LifecycleMetrics {
+    actions: CounterVec,
+    checked: Counter,
+    failures: Counter,
+    running: Gauge,
+    last: Gauge,
+    buckets: Gauge,
+}
+
+impl LifecycleMetrics {
+    fn new() -> prometheus::Result<Self> {
+        let c = |n: &str, h: &str| Counter::with_opts(Opts::new(n, h));
+        let g = |n: &str, h: &str| Gauge::with_opts(Opts::new(n, h));
+        Ok(Self {
+            actions: CounterVec::new(
+                Opts::new(
+                    "oed_lifecycle_actions_total",
+                    "Lifecycle actions this drive took, by action: expire_current (a current version deleted, or put behind a delete marker), expire_noncurrent, remove_delete_marker, abort_upload.",
+                ),
+                &["action"],
+            )?,
+            checked: c(
+                "oed_lifecycle_checked_total",
+                "Versions this drive applied lifecycle rules to (those it is the drive for, in buckets with rules).",
+            )?,
+            failures: c(
+                "oed_lifecycle_failures_total",
+                "Lifecycle actions that failed; the next pass tries them again.",
+            )?,
+            running: g("oed_lifecycle_running", "1 while a lifecycle pass runs.")?,
+            last: g(
+                "oed_lifecycle_last_complete_timestamp_seconds",
+                "When this drive last completed a lifecycle pass (0: never).",
+            )?,
+            buckets: g("oed_lifecycle_buckets", "Buckets with lifecycle rules.")?,
+        })
+    }
+
+    fn parts(&self) -> [&dyn Collector; 6] {
+        [
+            &self.actions,
+            &self.checked,
+            &self.failures,
+            &self.running,
+            &self.last,
+            &self.buckets,
+        ]
+    }
+
+    fn refresh(&self, s: &crate::lifecycle::LifecycleStatus) {
+        for (action, n) in [
+            ("expire_current", s.expired_current),
+            ("expire_noncurrent", s.expired_noncurrent),
+            ("remove_delete_marker", s.delete_markers_removed),
+            ("abort_upload", s.uploads_aborted),
+        ] {
+            advance(&self.actions.with_label_values(&[action]), n as f64);
+        }
+        advance(&self.checked, s.checked as f64);
+        advance(&self.failures, s.failures as f64);
+        self.running.set(f64::from(u8::from(s.running)));
+        self.last
+            .set(s.last_complete_ms.map_or(0.0, |ms| ms as f64 / 1000.0));
+        self.buckets.set(s.buckets as f64);
+    }
 }
 
 /// The rebalance's metrics.
@@ -247,6 +316,7 @@ impl RepairCollector {
             )?,
             drain: DrainMetrics::new()?,
             rebalance: RebalanceMetrics::new()?,
+            lifecycle: LifecycleMetrics::new()?,
             repair,
         })
     }
@@ -280,6 +350,7 @@ impl ScrapeTime for RepairCollector {
             &self.drain.out,
         ];
         parts.extend(self.rebalance.parts());
+        parts.extend(self.lifecycle.parts());
         parts
     }
 
@@ -377,5 +448,6 @@ impl ScrapeTime for RepairCollector {
         )));
         self.rebalance
             .refresh(&s.rebalance, &self.repair.rebalance_stats);
+        self.lifecycle.refresh(&s.lifecycle);
     }
 }

@@ -80,7 +80,9 @@ pub(crate) fn needs(op: &str) -> Need {
         | "ListMultipartUploads"
         | "ListParts"
         | "GetObjectAcl"
-        | "GetObjectTagging" => Need::Right(Right::Read),
+        | "GetObjectTagging"
+        | "GetObjectRetention"
+        | "GetObjectLegalHold" => Need::Right(Right::Read),
         "PutObject"
         | "PostObject"
         | "DeleteObject"
@@ -93,9 +95,13 @@ pub(crate) fn needs(op: &str) -> Need {
         | "AbortMultipartUpload"
         | "PutObjectAcl"
         | "PutObjectTagging"
-        | "DeleteObjectTagging" => Need::Right(Right::Write),
+        | "DeleteObjectTagging"
+        | "PutObjectRetention"
+        | "PutObjectLegalHold" => Need::Right(Right::Write),
         // The bucket's deletion and its settings.
-        "DeleteBucket" => Need::Right(Right::Owner),
+        "DeleteBucket" | "PutObjectLockConfiguration" | "GetObjectLockConfiguration" => {
+            Need::Right(Right::Owner)
+        }
         s if s.starts_with("PutBucket")
             || s.starts_with("GetBucket")
             || s.starts_with("DeleteBucket") =>
@@ -160,6 +166,17 @@ pub(crate) fn require(
                 ))
             }
         }
+    }
+}
+
+/// Whether the signer has `right` in `bucket` (nothing counted or answered: for what a
+/// right adds to an operation the signer may do, such as bypassing a governance
+/// retention).
+pub(crate) fn has(cluster: &Cluster, who: &Who<'_>, bucket: &str, right: Right) -> bool {
+    match who {
+        Who::Root => true,
+        Who::Anonymous => false,
+        Who::Key(id) => cluster.accounts().rights(id, bucket).allow(right),
     }
 }
 

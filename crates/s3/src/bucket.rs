@@ -33,6 +33,9 @@ pub(crate) async fn create(
     cluster.create_bucket(&input.bucket).await.or_s3()?;
     crate::policy::bucket_made(cluster, &input.bucket).await?;
     crate::versioning::reset(cluster, &input.bucket).await?;
+    if input.object_lock_enabled_for_bucket == Some(true) {
+        crate::objectlock::enable_on_create(cluster, &input.bucket).await?;
+    }
     access::new_bucket(cluster, who, &input.bucket).await?;
     Ok(S3Response::new(CreateBucketOutput {
         location: Some(format!("/{}", input.bucket)),

@@ -13,9 +13,12 @@ mod acl;
 pub mod bucket;
 pub mod checksum;
 pub mod error;
+pub mod lifecycle;
 pub mod list;
+mod locks;
 pub mod multipart;
 pub mod object;
+mod objectlock;
 pub mod op;
 mod policy;
 pub mod range;
@@ -52,6 +55,7 @@ use s3s::{S3, S3Error, S3ErrorCode, S3Request, S3Response, S3Result};
 use s3s::route::S3Route;
 
 use oed_cluster::Cluster;
+use oed_model::account::Right;
 use oed_model::error::Error;
 use oed_model::record::ObjectRecord;
 
@@ -750,6 +754,93 @@ impl S3 for OedS3 {
         tagging::delete_object(&self.cluster, req.input).await
     }
 
+    async fn put_object_lock_configuration(
+        &self,
+        req: S3Request<s3s::dto::PutObjectLockConfigurationInput>,
+    ) -> S3Result<S3Response<s3s::dto::PutObjectLockConfigurationOutput>> {
+        let i = req.input;
+        objectlock::put_config(&self.cluster, &i.bucket, i.object_lock_configuration).await
+    }
+
+    async fn get_object_lock_configuration(
+        &self,
+        req: S3Request<s3s::dto::GetObjectLockConfigurationInput>,
+    ) -> S3Result<S3Response<s3s::dto::GetObjectLockConfigurationOutput>> {
+        objectlock::get_config(&self.cluster, &req.input.bucket).await
+    }
+
+    async fn put_object_retention(
+        &self,
+        req: S3Request<s3s::dto::PutObjectRetentionInput>,
+    ) -> S3Result<S3Response<s3s::dto::PutObjectRetentionOutput>> {
+        let who = access::who(&self.root, req.credentials.as_ref());
+        let i = req.input;
+        let bypass = i.bypass_governance_retention == Some(true)
+            && access::has(&self.cluster, &who, &i.bucket, Right::Owner);
+        objectlock::put_retention(
+            &self.cluster,
+            &i.bucket,
+            &i.key,
+            i.version_id.as_deref(),
+            i.retention,
+            bypass,
+        )
+        .await
+    }
+
+    async fn get_object_retention(
+        &self,
+        req: S3Request<s3s::dto::GetObjectRetentionInput>,
+    ) -> S3Result<S3Response<s3s::dto::GetObjectRetentionOutput>> {
+        let i = req.input;
+        objectlock::get_retention(&self.cluster, &i.bucket, &i.key, i.version_id.as_deref()).await
+    }
+
+    async fn put_object_legal_hold(
+        &self,
+        req: S3Request<s3s::dto::PutObjectLegalHoldInput>,
+    ) -> S3Result<S3Response<s3s::dto::PutObjectLegalHoldOutput>> {
+        let i = req.input;
+        objectlock::put_legal_hold(
+            &self.cluster,
+            &i.bucket,
+            &i.key,
+            i.version_id.as_deref(),
+            i.legal_hold,
+        )
+        .await
+    }
+
+    async fn get_object_legal_hold(
+        &self,
+        req: S3Request<s3s::dto::GetObjectLegalHoldInput>,
+    ) -> S3Result<S3Response<s3s::dto::GetObjectLegalHoldOutput>> {
+        let i = req.input;
+        objectlock::get_legal_hold(&self.cluster, &i.bucket, &i.key, i.version_id.as_deref()).await
+    }
+
+    async fn get_bucket_lifecycle_configuration(
+        &self,
+        req: S3Request<s3s::dto::GetBucketLifecycleConfigurationInput>,
+    ) -> S3Result<S3Response<s3s::dto::GetBucketLifecycleConfigurationOutput>> {
+        lifecycle::get(&self.cluster, &req.input.bucket).await
+    }
+
+    async fn put_bucket_lifecycle_configuration(
+        &self,
+        req: S3Request<s3s::dto::PutBucketLifecycleConfigurationInput>,
+    ) -> S3Result<S3Response<s3s::dto::PutBucketLifecycleConfigurationOutput>> {
+        let i = req.input;
+        lifecycle::put(&self.cluster, &i.bucket, i.lifecycle_configuration).await
+    }
+
+    async fn delete_bucket_lifecycle(
+        &self,
+        req: S3Request<s3s::dto::DeleteBucketLifecycleInput>,
+    ) -> S3Result<S3Response<s3s::dto::DeleteBucketLifecycleOutput>> {
+        lifecycle::delete(&self.cluster, &req.input.bucket).await
+    }
+
     async fn get_bucket_tagging(
         &self,
         req: S3Request<s3s::dto::GetBucketTaggingInput>,
@@ -890,14 +981,18 @@ impl S3 for OedS3 {
         &self,
         req: S3Request<DeleteObjectInput>,
     ) -> S3Result<S3Response<DeleteObjectOutput>> {
-        object::delete(&self.cluster, req.input).await
+        let who = access::who(&self.root, req.credentials.as_ref());
+        let bypass = access::has(&self.cluster, &who, &req.input.bucket, Right::Owner);
+        object::delete(&self.cluster, req.input, bypass).await
     }
 
     async fn delete_objects(
         &self,
         req: S3Request<DeleteObjectsInput>,
     ) -> S3Result<S3Response<DeleteObjectsOutput>> {
-        object::delete_many(&self.cluster, req.input).await
+        let who = access::who(&self.root, req.credentials.as_ref());
+        let bypass = access::has(&self.cluster, &who, &req.input.bucket, Right::Owner);
+        object::delete_many(&self.cluster, req.input, bypass).await
     }
 
     async fn copy_object(

@@ -23,17 +23,13 @@ use super::object::{
 use super::{OrS3, check_user_key, checksum, err, etag, need_bucket, timestamp};
 use oed_cluster::Cluster;
 use oed_cluster::list::walk;
-use oed_cluster::write::{NewObject, multipart_etag, part_key, parts_prefix};
+use oed_cluster::write::{NewObject, multipart_etag, part_key, parts_prefix, upload_key};
 use oed_model::record::{ObjectRecord, PartRef, VersionId};
 
 /// S3's smallest part, except the last.
 pub const MIN_PART_SIZE: u64 = 5 << 20;
 /// S3's largest part number.
 pub const MAX_PARTS: i32 = 10_000;
-
-fn upload_key(key: &str, upload_id: &str) -> String {
-    format!("\u{1}u/{key}\u{1}{upload_id}")
-}
 
 fn part_number(key: &str) -> Option<i32> {
     key.rsplit('/').next()?.parse().ok()
@@ -106,9 +102,12 @@ pub(crate) async fn create(
         input.checksum_algorithm.as_ref(),
         input.checksum_type.as_ref(),
     )?;
+    let (retention, legal_hold) = crate::objectlock::of_input!(cluster, input)?;
     let obj = NewObject {
         bucket: input.bucket.clone(),
         key: upload_key(&input.key, &upload_id),
+        retention,
+        legal_hold,
         content_type: input.content_type,
         user_meta: user_meta(input.metadata)?,
         headers: super::object::stored_headers(
@@ -406,6 +405,8 @@ pub(crate) async fn complete(
         user_meta: marker.user_meta.clone(),
         headers: marker.headers.clone(),
         tags: marker.tags.clone(),
+        retention: marker.retention,
+        legal_hold: marker.legal_hold,
         parts,
         etag: Some(object_etag.clone()),
         parts_checksum: object_checksum,

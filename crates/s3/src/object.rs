@@ -249,6 +249,7 @@ pub(crate) async fn put(
         input.if_none_match.as_ref(),
     )
     .await?;
+    let (retention, legal_hold) = super::objectlock::of_input!(cluster, input)?;
     let obj = NewObject {
         bucket: input.bucket,
         key: input.key,
@@ -266,6 +267,8 @@ pub(crate) async fn put(
         checksum,
         condition,
         tags: super::tagging::of_write(input.tagging.as_deref())?,
+        retention,
+        legal_hold,
         ..Default::default()
     };
     let versioning = super::versioning::state(cluster, &obj.bucket);
@@ -278,6 +281,11 @@ pub(crate) async fn put(
     let mut out = PutObjectOutput {
         e_tag: Some(etag(&written.record.etag)),
         version_id: super::versioning::header(&written.record, versioning),
+        expiration: super::lifecycle::expiration_header(
+            cluster,
+            &written.record,
+            cluster.lifecycle_day_ms,
+        ),
         ..Default::default()
     };
     super::checksum::fill_checksum!(out, written.record.checksum.as_ref(), typed);
@@ -574,8 +582,14 @@ pub(crate) async fn get(
         parts_count: parts_count(&rec, input.part_number),
         version_id: super::versioning::header(&rec, versioning),
         tag_count: super::tagging::count(&rec),
+        expiration: super::lifecycle::expiration_header(cluster, &rec, cluster.lifecycle_day_ms),
         ..Default::default()
     });
+    (
+        resp.output.object_lock_mode,
+        resp.output.object_lock_retain_until_date,
+        resp.output.object_lock_legal_hold_status,
+    ) = super::objectlock::headers(&rec);
     fill_headers!(resp.output, rec);
     // `response-*` query parameters override what is stored (a presigned download's
     // file name, say).
@@ -640,8 +654,14 @@ pub(crate) async fn head(
         content_type: rec.content_type.clone(),
         metadata: Some(rec.user_meta.clone().into_iter().collect()),
         parts_count: parts_count(&rec, input.part_number),
+        expiration: super::lifecycle::expiration_header(cluster, &rec, cluster.lifecycle_day_ms),
         ..Default::default()
     };
+    (
+        out.object_lock_mode,
+        out.object_lock_retain_until_date,
+        out.object_lock_legal_hold_status,
+    ) = super::objectlock::headers(&rec);
     fill_headers!(out, rec);
     if checksum_mode(input.checksum_mode.as_ref()) && !w.partial {
         super::checksum::fill_checksum!(out, rec.checksum.as_ref(), typed);
@@ -653,15 +673,20 @@ pub(crate) async fn head(
     Ok(resp)
 }
 
+/// `DeleteObject`; `may_bypass`: the signer has the bucket's `owner` right, so that
+/// `x-amz-bypass-governance-retention: true` lets it delete a version a `GOVERNANCE`
+/// retention keeps.
 pub(crate) async fn delete(
     cluster: &Cluster,
     input: DeleteObjectInput,
+    may_bypass: bool,
 ) -> S3Result<S3Response<DeleteObjectOutput>> {
     let d = super::versioning::delete(
         cluster,
         &input.bucket,
         &input.key,
         input.version_id.as_deref(),
+        may_bypass && input.bypass_governance_retention == Some(true),
     )
     .await?;
     Ok(S3Response::new(DeleteObjectOutput {
@@ -671,10 +696,13 @@ pub(crate) async fn delete(
     }))
 }
 
+/// `DeleteObjects`; `may_bypass` as for [`delete`].
 pub(crate) async fn delete_many(
     cluster: &Cluster,
     input: DeleteObjectsInput,
+    may_bypass: bool,
 ) -> S3Result<S3Response<DeleteObjectsOutput>> {
+    let bypass = may_bypass && input.bypass_governance_retention == Some(true);
     need_bucket(cluster, &input.bucket).await?;
     if input.delete.objects.len() > 1000 {
         return Err(err(
@@ -703,7 +731,9 @@ pub(crate) async fn delete_many(
             continue;
         }
         let version = o.version_id.clone();
-        match super::versioning::delete(cluster, &input.bucket, &o.key, version.as_deref()).await {
+        match super::versioning::delete(cluster, &input.bucket, &o.key, version.as_deref(), bypass)
+            .await
+        {
             Ok(_) if quiet => {}
             // Of a version named: that version; of a delete marker added: the marker.
             Ok(d) => deleted.push(DeletedObject {
@@ -831,6 +861,8 @@ pub(crate) async fn copy(
             src.headers.clone(),
         )
     };
+    // A copy's lock is the request's (or the bucket's default), never the source's.
+    let (retention, legal_hold) = super::objectlock::of_input!(cluster, input)?;
     let size = src.object_size();
     let body = cluster.read_for_copy(&src, 0..size).await.or_s3()?;
     let obj = NewObject {
@@ -841,6 +873,8 @@ pub(crate) async fn copy(
         user_meta: user,
         headers,
         tags,
+        retention,
+        legal_hold,
         ..Default::default()
     };
     let versioning = super::versioning::state(cluster, &obj.bucket);

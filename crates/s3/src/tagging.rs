@@ -172,7 +172,7 @@ pub(crate) fn count(record: &ObjectRecord) -> Option<i32> {
     (!record.tags.is_empty()).then(|| i32::try_from(record.tags.len()).unwrap_or(i32::MAX))
 }
 
-fn tag_set(tags: &Tags) -> Vec<Tag> {
+pub(crate) fn tag_set(tags: &Tags) -> Vec<Tag> {
     tags.iter()
         .map(|(k, v)| Tag {
             key: Some(k.clone()),

@@ -12,7 +12,7 @@ use s3s::dto::{
 use s3s::{S3Error, S3ErrorCode, S3Response, S3Result};
 
 use oed_cluster::Cluster;
-use oed_cluster::versions::{Found, VersionName};
+use oed_cluster::versions::VersionName;
 use oed_cluster::write::{NewObject, Written};
 use oed_model::account::{AccountEntry, BucketSettings, Versioning};
 use oed_model::record::{ObjectRecord, VersionId};
@@ -61,6 +61,14 @@ pub(crate) async fn put(
             ));
         }
     };
+    if versioning == Versioning::Suspended && crate::locks::of_bucket(cluster, bucket).is_some() {
+        let mut e = err(
+            S3ErrorCode::InvalidBucketState,
+            "An Object Lock configuration is present on this bucket, so the versioning state cannot be changed",
+        );
+        e.set_status_code(http::StatusCode::CONFLICT);
+        return Err(e);
+    }
     set(cluster, bucket, versioning).await?;
     tracing::info!(bucket, ?versioning, "bucket versioning set");
     Ok(S3Response::new(PutBucketVersioningOutput {}))
@@ -258,24 +266,7 @@ pub(crate) async fn after_write(
     if versioning != Versioning::Suspended {
         return Ok(());
     }
-    let r = &written.record;
-    let prefix = oed_model::record::versions_of(&r.key);
-    let mut merge = oed_cluster::list::Merge::new(cluster, &r.bucket, &prefix);
-    while let Some(old) = merge.next().await.or_s3()? {
-        if !old.key.starts_with(&prefix) {
-            break;
-        }
-        if !old.versioned && old.version_id < r.version_id && old.user_key() == r.key {
-            cluster
-                .delete_version(&Found {
-                    record: old,
-                    current: false,
-                })
-                .await
-                .or_s3()?;
-        }
-    }
-    Ok(())
+    cluster.drop_replaced_nulls(&written.record).await.or_s3()
 }
 
 /// What a delete did: the version it removed or the delete marker it added, and whether
@@ -288,24 +279,28 @@ pub(crate) struct Deleted {
 }
 
 /// A client's delete of `bucket`/`key`: with `version`, that version goes for good (the
-/// newest of the rest becomes current when it was the current one); without, in a
+/// newest of the rest becomes current when it was the current one) unless object lock
+/// keeps it (`bypass`: see [`crate::locks::check_delete`]); without, in a
 /// bucket with versioning a delete marker becomes the current version (the `null` one
 /// while versioning is suspended), and in one without the object goes. Deleting what
 /// does not exist succeeds.
 ///
 /// # Errors
-/// `InvalidArgument` for a malformed version id; `NoSuchBucket`; `ServiceUnavailable`.
+/// `InvalidArgument` for a malformed version id; `AccessDenied` for a locked version;
+/// `NoSuchBucket`; `ServiceUnavailable`.
 pub(crate) async fn delete(
     cluster: &Cluster,
     bucket: &str,
     key: &str,
     version: Option<&str>,
+    bypass: bool,
 ) -> S3Result<Deleted> {
     check_user_key(key)?;
     if let Some(version) = version {
         let name = parse(version)?;
         let found = cluster.version(bucket, key, name).await.or_s3()?;
         if let Some(found) = &found {
+            crate::locks::check_delete(&found.record, bypass)?;
             cluster.delete_version(found).await.or_s3()?;
         } else {
             need_bucket(cluster, bucket).await?;

@@ -433,6 +433,7 @@ pub fn report(map: &ClusterMap, answers: &[DriveAnswer]) -> String {
     }
     totals(&mut out, queued, queued_bytes, rate, &levels);
     rebalance_total(&mut out, answers);
+    lifecycle_total(&mut out, answers);
     epochs(&mut out, map, answers);
     if up < answers.len() {
         let _ = writeln!(
@@ -554,6 +555,36 @@ fn rebalance_total(out: &mut String, answers: &[DriveAnswer]) {
             format!(", ETA {}", duration(left as f64 / rate))
         } else {
             String::new()
+        }
+    );
+}
+
+/// The lifecycle's line: buckets with rules, passes running, what the drives did since
+/// they started; nothing when no bucket has rules and nothing was done.
+fn lifecycle_total(out: &mut String, answers: &[DriveAnswer]) {
+    let all: Vec<&RepairStatus> = answers.iter().filter_map(|a| a.status.as_ref()).collect();
+    let buckets = all.iter().map(|s| s.lifecycle.buckets).max().unwrap_or(0);
+    let sum = |f: fn(&RepairStatus) -> u64| all.iter().map(|s| f(s)).sum::<u64>();
+    let expired = sum(|s| s.lifecycle.expired_current);
+    let noncurrent = sum(|s| s.lifecycle.expired_noncurrent);
+    let markers = sum(|s| s.lifecycle.delete_markers_removed);
+    let uploads = sum(|s| s.lifecycle.uploads_aborted);
+    let failures = sum(|s| s.lifecycle.failures);
+    if buckets == 0 && expired + noncurrent + markers + uploads + failures == 0 {
+        return;
+    }
+    let running = all.iter().filter(|s| s.lifecycle.running).count();
+    let last = all
+        .iter()
+        .filter_map(|s| s.lifecycle.last_complete_ms)
+        .min();
+    let _ = writeln!(
+        out,
+        "lifecycle: {buckets} bucket(s) with rules, {}; since start: {expired} expired, {noncurrent} noncurrent expired, {markers} delete markers removed, {uploads} uploads aborted, {failures} failed",
+        if running > 0 {
+            format!("a pass running on {running} drive(s)")
+        } else {
+            format!("oldest last pass {}", ago(last))
         }
     );
 }
