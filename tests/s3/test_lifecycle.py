@@ -246,8 +246,24 @@ def test_a_suspended_bucket_gets_a_null_marker(cluster, s3, bucket):
         ("null", True, True), (v1, False, False)])
 
 
+def test_days_remove_a_marker_left_alone_once_it_is_as_old(cluster, s3, bucket):
+    s3.put_bucket_versioning(Bucket=bucket, VersioningConfiguration={"Status": "Enabled"})
+    s3.put_object(Bucket=bucket, Key="k", Body=b"1")
+    put_rules(s3, bucket, {"ID": "all", "Status": "Enabled", "Filter": {"Prefix": "k"},
+                           "Expiration": {"Days": 1},
+                           "NoncurrentVersionExpiration": {"NoncurrentDays": 1}})
+    # The object expires behind a marker, its version expires, then the marker goes.
+    cluster.wait_for("nothing left of the key", lambda: not versions(s3, bucket, "k"),
+                     timeout=90)
+
+
 def test_abandoned_multipart_uploads_are_aborted(cluster, s3, bucket):
-    up = s3.create_multipart_upload(Bucket=bucket, Key="tmp/big")["UploadId"]
+    put_rules(s3, bucket, {"ID": "abort", "Status": "Enabled", "Filter": {"Prefix": "tmp/"},
+                           "AbortIncompleteMultipartUpload": {"DaysAfterInitiation": 1}})
+    made = s3.create_multipart_upload(Bucket=bucket, Key="tmp/big")
+    assert made["AbortRuleId"] == "abort" and made["AbortDate"]
+    s3.delete_bucket_lifecycle(Bucket=bucket)
+    up = made["UploadId"]
     part = s3.upload_part(Bucket=bucket, Key="tmp/big", UploadId=up, PartNumber=1,
                           Body=b"p" * 100_000)
     kept = s3.create_multipart_upload(Bucket=bucket, Key="data/big")["UploadId"]

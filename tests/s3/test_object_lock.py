@@ -84,6 +84,8 @@ def test_a_bucket_made_with_object_lock_is_versioned_and_keeps_it(s3, locked, bu
     ({"DefaultRetention": {"Mode": "FOREVER", "Days": 1}}, "MalformedXML"),
     ({"DefaultRetention": {"Mode": "COMPLIANCE", "Days": 0}}, "InvalidArgument"),
     ({"DefaultRetention": {"Mode": "COMPLIANCE", "Years": -1}}, "InvalidArgument"),
+    ({"DefaultRetention": {"Mode": "COMPLIANCE", "Days": 36501}}, "InvalidArgument"),
+    ({"DefaultRetention": {"Mode": "COMPLIANCE", "Years": 101}}, "InvalidArgument"),
 ])
 def test_a_bad_configuration_is_refused_and_nothing_changes(s3, locked, rule, expected):
     with pytest.raises(ClientError) as e:

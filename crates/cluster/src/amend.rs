@@ -63,7 +63,19 @@ impl Cluster {
                 Some(found) if found.record.version_id == record.version_id => {
                     if found.record.key != a.key {
                         a.key.clone_from(&found.record.key);
-                        answers = self.amend_on(&found.record, &a).await;
+                        // A drive that took it under the old key keeps it as it moves.
+                        let again = self.amend_on(&found.record, &a).await;
+                        answers = answers
+                            .iter()
+                            .zip(again)
+                            .map(|(&before, now)| {
+                                if before == Answer::Carried {
+                                    before
+                                } else {
+                                    now
+                                }
+                            })
+                            .collect();
                     }
                 }
                 _ => {
@@ -73,12 +85,6 @@ impl Cluster {
         }
         let done = carried(&answers);
         let quorum = Self::write_quorum(record.k, record.m);
-        if done < quorum {
-            return Err(Error::Unavailable(format!(
-                "{done} of {} drives holding the version took the change; it needs {quorum}",
-                record.drives.len()
-            )));
-        }
         let entries: Vec<HealEntry> = answers
             .iter()
             .enumerate()
@@ -95,10 +101,18 @@ impl Cluster {
                 )
             })
             .collect();
+        // Queued also when the change failed: the drives that took it keep it, and the
+        // others come to agree with them.
         if !entries.is_empty()
             && let Err(e) = self.store.queue_heals(&entries)
         {
             tracing::warn!(error = %e, "heal queue");
+        }
+        if done < quorum {
+            return Err(Error::Unavailable(format!(
+                "{done} of {} drives holding the version took the change; it needs {quorum}",
+                record.drives.len()
+            )));
         }
         Ok(())
     }

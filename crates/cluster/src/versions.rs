@@ -167,7 +167,13 @@ impl Cluster {
             if !old.key.starts_with(&prefix) {
                 break;
             }
-            if !old.versioned && old.version_id < r.version_id && old.user_key() == r.key {
+            // A version object lock keeps stays (a retention or hold set on a `null`
+            // version before the bucket's versioning was suspended).
+            if !old.versioned
+                && old.version_id < r.version_id
+                && old.user_key() == r.key
+                && old.locked(oed_model::record::now_ms()).is_none()
+            {
                 self.delete_version(&Found {
                     record: old,
                     current: false,

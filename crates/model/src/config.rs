@@ -255,7 +255,8 @@ pub struct Config {
     pub sweep_grace_seconds: u64,
     /// Lifecycle actions (a version expired, a delete marker removed, an upload
     /// aborted) this drive takes per second, at most. 0 turns lifecycle off on this
-    /// drive. Default: 50.
+    /// drive, and so for the versions it is the first answering holder of: set it alike
+    /// on every drive. Default: 50.
     pub lifecycle_actions_per_second: u32,
     /// How long a lifecycle "day" is, in seconds: the unit of the rules' `Days`, and the
     /// time from the start of one lifecycle pass to the start of the next. Only tests

@@ -201,19 +201,25 @@ impl Lifecycle {
             .min_by_key(|(due, _)| *due)
     }
 
-    /// Whether a current delete marker of `key` with no noncurrent version behind it is
-    /// removed (`ExpiredObjectDeleteMarker`). A marker has no tags and no size, so only
-    /// rules without tag or size conditions apply to it.
+    /// Whether a current delete marker of `key`, written at `written_ms`, with no
+    /// noncurrent version behind it is removed now: by a rule with
+    /// `ExpiredObjectDeleteMarker`, or, as S3 does, by one whose `Days` the marker has
+    /// outlived. A marker has no tags and no size, so only rules without tag or size
+    /// conditions apply to it.
     #[must_use]
-    pub fn removes_lone_marker(&self, key: &str) -> bool {
+    pub fn removes_lone_marker(&self, key: &str, written_ms: u64, clock: Clock) -> bool {
         self.enabled().any(|r| {
-            r.expiration
-                .as_ref()
-                .is_some_and(|e| e.expired_object_delete_marker == Some(true))
-                && key.starts_with(&r.filter.prefix)
+            let Some(e) = r.expiration.as_ref() else {
+                return false;
+            };
+            let applies = key.starts_with(&r.filter.prefix)
                 && r.filter.tags.is_empty()
                 && r.filter.size_greater_than.is_none()
-                && r.filter.size_less_than.is_none()
+                && r.filter.size_less_than.is_none();
+            applies
+                && (e.expired_object_delete_marker == Some(true)
+                    || e.days
+                        .is_some_and(|d| clock.after(written_ms, d) <= clock.now_ms))
         })
     }
 
@@ -250,10 +256,21 @@ impl Lifecycle {
     /// have no tag or size conditions).
     #[must_use]
     pub fn abort_due(&self, key: &str, started_ms: u64, clock: Clock) -> Option<u64> {
+        self.abort_rule(key, started_ms, clock).map(|(due, _)| due)
+    }
+
+    /// [`Lifecycle::abort_due`], with the id of the rule that decides it.
+    #[must_use]
+    pub fn abort_rule(&self, key: &str, started_ms: u64, clock: Clock) -> Option<(u64, &str)> {
         self.enabled()
             .filter(|r| key.starts_with(&r.filter.prefix))
-            .filter_map(|r| Some(clock.after(started_ms, r.abort_uploads_after_days?)))
-            .min()
+            .filter_map(|r| {
+                Some((
+                    clock.after(started_ms, r.abort_uploads_after_days?),
+                    r.id.as_str(),
+                ))
+            })
+            .min_by_key(|(due, _)| *due)
     }
 }
 
@@ -404,12 +421,22 @@ mod tests {
         let lc = Lifecycle {
             rules: vec![m, tagged, up],
         };
-        assert!(lc.removes_lone_marker("logs/x"));
-        assert!(!lc.removes_lone_marker("data/x"));
         let clock = Clock {
             now_ms: 0,
             day_ms: 10,
         };
+        assert!(lc.removes_lone_marker("logs/x", 0, clock));
+        assert!(!lc.removes_lone_marker("data/x", 0, clock));
+        // A rule's Days removes a marker that outlived them.
+        let mut days = rule("d", "data/");
+        days.expiration = Some(Expiration {
+            days: Some(2),
+            ..Expiration::default()
+        });
+        let lc2 = Lifecycle { rules: vec![days] };
+        let at = |now_ms| Clock { now_ms, day_ms: 10 };
+        assert!(!lc2.removes_lone_marker("data/x", 0, at(19)));
+        assert!(lc2.removes_lone_marker("data/x", 0, at(20)));
         assert_eq!(lc.abort_due("tmp/x", 5, clock), Some(25));
         assert_eq!(lc.abort_due("logs/x", 5, clock), None);
     }

@@ -18,7 +18,7 @@
 //!   versioning; else a delete marker becomes current (the `null` one while versioning
 //!   is suspended);
 //! - a current delete marker with no noncurrent version behind it, under a rule with
-//!   `ExpiredObjectDeleteMarker`: removed;
+//!   `ExpiredObjectDeleteMarker` or one whose `Days` it has outlived: removed;
 //! - a noncurrent version past `NoncurrentDays` since it stopped being current (the
 //!   write of the version after it), unless it is among the `NewerNoncurrentVersions`
 //!   newest noncurrent versions of its key, or object lock keeps it (a retention date
@@ -460,12 +460,24 @@ impl<'a> Pass<'a> {
         if current.version_id != rec.version_id || current.delete_marker {
             return Ok(None);
         }
-        self.pace().await;
+        // Again with the record as the cluster has it (a tag change this drive missed).
+        if lc
+            .current_expiry(subject(&current), current.last_modified_ms, clock)
+            .is_none_or(|(due, _)| clock.now_ms < due)
+        {
+            return Ok(None);
+        }
         let versioning = cluster.accounts().versioning(&rec.bucket);
         if versioning == Versioning::Unversioned {
+            // Deleted for good: not while object lock keeps it.
+            if current.locked(clock.now_ms).is_some() {
+                return Ok(None);
+            }
+            self.pace().await;
             cluster.delete_record(&current).await;
             return Ok(Some(Action::ExpiredCurrent));
         }
+        self.pace().await;
         let marker = NewObject {
             bucket: rec.bucket.clone(),
             key: rec.key.clone(),
@@ -492,7 +504,7 @@ impl<'a> Pass<'a> {
 
     /// A current delete marker with no noncurrent version behind it: removed.
     async fn lone_marker(&mut self, lc: &Lifecycle, rec: &ObjectRecord) -> Result<Option<Action>> {
-        if !lc.removes_lone_marker(&rec.key) {
+        if !lc.removes_lone_marker(&rec.key, rec.last_modified_ms, self.clock()) {
             return Ok(None);
         }
         let cluster = &self.r.cluster;
@@ -579,7 +591,12 @@ impl<'a> Pass<'a> {
         let Some(now) = cluster.head(&rec.bucket, &rec.key).await? else {
             return Ok(None);
         };
-        if now.version_id != v || now.locked(clock.now_ms).is_some() {
+        if now.version_id != v
+            || now.locked(clock.now_ms).is_some()
+            || lc
+                .noncurrent_expiry(subject(&now), since, newer, clock)
+                .is_none_or(|due| clock.now_ms < due)
+        {
             return Ok(None);
         }
         self.pace().await;
@@ -613,9 +630,16 @@ impl<'a> Pass<'a> {
         };
         self.pace().await;
         // The upload first, so that completing it now fails (`NoSuchUpload`), then its
-        // parts.
+        // parts, unless a completion that came just before made them an object's.
         cluster.delete_record(&marker).await;
         let prefix = parts_prefix(upload);
+        if cluster
+            .head(&rec.bucket, key)
+            .await?
+            .is_some_and(|o| o.parts.iter().any(|p| p.key.starts_with(&prefix)))
+        {
+            return Ok(None);
+        }
         let parts = walk(
             cluster,
             &rec.bucket,

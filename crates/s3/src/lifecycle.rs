@@ -346,7 +346,7 @@ fn answer(r: &Rule) -> LifecycleRule {
         FilterForm::And => (
             Some(LifecycleRuleFilter {
                 and: Some(LifecycleRuleAndOperator {
-                    prefix: Some(f.prefix.clone()),
+                    prefix: (!f.prefix.is_empty()).then(|| f.prefix.clone()),
                     tags: tags_of(&f.tags),
                     object_size_greater_than: bytes(f.size_greater_than),
                     object_size_less_than: bytes(f.size_less_than),
@@ -475,6 +475,27 @@ pub(crate) fn expiration_header(
     let (due, id) = lc.current_expiry(subject, record.last_modified_ms, clock)?;
     let date = httpdate(due)?;
     Some(format!("expiry-date=\"{date}\", rule-id=\"{id}\""))
+}
+
+/// When an upload of `key` to `bucket` started now will be aborted by a rule, and by
+/// which: `CreateMultipartUpload`'s `x-amz-abort-date` and `x-amz-abort-rule-id`.
+pub(crate) fn abort_headers(
+    cluster: &Cluster,
+    bucket: &str,
+    key: &str,
+) -> (Option<s3s::dto::Timestamp>, Option<String>) {
+    let accounts = cluster.accounts();
+    let Some(lc) = accounts.settings(bucket).and_then(|s| s.lifecycle.as_ref()) else {
+        return (None, None);
+    };
+    let clock = Clock {
+        now_ms: 0,
+        day_ms: cluster.lifecycle_day_ms,
+    };
+    match lc.abort_rule(key, oed_model::record::now_ms(), clock) {
+        Some((due, id)) => (Some(crate::timestamp(due)), Some(id.to_owned())),
+        None => (None, None),
+    }
 }
 
 /// An HTTP date (RFC 7231's IMF-fixdate) of `ms` since the epoch.

@@ -125,7 +125,11 @@ pub(crate) async fn create(
         .put_object(obj, futures_util::stream::empty())
         .await
         .or_s3()?;
+    let (abort_date, abort_rule_id) =
+        crate::lifecycle::abort_headers(cluster, &input.bucket, &input.key);
     Ok(S3Response::new(CreateMultipartUploadOutput {
+        abort_date,
+        abort_rule_id,
         bucket: Some(input.bucket),
         key: Some(input.key),
         upload_id: Some(upload_id),

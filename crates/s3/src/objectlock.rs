@@ -165,16 +165,26 @@ fn default_retention(d: &S3DefaultRetention) -> S3Result<DefaultRetention> {
             )
         })
     };
+    let at_most = |n: u32, most: u32, unit: &str| {
+        if n > most {
+            Err(err(
+                S3ErrorCode::InvalidArgument,
+                format!("Default retention period too large: {n} {unit}, at most {most}"),
+            ))
+        } else {
+            Ok(n)
+        }
+    };
     match (d.days, d.years) {
         (Some(days), None) => Ok(DefaultRetention {
             mode,
-            days: Some(positive(days)?),
+            days: Some(at_most(positive(days)?, 36_500, "days")?),
             years: None,
         }),
         (None, Some(years)) => Ok(DefaultRetention {
             mode,
             days: None,
-            years: Some(positive(years)?),
+            years: Some(at_most(positive(years)?, 100, "years")?),
         }),
         _ => Err(err(
             S3ErrorCode::MalformedXML,

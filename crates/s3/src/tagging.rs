@@ -64,7 +64,7 @@ pub fn check_tag(key: &str, value: &str) -> S3Result<()> {
             value.chars().count()
         )));
     }
-    if key.len() >= 4 && key[..4].eq_ignore_ascii_case("aws:") {
+    if key.get(..4).is_some_and(|p| p.eq_ignore_ascii_case("aws:")) {
         return Err(invalid(format!(
             "Your TagKey cannot be prefixed with aws: ({key:?}): those keys are reserved"
         )));
@@ -308,6 +308,9 @@ mod tests {
 
     #[test]
     fn tags_keep_s3s_limits() {
+        // A key whose fourth byte is inside a character is no `aws:` key (and no panic).
+        assert!(check_tag("abcé", "v").is_ok());
+        assert!(check_tag("AWS:x", "v").is_err());
         let k = "k".repeat(MAX_TAG_KEY);
         let v = "v".repeat(MAX_TAG_VALUE);
         check_tag(&k, &v).unwrap();

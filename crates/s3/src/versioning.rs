@@ -313,7 +313,11 @@ pub(crate) async fn delete(
     let versioning = state(cluster, bucket);
     if !versioning.configured() {
         match cluster.head(bucket, key).await.or_s3()? {
-            Some(rec) => cluster.delete_record(&rec).await,
+            Some(rec) => {
+                // A version's own lock holds whatever the bucket's settings say now.
+                crate::locks::check_delete(&rec, bypass)?;
+                cluster.delete_record(&rec).await;
+            }
             None => need_bucket(cluster, bucket).await?,
         }
         return Ok(Deleted {
