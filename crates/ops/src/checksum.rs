@@ -187,8 +187,10 @@ impl Blake3 {
             let aligned = pos.is_multiple_of(self.subtree);
             let ends_object = pos + left as u64 == self.object_len;
             // A whole subtree, or the object's last one (short), but never the only one:
-            // an object of one subtree is hashed as a root, from its bytes, at the end.
-            if aligned && (left >= to_boundary || (ends_object && pos > 0)) {
+            // an object of one subtree (a whole one included) is hashed as a root, from
+            // its bytes, at the end.
+            let only = self.object_len <= self.subtree;
+            if aligned && !only && (left >= to_boundary || (ends_object && pos > 0)) {
                 let len = to_boundary.min(left);
                 let cv = blake3::Hasher::new()
                     .set_input_offset(pos)
@@ -473,6 +475,25 @@ mod tests {
             let wire: Blake3Partial = serde_json::from_str(&serde_json::to_string(&joined).unwrap()).unwrap();
             prop_assert_eq!(wire, joined);
         }
+    }
+
+    #[test]
+    fn an_object_of_exactly_one_subtree_is_hashed_as_a_root() {
+        let bytes = data(16_384, 0);
+        let b = Blake3::new(16_384, 16_384).unwrap();
+        let whole = b.run(0, &bytes).unwrap();
+        assert_eq!(
+            b.finish(&whole).unwrap(),
+            blake3::hash(&bytes).to_hex().to_string()
+        );
+        let halves = b.merge(
+            b.run(0, &bytes[..8192]).unwrap(),
+            b.run(8192, &bytes[8192..]).unwrap(),
+        );
+        assert_eq!(
+            b.finish(&halves).unwrap(),
+            blake3::hash(&bytes).to_hex().to_string()
+        );
     }
 
     #[test]
