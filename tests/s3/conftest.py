@@ -352,6 +352,12 @@ class Cluster:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
+def code(e):
+    """The S3 error code and HTTP status of a `pytest.raises(ClientError)` result."""
+    r = e.value.response
+    return r["Error"]["Code"], r["ResponseMetadata"]["HTTPStatusCode"]
+
+
 @pytest.fixture(scope="module")
 def cluster():
     c = Cluster()

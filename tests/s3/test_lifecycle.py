@@ -11,14 +11,9 @@ import time
 import pytest
 from botocore.exceptions import ClientError
 
-from conftest import Cluster
+from conftest import Cluster, code
 
 DAY = 2
-
-
-def code(e):
-    r = e.value.response
-    return r["Error"]["Code"], r["ResponseMetadata"]["HTTPStatusCode"]
 
 
 @pytest.fixture(scope="module")

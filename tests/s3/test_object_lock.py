@@ -13,15 +13,10 @@ import pytest
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
-from conftest import Cluster
+from conftest import Cluster, code
 
 DAY = 2
 UTC = datetime.timezone.utc
-
-
-def code(e):
-    r = e.value.response
-    return r["Error"]["Code"], r["ResponseMetadata"]["HTTPStatusCode"]
 
 
 def later(**kw):

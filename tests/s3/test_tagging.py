@@ -6,12 +6,7 @@ killed (SIGKILL) read back after it returns."""
 import pytest
 from botocore.exceptions import ClientError
 
-from conftest import Cluster
-
-
-def code(e):
-    r = e.value.response
-    return r["Error"]["Code"], r["ResponseMetadata"]["HTTPStatusCode"]
+from conftest import Cluster, code
 
 
 def tags(s3, bucket, key, **kw):

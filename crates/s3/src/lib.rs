@@ -645,6 +645,11 @@ pub(crate) fn from_s3_i32(n: i32) -> usize {
 }
 
 /// The response's timestamp for a time in milliseconds since the epoch.
+/// Milliseconds since the epoch of a time a client sent; `None` before 1970.
+pub(crate) fn millis(ts: &s3s::dto::Timestamp) -> Option<u64> {
+    u64::try_from(time::OffsetDateTime::from(ts.clone()).unix_timestamp_nanos() / 1_000_000).ok()
+}
+
 pub(crate) fn timestamp(ms: u64) -> s3s::dto::Timestamp {
     // A time from a record is whatever a disk or a peer gave: one past the last that
     // S3's formats can write (the end of year 9999) is answered as that one, where it

@@ -118,9 +118,7 @@ fn filter(rule: &mut LifecycleRule) -> S3Result<Filter> {
 
 /// A date of a rule: midnight UTC, as milliseconds since the epoch.
 fn midnight(date: &s3s::dto::Timestamp) -> S3Result<u64> {
-    let t = time::OffsetDateTime::from(date.clone());
-    let ms = t.unix_timestamp_nanos() / 1_000_000;
-    let ms = u64::try_from(ms).map_err(|_| invalid("'Date' must be after 1970"))?;
+    let ms = crate::millis(date).ok_or_else(|| invalid("'Date' must be after 1970"))?;
     if ms % DAY_MS != 0 {
         return Err(invalid(
             "'Date' must be at midnight GMT (an ISO 8601 date such as 2027-01-01T00:00:00Z)",

@@ -59,14 +59,9 @@ fn mode(name: &str, code: S3ErrorCode) -> S3Result<LockMode> {
     }
 }
 
-fn millis(t: &Timestamp) -> u64 {
-    let ns = time::OffsetDateTime::from(t.clone()).unix_timestamp_nanos();
-    u64::try_from(ns / 1_000_000).unwrap_or(0)
-}
-
 /// A retention date from a client: in the future.
 fn future(t: &Timestamp) -> S3Result<u64> {
-    let ms = millis(t);
+    let ms = crate::millis(t).unwrap_or(0);
     if ms <= now_ms() {
         return Err(err(
             S3ErrorCode::InvalidArgument,
