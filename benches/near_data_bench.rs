@@ -180,8 +180,9 @@ impl S3 {
             path,
             query: "",
             payload: "UNSIGNED-PAYLOAD",
+            headers: &[],
         };
-        let headers = op_client::sign(&self.target, to_sign, now);
+        let headers = op_client::sign(&self.target, &to_sign, now);
         let mut req = self
             .http
             .request(method, format!("{}{path}", self.target.endpoint));

@@ -6,8 +6,9 @@
 #      missing; a crash fails the run), then the S3 end-to-end tests
 #      (tests/s3: a real cluster driven by boto3, the aws CLI, curl and rclone, and
 #      scraped by Debian's Prometheus server; tests/sdk: the same with aws-sdk-s3 for
-#      Rust; Python packages go into ~/.cache/oed/venv, the prometheus, rclone and s3fs
-#      packages come from apt, when missing), and the drive lab's tests (tests/lab: its
+#      Rust; the web console in Debian's headless Chromium through Selenium; Python
+#      packages go into ~/.cache/oed/venv, the prometheus, rclone, s3fs, chromium and
+#      chromium-driver packages come from apt, when missing), and the drive lab's tests (tests/lab: its
 #      commands, and as root a real lab of namespaces and shaped links),
 #   3. builds for aarch64 and armv7 and runs the erasure-code tests there under qemu-user,
 #      so the ARM SIMD kernels are checked against the reference on every run, and the
@@ -92,9 +93,10 @@ case $rocksdb_status in
   *) exit "$rocksdb_status" ;;
 esac
 
-step "S3 end-to-end tests (boto3, aws CLI, curl, rclone, s3fs)"
+step "S3 end-to-end tests (boto3, aws CLI, curl, rclone, s3fs, the console in Chromium)"
 # awscrt: botocore needs it for CRC32C and CRC64NVME checksums.
-py_ready() { python3 -c "import boto3, pytest, awscrt" 2>/dev/null && command -v aws >/dev/null; }
+# selenium: the console's browser tests drive Debian's chromium through chromedriver.
+py_ready() { python3 -c "import boto3, pytest, awscrt, selenium" 2>/dev/null && command -v aws >/dev/null; }
 if ! command -v python3 >/dev/null || ! command -v curl >/dev/null; then
   sudo=(); [ "$(id -u)" -eq 0 ] || sudo=(sudo)
   "${sudo[@]}" apt-get update -qq
@@ -109,7 +111,7 @@ if ! py_ready; then
       python3 -m venv "$venv"
     }
   fi
-  "$venv/bin/pip" install -q boto3 awscli pytest awscrt
+  "$venv/bin/pip" install -q boto3 awscli pytest awscrt selenium
   export PATH="$venv/bin:$PATH"
 fi
 # The metrics tests run Debian's Prometheus server and promtool; the tools tests rclone
@@ -121,6 +123,9 @@ command -v file >/dev/null || missing+=(file)
 command -v systemd-analyze >/dev/null || missing+=(systemd)
 command -v promtool >/dev/null || [ -x /usr/bin/promtool ] || missing+=(prometheus)
 command -v rclone >/dev/null || missing+=(rclone)
+# The console's browser tests: headless Chromium and its WebDriver, from Debian.
+command -v chromium >/dev/null || missing+=(chromium)
+command -v chromedriver >/dev/null || missing+=(chromium-driver)
 # The TLS tests make certificates as docs/drive.md tells operators to, with openssl.
 command -v openssl >/dev/null || missing+=(openssl)
 # The drive lab's end-to-end tests (as root only) need ip and tc, and nsenter.

@@ -6,6 +6,7 @@ makes a drive read its certificate files again without dropping a connection."""
 
 import http.client
 import io
+import json
 import os
 import re
 import shutil
@@ -272,6 +273,19 @@ def test_openssl_certificates_with_drives_talking_in_the_clear():
             client("http").get_object(Bucket="clear", Key="k")
         assert "AccessDenied" in str(e.value) and "TLS only" in str(e.value)
         assert c.metric(0, "oed_peer_shard_failures_total") == 0
+        # The console is TLS only too, and its cookie is Secure.
+        plain = http.client.HTTPConnection(*c.addrs[0].split(":"), timeout=10)
+        plain.request("GET", "/_oed/console/")
+        assert plain.getresponse().status == 403
+        login = json.dumps({"access_key_id": ACCESS_KEY, "secret_access_key": c.secret})
+        conn = http.client.HTTPSConnection(*c.addrs[0].split(":"), timeout=10,
+                                           context=ssl.create_default_context(cafile=str(ca)))
+        conn.request("POST", "/_oed/console/api/login", login, {"Content-Type": "application/json"})
+        r = conn.getresponse()
+        r.read()
+        assert r.status == 200
+        cookie = r.getheader("Set-Cookie")
+        assert "Secure" in cookie and "HttpOnly" in cookie and "SameSite=Strict" in cookie
     finally:
         c.stop()
         shutil.rmtree(pki, ignore_errors=True)

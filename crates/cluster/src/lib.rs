@@ -391,6 +391,18 @@ impl Cluster {
         self.map().drive(id)
     }
 
+    /// A client of the peer API of drive `id` of the map in force, for the admin routes
+    /// (this drive's own included), signed with the cluster's key.
+    #[must_use]
+    pub fn admin_client(&self, id: &str) -> Option<PeerClient> {
+        let map = self.map();
+        let d = map.drives.iter().find(|d| d.id == id)?;
+        Some(
+            PeerClient::with_http(&d.url(map.tls), self.key.clone(), self.http.clone())
+                .for_drive(&d.id),
+        )
+    }
+
     /// Puts `new` in force: a map of this cluster with a higher epoch that still lists
     /// this drive (one with the same epoch and contents changes nothing). It is written
     /// to the `cluster_map` file first (so a restart runs it too), and recorded as the

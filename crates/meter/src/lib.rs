@@ -14,6 +14,7 @@
 //!   `/proc/net/dev`, and the data directory's block device.
 //! - [`sampler`]: [`Meter`], one tick per period: reads the source and the kernel's
 //!   counters, integrates energy, updates the metrics.
+//! - [`history`]: the last hour of a drive's rates in memory, for the console.
 //! - [`process`]: process metrics (CPU, memory, threads, file descriptors) read at scrape
 //!   time.
 //! - [`traffic`]: the daemon's own counters: requests by API, operation and code, bytes and
@@ -27,6 +28,7 @@
 // digits there whatever we do.
 #![allow(clippy::cast_precision_loss)]
 
+pub mod history;
 pub mod power;
 pub mod process;
 pub mod procfs;
@@ -36,6 +38,14 @@ pub mod traffic;
 use std::path::{Path, PathBuf};
 
 pub use sampler::{EnergyReader, Meter, MeterConfig, calibrate};
+
+/// Milliseconds since the epoch, by the system clock (0 before 1970).
+#[must_use]
+pub fn wall_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
 
 /// Where `/sys` and `/proc` are.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -4,7 +4,7 @@
 //! that is missing or malformed is an [`Error`] naming the file, never a panic, so a
 //! machine without some counter loses that counter and nothing else.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use crate::{Error, Result, Roots};
 
@@ -122,6 +122,57 @@ pub fn device_of(roots: &Roots, path: &Path) -> Result<String> {
     })?;
     let (major, minor) = (rustix::fs::major(st.st_dev), rustix::fs::minor(st.st_dev));
     device_name(roots, major, minor)
+}
+
+/// The temperature sensor of block device `device` (a disk or one of its partitions):
+/// the `temp1_input` of the hwmon device the kernel made for that disk (the `drivetemp`
+/// driver's for SATA disks, under the disk's SCSI device; the `NVMe` driver's, under the
+/// controller), if there is one.
+#[must_use]
+pub fn temperature_file(roots: &Roots, device: &str) -> Option<PathBuf> {
+    let mut disk = std::fs::canonicalize(roots.sys.join("class/block").join(device)).ok()?;
+    if disk.join("partition").exists() {
+        disk = disk.parent()?.to_owned();
+    }
+    let dev = disk.join("device");
+    let mut dirs: Vec<PathBuf> = Vec::new();
+    for parent in [dev.join("hwmon"), dev.clone()] {
+        if let Ok(entries) = std::fs::read_dir(&parent) {
+            dirs.extend(entries.filter_map(|e| {
+                let e = e.ok()?;
+                e.file_name()
+                    .to_str()?
+                    .starts_with("hwmon")
+                    .then(|| e.path())
+                    .filter(|p| p.is_dir())
+            }));
+        }
+    }
+    dirs.sort_by_key(|d| {
+        let n = d.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        n.trim_start_matches("hwmon")
+            .parse::<u32>()
+            .unwrap_or(u32::MAX)
+    });
+    dirs.into_iter()
+        .map(|d| d.join("temp1_input"))
+        .find(|f| f.exists())
+}
+
+/// Degrees Celsius from a hwmon `temp*_input` file (millidegrees).
+///
+/// # Errors
+/// [`Error::Io`] or [`Error::Parse`] naming the file.
+pub fn read_temperature(file: &Path) -> Result<f64> {
+    let text = std::fs::read_to_string(file).map_err(|e| Error::Io {
+        path: file.to_owned(),
+        source: e,
+    })?;
+    let milli: f64 = text.trim().parse().map_err(|_| Error::Parse {
+        path: file.to_owned(),
+        what: format!("not a temperature: {:?}", text.trim()),
+    })?;
+    Ok(milli / 1000.0)
 }
 
 /// The kernel name of block device `major:minor`.
@@ -290,4 +341,57 @@ fn numbers<'a>(path: &Path, it: impl Iterator<Item = &'a str>) -> Result<Vec<u64
             .map_err(|_| Error::parse(path, format!("`{s}` is not a counter")))
     })
     .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tree() -> (tempfile::TempDir, Roots) {
+        let sys = tempfile::tempdir().expect("tempdir");
+        let roots = Roots {
+            sys: sys.path().to_owned(),
+            proc: sys.path().join("proc"),
+        };
+        (sys, roots)
+    }
+
+    fn put(path: &Path, text: &str) {
+        std::fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
+        std::fs::write(path, text).expect("write");
+    }
+
+    #[test]
+    fn a_sata_disks_temperature_is_its_drivetemp_sensors() {
+        let (sys, roots) = tree();
+        let disk = sys
+            .path()
+            .join("devices/pci0/ata1/host0/target0/0:0:0:0/block/sda");
+        put(&disk.join("sda1/partition"), "1\n");
+        put(&disk.join("device/hwmon/hwmon10/temp1_input"), "39000\n");
+        put(&disk.join("device/hwmon/hwmon2/temp1_input"), "41000\n");
+        std::fs::create_dir_all(sys.path().join("class/block")).expect("mkdir");
+        std::os::unix::fs::symlink(disk.join("sda1"), sys.path().join("class/block/sda1"))
+            .expect("link");
+        let file = temperature_file(&roots, "sda1").expect("a sensor");
+        assert!(file.ends_with("hwmon2/temp1_input"), "{}", file.display());
+        assert!((read_temperature(&file).expect("read") - 41.0).abs() < 1e-9);
+        assert_eq!(temperature_file(&roots, "sdb"), None);
+    }
+
+    #[test]
+    fn an_nvme_disks_temperature_is_its_controllers_sensors() {
+        let (sys, roots) = tree();
+        let ctrl = sys.path().join("devices/pci0/nvme/nvme0");
+        put(&ctrl.join("hwmon3/temp1_input"), "38850\n");
+        std::fs::create_dir_all(sys.path().join("devices/pci0/nvme/nvme0/nvme0n1")).expect("mkdir");
+        std::os::unix::fs::symlink(&ctrl, ctrl.join("nvme0n1/device")).expect("link");
+        std::fs::create_dir_all(sys.path().join("class/block")).expect("mkdir");
+        std::os::unix::fs::symlink(ctrl.join("nvme0n1"), sys.path().join("class/block/nvme0n1"))
+            .expect("link");
+        let file = temperature_file(&roots, "nvme0n1").expect("a sensor");
+        assert!((read_temperature(&file).expect("read") - 38.85).abs() < 1e-9);
+        put(&file, "hot\n");
+        assert!(read_temperature(&file).is_err());
+    }
 }

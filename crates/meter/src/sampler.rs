@@ -11,6 +11,7 @@ use std::time::Instant;
 
 use prometheus::{Counter, CounterVec, Gauge, IntCounter, Opts, Registry};
 
+use crate::history::{Counters, History};
 use crate::power::{self, Activity, Method, Source, SourceConfig};
 use crate::procfs::{self, CpuTimes, DiskStats};
 use crate::{Result, Roots};
@@ -145,7 +146,16 @@ pub struct Meter {
     last_power: Option<(Instant, f64)>,
     failing: bool,
     latest: Arc<Mutex<Latest>>,
+    history: Option<Arc<History>>,
+    /// The kernel's totals read at this tick, for the history.
+    counters: Counters,
+    /// The data disk's temperature sensor, and when it was last read.
+    temperature: Option<(PathBuf, Option<Instant>)>,
 }
+
+/// How often the disk's temperature is read: reading `drivetemp`'s sensor sends the
+/// disk a command, which a disk that could spin down should not get every second.
+const TEMPERATURE_EVERY: std::time::Duration = std::time::Duration::from_mins(1);
 
 impl std::fmt::Debug for Meter {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -257,6 +267,9 @@ impl Meter {
             last_power: None,
             failing: false,
             latest: Arc::default(),
+            history: None,
+            counters: Counters::default(),
+            temperature: None,
         })
     }
 
@@ -284,6 +297,17 @@ impl Meter {
         self.metrics.energy.as_ref().map_or(0.0, Counter::get)
     }
 
+    /// Feeds `history` at every tick from now on, with the data disk's temperature
+    /// once a minute when it has a sensor.
+    pub fn keep_history(&mut self, history: Arc<History>) {
+        self.history = Some(history);
+        self.temperature = self
+            .device
+            .as_deref()
+            .and_then(|d| procfs::temperature_file(&self.roots, d))
+            .map(|f| (f, None));
+    }
+
     /// A reader of this meter's energy for others to hold.
     #[must_use]
     pub fn energy_reader(&self) -> EnergyReader {
@@ -303,6 +327,16 @@ impl Meter {
         latest.joules = self.energy_joules();
         latest.reading = self.last_power;
         drop(latest);
+        if let Some(h) = &self.history {
+            let joules = self.metrics.energy.as_ref().map(Counter::get);
+            h.tick(now, crate::wall_ms(), self.counters, watts, joules);
+            if let Some((file, last)) = &mut self.temperature
+                && last.is_none_or(|t| now.duration_since(t) >= TEMPERATURE_EVERY)
+            {
+                *last = Some(now);
+                h.set_temperature(procfs::read_temperature(file).ok());
+            }
+        }
         (activity, watts)
     }
 
@@ -362,6 +396,8 @@ impl Meter {
         };
         match procfs::cpu_times(&self.roots) {
             Ok(cpu) => {
+                self.counters.cpu_busy = cpu.busy;
+                self.counters.cpu_total = cpu.total;
                 let tps = self.ticks_per_second;
                 for (mode, v) in [("busy", cpu.busy), ("idle", cpu.total - cpu.busy)] {
                     self.total("cpu", mode, v, |m, d| {
@@ -380,6 +416,8 @@ impl Meter {
         if let Some(device) = self.device.clone() {
             match procfs::disk_stats(&self.roots, &device) {
                 Ok(d) => {
+                    self.counters.disk_read = d.read_bytes;
+                    self.counters.disk_written = d.written_bytes;
                     let values = [
                         d.read_bytes,
                         d.written_bytes,
@@ -413,6 +451,7 @@ impl Meter {
         match procfs::net_stats(&self.roots) {
             Ok(ifaces) => {
                 let mut external = 0u64;
+                let (mut rx, mut tx) = (0u64, 0u64);
                 for i in &ifaces {
                     for (k, v) in [i.rx_bytes, i.tx_bytes].into_iter().enumerate() {
                         self.total(&i.interface, NET[k].0, v, |m, delta| {
@@ -422,11 +461,15 @@ impl Meter {
                         });
                     }
                     if i.interface != "lo" {
+                        rx = rx.saturating_add(i.rx_bytes);
+                        tx = tx.saturating_add(i.tx_bytes);
                         external = external
                             .saturating_add(i.rx_bytes)
                             .saturating_add(i.tx_bytes);
                     }
                 }
+                self.counters.net_rx = rx;
+                self.counters.net_tx = tx;
                 if let (Some(p), Some(s)) = (self.prev.net_bytes.replace(external), secs)
                     && s > 0.0
                 {

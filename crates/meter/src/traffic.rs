@@ -3,6 +3,8 @@
 //! the erasure coding work. The daemon calls these from its request path; they are plain
 //! atomic counters and histograms, cheap enough for every request.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use prometheus::{CounterVec, HistogramOpts, HistogramVec, IntCounterVec, Opts, Registry};
@@ -88,6 +90,20 @@ pub struct Traffic {
     request_duration: HistogramVec,
     ec_bytes: CounterVec,
     ec_seconds: CounterVec,
+    /// Requests answered, whatever their API, operation and code.
+    answered: Arc<AtomicU64>,
+}
+
+/// The totals [`crate::history::History`] makes rates of: S3 clients' body bytes each
+/// way and requests answered, since the daemon started.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Totals {
+    /// Bytes S3 clients sent (PUT bodies).
+    pub client_in: u64,
+    /// Bytes sent to S3 clients (GET bodies).
+    pub client_out: u64,
+    /// Requests answered.
+    pub requests: u64,
 }
 
 const LATENCY_BUCKETS: [f64; 14] = [
@@ -156,6 +172,7 @@ impl Traffic {
                 Opts::new("oed_ec_seconds_total", "CPU time spent erasure coding, by op."),
                 &["op"],
             )?,
+            answered: Arc::default(),
         };
         for c in [
             Box::new(t.bytes.clone()) as Box<dyn prometheus::core::Collector>,
@@ -198,6 +215,7 @@ impl Traffic {
 
     /// One answered request.
     pub fn request(&self, api: &str, op: &str, code: u16, seconds: f64) {
+        self.answered.fetch_add(1, Ordering::Relaxed);
         let code = code.to_string();
         self.requests
             .with_label_values(&[api, op, code.as_str()])
@@ -205,6 +223,21 @@ impl Traffic {
         self.request_duration
             .with_label_values(&[api, op])
             .observe(seconds);
+    }
+
+    /// The totals so far.
+    #[must_use]
+    pub fn totals(&self) -> Totals {
+        let bytes = |d: Direction| {
+            self.bytes
+                .with_label_values(&[Class::Client.as_str(), d.as_str()])
+                .get()
+        };
+        Totals {
+            client_in: bytes(Direction::In),
+            client_out: bytes(Direction::Out),
+            requests: self.answered.load(Ordering::Relaxed),
+        }
     }
 
     /// One shard read from disk starting at stripe `first` of the shard.

@@ -263,6 +263,11 @@ pub struct Config {
     /// shorten it (as Ceph's `rgw_lc_debug_interval` does); with real days, an expiry
     /// is rounded up to the next midnight UTC, as S3 counts. Default: 86400.
     pub lifecycle_day_seconds: u64,
+    /// Serve the web console under `/_oed/console/` on the S3 address (docs/console.md).
+    /// Default: true.
+    pub console: bool,
+    /// How long a console login lasts, seconds. Default: 28800 (8 hours).
+    pub console_session_seconds: u64,
 }
 
 /// Where power readings come from; see [`Config::power_source`].
@@ -332,6 +337,8 @@ impl Default for Config {
             sweep_grace_seconds: 3600,
             lifecycle_actions_per_second: 50,
             lifecycle_day_seconds: 86_400,
+            console: true,
+            console_session_seconds: 8 * 3600,
         }
     }
 }
@@ -431,6 +438,12 @@ impl Config {
         }
         if self.lifecycle_day_seconds == 0 {
             return bad("lifecycle_day_seconds must be at least 1".into());
+        }
+        if !(60..=7 * 86_400).contains(&self.console_session_seconds) {
+            return bad(format!(
+                "console_session_seconds is {}: from 60 to 604800 (a week)",
+                self.console_session_seconds
+            ));
         }
         if !(0.05..=1.0).contains(&self.heal_busy_share) {
             return bad("heal_busy_share must be between 0.05 and 1".into());

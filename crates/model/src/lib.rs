@@ -14,6 +14,7 @@ pub mod map;
 pub mod policy;
 pub mod record;
 pub mod seal;
+pub mod sigv4;
 pub mod uri;
 
 pub use error::{Error, Result};

@@ -604,6 +604,21 @@ pub fn object_key(bucket: &str, key: &str) -> Vec<u8> {
     k
 }
 
+/// The civil date (year, month 1-12, day 1-31) of `days` since 1970-01-01, in the
+/// proleptic Gregorian calendar (Howard Hinnant's `civil_from_days`).
+#[must_use]
+pub fn civil_date(days: i64) -> (i64, i64, i64) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    (yoe + era * 400 + i64::from(month <= 2), month, day)
+}
+
 /// Milliseconds since the epoch.
 #[must_use]
 pub fn now_ms() -> u64 {

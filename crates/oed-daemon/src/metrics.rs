@@ -117,6 +117,7 @@ pub async fn metered(State(traffic): State<Traffic>, mut req: Request, next: Nex
         .extensions()
         .get::<MatchedPath>()
         .map(|p| PeerOp::of(req.method(), p.as_str()));
+    let console = req.uri().path().starts_with("/_oed/console/");
     let peer = peer.or_else(|| req.uri().path().starts_with("/_oed/").then_some(None));
     let s3 = OpName::default();
     req.extensions_mut().insert(s3.clone());
@@ -126,6 +127,8 @@ pub async fn metered(State(traffic): State<Traffic>, mut req: Request, next: Nex
         return resp;
     }
     let (api, op) = match peer {
+        // The console names its own requests, and S3 those it passes on.
+        _ if console => ("console", s3.get().unwrap_or("Other")),
         Some(op) => ("peer", op.map_or("Other", PeerOp::name)),
         None => ("s3", s3.get().unwrap_or("Other")),
     };

@@ -52,6 +52,10 @@ pub struct DriveServer {
     /// Whether the drives reach each other over TLS (the map's `tls`). When they do not
     /// and the listener has TLS, it also takes the peer API in the clear.
     peer_tls: bool,
+    /// The drive's figures for the console (its own and other drives' consoles).
+    probe: Arc<oed_console::Probe>,
+    /// The web console, when it is on (`console`, and S3 served).
+    console: Option<Arc<oed_console::Console>>,
 }
 
 impl DriveServer {
@@ -92,30 +96,14 @@ impl DriveServer {
         let s3 = s3_secret
             .map(|s| oed_s3::service(cluster.clone(), &config.s3_access_key, s, &config.region));
         let heal_wake = Arc::new(tokio::sync::Notify::new());
-        let peer = Arc::new(PeerState {
-            drive: Arc::new(store.clone()),
-            key: PeerKey::derive(secret),
-            clock_skew: config.clock_skew_seconds,
-            max_body: config.max_request_body_bytes,
-            slots: Arc::new(Semaphore::new(config.max_concurrent_requests)),
-            auth_failures: AtomicU64::new(0),
-            refusals: oed_peer::RefusalLog::default(),
-            traffic: metrics.traffic.clone(),
-            heal_wake: heal_wake.clone(),
-            epoch: cluster.epoch.clone(),
-            epoch_mismatches: AtomicU64::new(0),
-            raw_connections_kept: AtomicU64::new(0),
-            framed_reads: AtomicU64::new(0),
-            sendfile: config.shard_sendfile,
-            legacy_requests: config.legacy_peer_requests,
-            drive_id: config.drive_id.clone(),
-            replay: oed_peer::replay::ReplayGuard::new(
-                oed_model::record::now_ms(),
-                config.clock_skew_seconds,
-                config.replay_cache_entries,
-            ),
-            store: Some(store.clone()),
-        });
+        let peer = peer_state(
+            config,
+            secret,
+            &store,
+            &metrics,
+            &cluster,
+            heal_wake.clone(),
+        );
         let repair = oed_repair::Repair::new(
             cluster.clone(),
             oed_repair::RepairConfig::of(config),
@@ -136,8 +124,27 @@ impl DriveServer {
             (Some(cert), Some(key)) => Some(Arc::new(oed_peer::tls::ServerTls::load(cert, key)?)),
             _ => None,
         };
-        let meter = oed_meter::Meter::new(&meter_config(config)?, &metrics.registry)?;
-        store.attach_energy(meter.energy_reader());
+        let (meter, probe) = metered(config, &metrics, &store, &repair)?;
+        let console =
+            s3.as_ref()
+                .zip(s3_secret)
+                .filter(|_| config.console)
+                .map(|(service, s3_secret)| {
+                    oed_console::Console::new(oed_console::Parts {
+                        cluster: cluster.clone(),
+                        probe: probe.clone(),
+                        auth: oed_s3::KeyAuth::new(
+                            cluster.clone(),
+                            &config.s3_access_key,
+                            s3_secret,
+                        ),
+                        s3: service.clone(),
+                        cluster_secret: secret.to_vec(),
+                        session: Duration::from_secs(config.console_session_seconds),
+                        secure: tls.is_some(),
+                        region: config.region.clone(),
+                    })
+                });
         Ok(Self {
             store,
             cluster,
@@ -153,7 +160,30 @@ impl DriveServer {
             repair,
             tls,
             peer_tls,
+            probe,
+            console,
         })
+    }
+
+    /// The listener's routes: the peer API with its admin routes, the console, and S3
+    /// for everything else.
+    fn routes(&self) -> axum::Router {
+        let app = oed_peer::router(
+            self.peer.clone(),
+            crate::admin_api::routes(self.repair.clone(), self.cluster.clone())
+                .merge(oed_console::peer_routes(self.probe.clone())),
+        );
+        let app = match self.console.clone() {
+            Some(console) => app.merge(oed_console::router(console)),
+            None => app.merge(oed_console::off()),
+        };
+        match self.s3.clone() {
+            Some(s3) => app.fallback_service(axum::error_handling::HandleError::new(
+                s3,
+                |e: s3s::HttpError| async move { oed_s3::error::s3s_failure(&e) },
+            )),
+            None => app.fallback(|| async { Error::NotFound(oed_model::error::Missing::S3Off) }),
+        }
     }
 
     /// Serves `listener` (and `GET /metrics` on `metrics_listener`, when given) until
@@ -168,6 +198,7 @@ impl DriveServer {
         metrics_listener: Option<TcpListener>,
         shutdown: CancellationToken,
     ) -> Result<()> {
+        let app = self.routes();
         let tasks = TaskTracker::new();
         // The sampler sleeps whole periods; dropping `stop` wakes it for shutdown.
         let (stop, stopped) = std::sync::mpsc::channel::<()>();
@@ -198,17 +229,6 @@ impl DriveServer {
             synced,
             shutdown.child_token(),
         ));
-        let app = oed_peer::router(
-            self.peer.clone(),
-            crate::admin_api::routes(self.repair.clone(), self.cluster.clone()),
-        );
-        let app = match self.s3.clone() {
-            Some(s3) => app.fallback_service(axum::error_handling::HandleError::new(
-                s3,
-                |e: s3s::HttpError| async move { oed_s3::error::s3s_failure(&e) },
-            )),
-            None => app.fallback(|| async { Error::NotFound(oed_model::error::Missing::S3Off) }),
-        };
         let app = app
             .layer(axum::middleware::from_fn_with_state(
                 accounts_ready,
@@ -265,6 +285,64 @@ impl DriveServer {
         tracing::info!("store flushed; stopped");
         Ok(())
     }
+}
+
+/// The state the peer API's routes share.
+fn peer_state(
+    config: &Config,
+    secret: &[u8],
+    store: &Store,
+    metrics: &DriveMetrics,
+    cluster: &Arc<Cluster>,
+    heal_wake: Arc<tokio::sync::Notify>,
+) -> Arc<PeerState> {
+    Arc::new(PeerState {
+        drive: Arc::new(store.clone()),
+        key: PeerKey::derive(secret),
+        clock_skew: config.clock_skew_seconds,
+        max_body: config.max_request_body_bytes,
+        slots: Arc::new(Semaphore::new(config.max_concurrent_requests)),
+        auth_failures: AtomicU64::new(0),
+        refusals: oed_peer::RefusalLog::default(),
+        traffic: metrics.traffic.clone(),
+        heal_wake,
+        epoch: cluster.epoch.clone(),
+        epoch_mismatches: AtomicU64::new(0),
+        raw_connections_kept: AtomicU64::new(0),
+        framed_reads: AtomicU64::new(0),
+        sendfile: config.shard_sendfile,
+        legacy_requests: config.legacy_peer_requests,
+        drive_id: config.drive_id.clone(),
+        replay: oed_peer::replay::ReplayGuard::new(
+            oed_model::record::now_ms(),
+            config.clock_skew_seconds,
+            config.replay_cache_entries,
+        ),
+        store: Some(store.clone()),
+    })
+}
+
+/// The drive's meter, feeding its last hour, and the console's view of the drive.
+fn metered(
+    config: &Config,
+    metrics: &DriveMetrics,
+    store: &Store,
+    repair: &Arc<oed_repair::Repair>,
+) -> Result<(oed_meter::Meter, Arc<oed_console::Probe>)> {
+    let meter_config = meter_config(config)?;
+    let mut meter = oed_meter::Meter::new(&meter_config, &metrics.registry)?;
+    store.attach_energy(meter.energy_reader());
+    let history = Arc::new(oed_meter::history::History::new(Some(
+        metrics.traffic.clone(),
+    )));
+    meter.keep_history(history.clone());
+    let probe = Arc::new(oed_console::Probe {
+        repair: repair.clone(),
+        history,
+        energy: meter.energy_reader(),
+        source: meter.source_label().to_owned(),
+    });
+    Ok((meter, probe))
 }
 
 /// Refuses a cluster map whose epoch is lower than the one this drive ran before, or a
@@ -340,13 +418,13 @@ struct ListenerTls {
 const TLS_HANDSHAKE: u8 = 0x16;
 
 /// Refuses S3 on a connection in the clear to a drive that serves TLS: such a drive
-/// takes only the peer API (`/_oed/`) that way, as S3 refuses requests a bucket policy
+/// takes only the peer API (`/_oed/peer/`) that way (not the console either), as S3 refuses requests a bucket policy
 /// keeps to TLS (`403 AccessDenied`).
 async fn peer_api_only(
     req: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> axum::response::Response {
-    if req.uri().path().starts_with("/_oed/") {
+    if req.uri().path().starts_with("/_oed/peer/") {
         return next.run(req).await;
     }
     oed_s3::error::into_response(oed_s3::error::tls_required())
@@ -942,7 +1020,9 @@ async fn after_accounts_sync(
     req: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> axum::response::Response {
-    let s3 = !req.uri().path().starts_with("/_oed/");
+    // The console's logins and S3 requests are S3's: they wait for the account table too.
+    let path = req.uri().path();
+    let s3 = !path.starts_with("/_oed/") || path.starts_with("/_oed/console/api/");
     if s3 && cluster.map().is_spare() {
         return oed_s3::error::into_response(s3s::S3Error::with_message(
             s3s::S3ErrorCode::ServiceUnavailable,

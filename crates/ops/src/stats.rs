@@ -807,6 +807,23 @@ mod tests {
 
     use super::*;
 
+    proptest! {
+        /// Partials cross the network as JSON: every float must parse back to the value
+        /// sent (serde_json's `float_roundtrip`), or a merged min, max or mean is off in
+        /// its last digit.
+        #[test]
+        fn a_partial_survives_json_exactly(values in proptest::collection::vec(
+            -1e100..1e100f64, 1..64)) {
+            let stats = Stats::new(Format::F64le);
+            let mut f = stats.fold(0);
+            f.update(&f64s(&values));
+            let partial = f.finish();
+            let text = serde_json::to_string(&partial).expect("serialize");
+            let back: StatsPartial = serde_json::from_str(&text).expect("parse");
+            prop_assert_eq!(back, partial);
+        }
+    }
+
     fn f64s(values: &[f64]) -> Vec<u8> {
         values.iter().flat_map(|v| v.to_le_bytes()).collect()
     }

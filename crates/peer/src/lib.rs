@@ -146,6 +146,8 @@ peer_ops! {
     GetMap => GET "admin/map",
     PutMap => POST "admin/map",
     AdminAccounts => POST "admin/accounts",
+    AdminConsole => GET "admin/console",
+    AdminHistory => GET "admin/history",
 }
 
 impl PeerOp {
@@ -187,7 +189,9 @@ impl PeerOp {
             | Self::AdminAction
             | Self::GetMap
             | Self::PutMap
-            | Self::AdminAccounts => return None,
+            | Self::AdminAccounts
+            | Self::AdminConsole
+            | Self::AdminHistory => return None,
         })
     }
 }

@@ -15,12 +15,41 @@ use oed_model::record::VersionId;
 
 use crate::{OrS3, err};
 
-/// The secrets requests are checked against.
-pub(crate) struct KeyAuth {
+/// The secrets requests are checked against: the bootstrap key's, then the account
+/// table's. The console checks a login with it too.
+pub struct KeyAuth {
     pub(crate) cluster: Arc<Cluster>,
     /// The bootstrap key (`s3_access_key`) and its secret: every right, everywhere.
     pub(crate) root: String,
     pub(crate) root_secret: String,
+}
+
+impl std::fmt::Debug for KeyAuth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KeyAuth")
+            .field("root", &self.root)
+            .finish_non_exhaustive()
+    }
+}
+
+impl KeyAuth {
+    /// The secrets of `cluster`'s account table, and the bootstrap key `root` with
+    /// `root_secret`.
+    #[must_use]
+    pub fn new(cluster: Arc<Cluster>, root: &str, root_secret: &str) -> Self {
+        Self {
+            cluster,
+            root: root.to_owned(),
+            root_secret: root_secret.to_owned(),
+        }
+    }
+
+    /// Whether `access_key` is the bootstrap key, which may do everything, the cluster's
+    /// administration included.
+    #[must_use]
+    pub fn is_root(&self, access_key: &str) -> bool {
+        access_key == self.root
+    }
 }
 
 #[async_trait::async_trait]

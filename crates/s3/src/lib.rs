@@ -9,6 +9,7 @@
 //! see [`multipart`]); clients cannot create them, and listings never show them.
 
 mod access;
+pub use access::KeyAuth;
 mod acl;
 pub mod bucket;
 pub mod checksum;
@@ -122,11 +123,11 @@ pub fn service(
     b.set_config(Arc::new(s3s::config::StaticConfigProvider::new(Arc::new(
         config,
     ))));
-    b.set_auth(access::KeyAuth {
-        cluster: cluster.clone(),
-        root: access_key.to_owned(),
-        root_secret: secret_key.to_owned(),
-    });
+    b.set_auth(access::KeyAuth::new(
+        cluster.clone(),
+        access_key,
+        secret_key,
+    ));
     b.set_access(NameOperation {
         region: region.to_owned(),
         cluster: cluster.clone(),
@@ -380,18 +381,34 @@ pub fn check_region(headers: &http::HeaderMap, uri: &http::Uri, expected: &str) 
 /// [`MAX_HEADER_SECTION`] bytes is `RequestHeaderSectionTooLarge` (400), and an XML body
 /// that would be read whole is refused before a byte of it is read when it is over
 /// [`XML_BODY_MAX`] or has no length ([`xml_body_refused`]). The peer API's routes pass.
+///
+/// Every S3 answer says `Content-Security-Policy: sandbox` and `X-Content-Type-Options:
+/// nosniff`: the web console is served from the same origin (`/_oed/console/`), and an
+/// object a browser opens must not run as a page of it.
 pub async fn precheck(
     req: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> axum::response::Response {
-    if !req.uri().path().starts_with("/_oed/")
-        && let Some(e) = presigned_expires(req.uri())
-            .or_else(|| header_section_too_large(req.headers()))
-            .or_else(|| xml_body_refused(req.method(), req.uri(), req.headers()))
+    if req.uri().path().starts_with("/_oed/") {
+        return next.run(req).await;
+    }
+    if let Some(e) = presigned_expires(req.uri())
+        .or_else(|| header_section_too_large(req.headers()))
+        .or_else(|| xml_body_refused(req.method(), req.uri(), req.headers()))
     {
         return error::into_response(e);
     }
-    next.run(req).await
+    let mut resp = next.run(req).await;
+    let h = resp.headers_mut();
+    h.insert(
+        http::header::CONTENT_SECURITY_POLICY,
+        http::HeaderValue::from_static("sandbox"),
+    );
+    h.insert(
+        http::header::X_CONTENT_TYPE_OPTIONS,
+        http::HeaderValue::from_static("nosniff"),
+    );
+    resp
 }
 
 /// The largest request body read whole (an XML document: `DeleteObjects`,

@@ -800,21 +800,12 @@ fn rights_text(r: Rights) -> String {
     v.join(" ")
 }
 
-/// `ms` since the epoch as `YYYY-MM-DD HH:MM UTC` (the civil calendar from the day
-/// count, as in Howard Hinnant's `civil_from_days`).
+/// `ms` since the epoch as `YYYY-MM-DD HH:MM UTC`.
 fn utc(ms: u64) -> String {
     let secs = ms / 1000;
-    let days = i64::try_from(secs / 86_400).unwrap_or(0);
     let (hour, minute) = (secs % 86_400 / 3600, secs % 3600 / 60);
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
+    let (year, month, day) =
+        oed_model::record::civil_date(i64::try_from(secs / 86_400).unwrap_or(0));
     format!("{year:04}-{month:02}-{day:02} {hour:02}:{minute:02} UTC")
 }
 

@@ -294,6 +294,7 @@ impl DevCluster {
              oedd dev: endpoint {ep}\n\
              oedd dev: access key {ak}\n\
              oedd dev: secret key {sk}\n\
+             oedd dev: console {ep}/_oed/console/ (log in with the access key and secret key)\n\
              oedd dev: metrics {metrics} (one per drive; Prometheus scrape config in {dir}/prometheus.yml)\n\
              {ca_line}\
              oedd dev: health  oedd admin --map {dir}/cluster.toml --secret-file {dir}/cluster.secret{ca_flag} status\n\

@@ -4,17 +4,17 @@
 //! port, and returns the answer's JSON. `docs/near-data.md` describes operations and
 //! answers.
 
-use std::fmt::Write as _;
 use std::time::Duration;
 
 use bytes::Bytes;
-use hmac::{Hmac, Mac};
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use sha2::{Digest, Sha256};
 
 use oed_model::error::{Error, Result};
+use oed_model::sigv4::Signer;
+pub use oed_model::sigv4::ToSign;
 use oed_model::uri::encode;
 
 /// Where to send an operation and how to sign it.
@@ -30,79 +30,16 @@ pub struct Target {
     pub secret_key: String,
 }
 
-fn hex(bytes: &[u8]) -> String {
-    bytes
-        .iter()
-        .fold(String::with_capacity(bytes.len() * 2), |mut s, b| {
-            let _ = write!(s, "{b:02x}");
-            s
-        })
-}
-
-fn hmac(key: &[u8], data: &str) -> Vec<u8> {
-    let mut mac = Hmac::<Sha256>::new_from_slice(key).expect("HMAC takes keys of any length");
-    mac.update(data.as_bytes());
-    mac.finalize().into_bytes().to_vec()
-}
-
-/// A request to sign: its method, `host`, `path` (already encoded), canonical `query`
-/// (encoded, sorted, `name=value` joined by `&`), and the payload hash it declares (the
-/// body's hex SHA-256, or `UNSIGNED-PAYLOAD`).
-#[derive(Clone, Copy, Debug)]
-pub struct ToSign<'a> {
-    /// `GET`, `PUT`, `POST`...
-    pub method: &'a str,
-    /// The `Host` header.
-    pub host: &'a str,
-    /// The path, encoded.
-    pub path: &'a str,
-    /// The canonical query string.
-    pub query: &'a str,
-    /// The declared payload hash.
-    pub payload: &'a str,
-}
-
 /// The headers that sign `req` at `now` (seconds since the epoch), with SigV4 in header
-/// form: `x-amz-date`, `x-amz-content-sha256` and `authorization`.
+/// form ([`oed_model::sigv4`]): `x-amz-date`, `x-amz-content-sha256` and `authorization`.
 #[must_use]
-pub fn sign(target: &Target, req: ToSign<'_>, now: u64) -> Vec<(String, String)> {
-    let t = time::OffsetDateTime::from_unix_timestamp(i64::try_from(now).unwrap_or(0))
-        .unwrap_or(time::OffsetDateTime::UNIX_EPOCH);
-    let date = format!("{:04}{:02}{:02}", t.year(), u8::from(t.month()), t.day());
-    let stamp = format!("{date}T{:02}{:02}{:02}Z", t.hour(), t.minute(), t.second());
-    let ToSign {
-        method,
-        host,
-        path,
-        query,
-        payload,
-    } = req;
-    let canonical = format!(
-        "{method}\n{path}\n{query}\nhost:{host}\nx-amz-content-sha256:{payload}\nx-amz-date:{stamp}\n\n\
-         host;x-amz-content-sha256;x-amz-date\n{payload}"
-    );
-    let scope = format!("{date}/{}/s3/aws4_request", target.region);
-    let to_sign = format!(
-        "AWS4-HMAC-SHA256\n{stamp}\n{scope}\n{}",
-        hex(&Sha256::digest(canonical.as_bytes()))
-    );
-    let mut key = hmac(format!("AWS4{}", target.secret_key).as_bytes(), &date);
-    for part in [target.region.as_str(), "s3", "aws4_request"] {
-        key = hmac(&key, part);
-    }
-    let signature = hex(&hmac(&key, &to_sign));
-    vec![
-        ("x-amz-date".into(), stamp),
-        ("x-amz-content-sha256".into(), payload.to_owned()),
-        (
-            "authorization".into(),
-            format!(
-                "AWS4-HMAC-SHA256 Credential={}/{scope}, \
-                 SignedHeaders=host;x-amz-content-sha256;x-amz-date, Signature={signature}",
-                target.access_key
-            ),
-        ),
-    ]
+pub fn sign(target: &Target, req: &ToSign<'_>, now: u64) -> Vec<(String, String)> {
+    let signer = Signer {
+        access_key: &target.access_key,
+        secret_key: &target.secret_key,
+        region: &target.region,
+    };
+    oed_model::sigv4::sign(&signer, req, now)
 }
 
 /// Runs `operation` (JSON) on `bucket`/`key` through `target`, over the bytes `range`
@@ -150,15 +87,16 @@ pub async fn run(
         .method(http::Method::POST)
         .uri(format!("http://{host}{path}?oed-op="))
         .header(http::header::CONTENT_TYPE, "application/json");
-    let payload = hex(&Sha256::digest(&body));
+    let payload = hex::encode(Sha256::digest(&body));
     let to_sign = ToSign {
         method: "POST",
         host: &host,
         path: &path,
         query: "oed-op=",
         payload: &payload,
+        headers: &[],
     };
-    for (name, value) in sign(target, to_sign, now) {
+    for (name, value) in sign(target, &to_sign, now) {
         req = req.header(name, value);
     }
     if let Some(r) = range {
@@ -199,26 +137,5 @@ pub async fn run(
             answer = &mut call => return answer,
             _ = tick.tick() => waiting(started.elapsed()),
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// A whole signature is checked end to end against the verifier of `s3s` by
-    /// `tests/s3/test_near_data.py`; here, the part that must not drift: the signing key
-    /// chain (AWS's documented example). Encoding is `oed_model::uri`'s.
-    #[test]
-    fn the_signing_key_chain_follows_sigv4() {
-        // From AWS's documentation: the signing key for 20150830/us-east-1/iam.
-        let mut key = hmac(b"AWS4wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY", "20150830");
-        for part in ["us-east-1", "iam", "aws4_request"] {
-            key = hmac(&key, part);
-        }
-        assert_eq!(
-            hex(&key),
-            "c4afb1cc5771d871763a393e44b703571b55cc28424d1a5e86da6ed3c154a4b9"
-        );
     }
 }

@@ -272,8 +272,9 @@ impl S3 {
             path,
             query,
             payload: &payload,
+            headers: &[],
         };
-        for (name, value) in sign(&self.target, to_sign, now_secs()) {
+        for (name, value) in sign(&self.target, &to_sign, now_secs()) {
             req = req.header(name, value);
         }
         let req = req.body(Full::new(body)).map_err(|e| e.to_string())?;
