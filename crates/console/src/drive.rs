@@ -77,13 +77,16 @@ pub struct HistoryView {
 /// Where a drive's figures come from.
 pub struct Probe {
     /// Its repair work and, through it, its store.
-    pub repair: Arc<Repair>,
-    /// Its last hour.
-    pub history: Arc<History>,
+    repair: Arc<Repair>,
+    /// Its last hour (none when the console is off on this drive).
+    history: Option<Arc<History>>,
     /// Its energy counter.
-    pub energy: EnergyReader,
+    energy: EnergyReader,
     /// The power source's label.
-    pub source: String,
+    source: String,
+    /// The last view made, and when: one view at a time, and at most one a second
+    /// however many drives and pages ask.
+    last: tokio::sync::Mutex<Option<(std::time::Instant, DriveView)>>,
 }
 
 impl std::fmt::Debug for Probe {
@@ -94,7 +97,28 @@ impl std::fmt::Debug for Probe {
     }
 }
 
+/// How long a view is given again.
+const VIEW_FRESH: std::time::Duration = std::time::Duration::from_secs(1);
+
 impl Probe {
+    /// The figures of the drive whose repair work is `repair`, with its `history` (if
+    /// kept), `energy` counter and power source label.
+    #[must_use]
+    pub fn new(
+        repair: Arc<Repair>,
+        history: Option<Arc<History>>,
+        energy: EnergyReader,
+        source: String,
+    ) -> Arc<Self> {
+        Arc::new(Self {
+            repair,
+            history,
+            energy,
+            source,
+            last: tokio::sync::Mutex::new(None),
+        })
+    }
+
     /// The drive's figures now.
     #[must_use]
     pub fn view(&self) -> DriveView {
@@ -109,12 +133,12 @@ impl Probe {
                 used_bytes: c.capacity_bytes.saturating_sub(c.free_bytes),
                 free_bytes: c.free_bytes,
             });
-        let now = self.history.now();
+        let now = self.history.as_ref().and_then(|h| h.now());
         let power = match (self.energy.method(), self.energy.joules_now()) {
             (Some(method), Some(joules)) => Some(PowerView {
                 watts: now.and_then(|p| p.watts),
                 joules,
-                joules_today: self.history.joules_today(),
+                joules_today: self.history.as_ref().and_then(|h| h.joules_today()),
                 method: method.as_str().to_owned(),
                 source: self.source.clone(),
             }),
@@ -124,21 +148,30 @@ impl Probe {
             status: self.repair.status_now(),
             capacity,
             power,
-            temperature_c: self.history.temperature(),
+            temperature_c: self.history.as_ref().and_then(|h| h.temperature()),
             now,
         }
     }
 
-    /// [`Probe::view`] on a blocking thread: it reads the file system and `/sys`,
-    /// which a failing disk can hold up.
+    /// [`Probe::view`] on a blocking thread (it asks the file system, which a failing
+    /// disk can hold up), one at a time, the last one again within [`VIEW_FRESH`] of
+    /// it. A caller that gives up (a timeout) only stops waiting.
     ///
     /// # Errors
     /// The message of a panic while it read them.
     pub async fn view_now(self: &Arc<Self>) -> Result<DriveView, String> {
+        let mut last = self.last.lock().await;
+        if let Some((at, view)) = &*last
+            && at.elapsed() < VIEW_FRESH
+        {
+            return Ok(view.clone());
+        }
         let probe = self.clone();
-        tokio::task::spawn_blocking(move || probe.view())
+        let view = tokio::task::spawn_blocking(move || probe.view())
             .await
-            .map_err(|e| e.to_string())
+            .map_err(|e| e.to_string())?;
+        *last = Some((std::time::Instant::now(), view.clone()));
+        Ok(view)
     }
 
     /// The drive's last hour. A point covers [`SLOT_SECONDS`], or the meter's period
@@ -147,7 +180,11 @@ impl Probe {
     #[must_use]
     pub fn history(&self) -> HistoryView {
         let now_ms = oed_meter::wall_ms();
-        let mut points = self.history.points();
+        let mut points = self
+            .history
+            .as_ref()
+            .map(|h| h.points())
+            .unwrap_or_default();
         points.retain(|p| p.t_ms + HOUR_MS >= now_ms);
         let mut gaps: Vec<u64> = points
             .windows(2)

@@ -48,6 +48,32 @@ pub const OVERVIEW_FRESH: Duration = Duration::from_secs(1);
 /// requests to its own origin only, never framed.
 pub const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
 
+/// [`CSP`] with the page's script and style sheet named exactly, at `origin`
+/// (`http://host:port`): no other file of the origin (an object S3 serves there) runs
+/// as script or style. [`CSP`] when the `Host` is not a plain host and port.
+#[must_use]
+pub fn csp_for(secure: bool, host: Option<&str>) -> String {
+    let plain = |h: &str| {
+        !h.is_empty()
+            && h.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b".-:[]".contains(&b))
+    };
+    match host.filter(|h| plain(h)) {
+        Some(h) => {
+            let origin = format!("{}://{h}", if secure { "https" } else { "http" });
+            CSP.replace(
+                "script-src 'self'",
+                &format!("script-src {origin}/_oed/console/app.js"),
+            )
+            .replace(
+                "style-src 'self'",
+                &format!("style-src {origin}/_oed/console/app.css"),
+            )
+        }
+        None => CSP.to_owned(),
+    }
+}
+
 /// The policy of the S3 answers the console passes on: nothing in them runs, and a
 /// document opened from one belongs to no origin.
 pub const CSP_SANDBOXED: &str = "default-src 'none'; frame-ancestors 'none'; sandbox";
@@ -313,7 +339,7 @@ pub fn router<S: Clone + Send + Sync + 'static>(console: Arc<Console>) -> Router
         .route("/_oed/console/api/s3/", any(s3))
         .route("/_oed/console/api/s3/{*path}", any(s3))
         .route("/_oed/console/{*rest}", any(not_found))
-        .layer(middleware::from_fn(protect))
+        .layer(middleware::from_fn_with_state(console.clone(), protect))
         .with_state(console)
 }
 
@@ -344,8 +370,13 @@ async fn not_found() -> ApiError {
 /// sent with a referrer; the API's answers never cached, and an object S3 answered
 /// with never run as a page of the console's origin (`sandbox`). Each request is named
 /// for the request metrics (an S3 one by the S3 layer).
-async fn protect(req: Request, next: Next) -> Response {
+async fn protect(State(c): State<Arc<Console>>, req: Request, next: Next) -> Response {
     let path = req.uri().path().to_owned();
+    let host = req
+        .headers()
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .map(str::to_owned);
     let rest = path.strip_prefix(ROOT).unwrap_or("");
     if let Some(name) = req.extensions().get::<oed_s3::OpName>() {
         match rest {
@@ -362,14 +393,12 @@ async fn protect(req: Request, next: Next) -> Response {
     let mut resp = next.run(req).await;
     let h = resp.headers_mut();
     let csp = if rest.starts_with("api/s3") {
-        CSP_SANDBOXED
+        HeaderValue::from_static(CSP_SANDBOXED)
     } else {
-        CSP
+        HeaderValue::try_from(csp_for(c.secure, host.as_deref()))
+            .unwrap_or(HeaderValue::from_static(CSP))
     };
-    h.insert(
-        header::CONTENT_SECURITY_POLICY,
-        HeaderValue::from_static(csp),
-    );
+    h.insert(header::CONTENT_SECURITY_POLICY, csp);
     h.insert(
         header::X_CONTENT_TYPE_OPTIONS,
         HeaderValue::from_static("nosniff"),
@@ -546,6 +575,16 @@ mod tests {
             h.insert(*n, HeaderValue::from_static(v));
         }
         h
+    }
+
+    #[test]
+    fn the_policy_names_the_pages_own_files() {
+        let csp = csp_for(false, Some("127.0.0.1:9400"));
+        assert!(csp.contains("script-src http://127.0.0.1:9400/_oed/console/app.js;"));
+        assert!(csp.contains("style-src http://127.0.0.1:9400/_oed/console/app.css;"));
+        assert!(csp_for(true, Some("[::1]:9400")).contains("script-src https://[::1]:9400/"));
+        assert_eq!(csp_for(false, Some("a; script-src *")), CSP);
+        assert_eq!(csp_for(false, None), CSP);
     }
 
     #[test]

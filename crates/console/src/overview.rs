@@ -183,7 +183,9 @@ pub async fn gather(cluster: &Cluster, probe: &Arc<Probe>) -> Overview {
     let local = map.local;
     let views = join_all(map.drives.iter().enumerate().map(|(i, d)| async move {
         if i == local {
-            return probe.view_now().await;
+            return tokio::time::timeout(ASK_TIMEOUT, probe.view_now())
+                .await
+                .unwrap_or_else(|_| Err("timed out".to_owned()));
         }
         let Some(client) = cluster.admin_client(&d.id) else {
             return Err("not in the map in force".to_owned());

@@ -50,49 +50,71 @@ const SIGNATURE: [&str; 4] = [
     "x-amz-decoded-content-length",
 ];
 
-/// The S3 path and canonical query of a console request for `uri`.
+/// Query parameters a page may not send: those of a presigned URL (SigV4 and V2),
+/// which S3 would check instead of the session's signature.
+const PRESIGNED: [&str; 8] = [
+    "x-amz-algorithm",
+    "x-amz-credential",
+    "x-amz-signature",
+    "x-amz-date",
+    "x-amz-security-token",
+    "awsaccesskeyid",
+    "signature",
+    "x-amz-signedheaders",
+];
+
+/// The S3 path and canonical query of a console request for `uri`: the path as given
+/// (its bucket one segment), or a bucket's path and [`KEY_PARAM`].
 ///
 /// # Errors
-/// [`ApiError`] 400 when a part is not percent-encoded UTF-8.
+/// [`ApiError`] 400 when a part is not percent-encoded UTF-8, the bucket segment holds
+/// a `/`, the query carries a presigned URL's signature, or [`KEY_PARAM`] is empty,
+/// repeated or not after a bucket alone.
 pub fn target(uri: &http::Uri) -> Result<(String, String), ApiError> {
     let rest = uri.path().strip_prefix(PREFIX).unwrap_or("");
     let bad = || ApiError::bad_request("the path is not percent-encoded UTF-8");
-    let path = if rest.is_empty() || rest == "/" {
-        "/".to_owned()
-    } else {
-        let segments = rest
-            .split('/')
-            .map(|s| decode(s).map(|d| encode(&d)))
-            .collect::<Option<Vec<_>>>()
-            .ok_or_else(bad)?;
-        segments.join("/")
-    };
+    let segments = rest
+        .split('/')
+        .skip(1)
+        .map(decode)
+        .collect::<Option<Vec<_>>>()
+        .ok_or_else(bad)?;
+    if segments.first().is_some_and(|b| b.contains('/')) {
+        return Err(ApiError::bad_request("a bucket's name has no '/'"));
+    }
     let mut pairs = Vec::new();
     let mut key = None;
-    let query = uri.query().unwrap_or("");
-    for part in query.split('&').filter(|p| !p.is_empty()) {
+    for part in uri
+        .query()
+        .unwrap_or("")
+        .split('&')
+        .filter(|p| !p.is_empty())
+    {
         let (k, v) = part.split_once('=').unwrap_or((part, ""));
         let (k, v) = (decode(k).ok_or_else(bad)?, decode(v).ok_or_else(bad)?);
-        if k == KEY_PARAM {
-            key = Some(v);
-        } else {
+        if PRESIGNED.contains(&k.to_ascii_lowercase().as_str()) {
+            return Err(ApiError::bad_request(format!(
+                "{k} belongs to a presigned URL: the console signs its requests itself"
+            )));
+        }
+        if k != KEY_PARAM {
             pairs.push((k, v));
+        } else if key.replace(v).is_some() {
+            return Err(ApiError::bad_request(format!("{KEY_PARAM} is given twice")));
         }
     }
-    let path = match key {
-        None => path,
-        Some(k) => {
-            let bucket = path.trim_end_matches('/');
-            if bucket.is_empty() || bucket[1..].contains('/') {
-                return Err(ApiError::bad_request(format!(
-                    "{KEY_PARAM} goes with the path of a bucket: api/s3/BUCKET?{KEY_PARAM}=KEY"
-                )));
-            }
-            let key: Vec<String> = k.split('/').map(encode).collect();
-            format!("{bucket}/{}", key.join("/"))
+    let mut path: Vec<String> = segments.iter().map(|s| encode(s)).collect();
+    if let Some(k) = key {
+        let bucket_alone = path.len() == 1 || (path.len() == 2 && path[1].is_empty());
+        if k.is_empty() || path.first().is_none_or(String::is_empty) || !bucket_alone {
+            return Err(ApiError::bad_request(format!(
+                "{KEY_PARAM} names a key, after the path of a bucket: api/s3/BUCKET?{KEY_PARAM}=KEY"
+            )));
         }
-    };
-    Ok((path, canonical_query(&pairs)))
+        path.truncate(1);
+        path.extend(k.split('/').map(encode));
+    }
+    Ok((format!("/{}", path.join("/")), canonical_query(&pairs)))
 }
 
 /// Sends `req` to S3 as `active`'s key.
@@ -102,6 +124,23 @@ pub async fn forward(console: &Console, active: &Active, req: Request) -> Respon
         Ok(t) => t,
         Err(e) => return e.into_response(),
     };
+    let form = parts
+        .headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|t| {
+            t.trim_start()
+                .to_ascii_lowercase()
+                .starts_with("multipart/form-data")
+        });
+    if form {
+        // S3 would take a browser form's own policy and signature instead of the
+        // session's.
+        return ApiError::bad_request(
+            "a browser form upload (multipart/form-data) is not sent through the console",
+        )
+        .into_response();
+    }
     let host = parts
         .headers
         .get(header::HOST)
@@ -206,6 +245,12 @@ mod tests {
         for bad in [
             "/_oed/console/api/s3/?oed-key=k",
             "/_oed/console/api/s3/b/k?oed-key=k",
+            "/_oed/console/api/s3/b?oed-key=",
+            "/_oed/console/api/s3/b?oed-key=a&oed-key=b",
+            "/_oed/console/api/s3/a%2Fb?oed-key=k",
+            "/_oed/console/api/s3/a%2Fb",
+            "/_oed/console/api/s3/b/k?X-Amz-Signature=00",
+            "/_oed/console/api/s3/b/k?AWSAccessKeyId=A&Signature=s",
         ] {
             assert!(target(&bad.parse().expect("uri")).is_err(), "{bad}");
         }

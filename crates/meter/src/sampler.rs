@@ -149,8 +149,6 @@ pub struct Meter {
     history: Option<Arc<History>>,
     /// The kernel's totals read at this tick, for the history.
     counters: Counters,
-    /// The data disk's temperature sensor, and when it was last read.
-    temperature: Option<(PathBuf, Option<Instant>)>,
 }
 
 /// How often the disk's temperature is read: reading `drivetemp`'s sensor sends the
@@ -269,7 +267,6 @@ impl Meter {
             latest: Arc::default(),
             history: None,
             counters: Counters::default(),
-            temperature: None,
         })
     }
 
@@ -297,15 +294,31 @@ impl Meter {
         self.metrics.energy.as_ref().map_or(0.0, Counter::get)
     }
 
-    /// Feeds `history` at every tick from now on, with the data disk's temperature
-    /// once a minute when it has a sensor.
+    /// Feeds `history` at every tick from now on, and the data disk's temperature
+    /// once a minute when it has a sensor. The temperature is read on a thread of its
+    /// own, so that a disk slow to answer its sensor never holds up the sampler; the
+    /// thread ends once `history` is dropped.
     pub fn keep_history(&mut self, history: Arc<History>) {
-        self.history = Some(history);
-        self.temperature = self
+        let sensor = self
             .device
             .as_deref()
-            .and_then(|d| procfs::temperature_file(&self.roots, d))
-            .map(|f| (f, None));
+            .and_then(|d| procfs::temperature_file(&self.roots, d));
+        if let Some(file) = sensor {
+            let weak = Arc::downgrade(&history);
+            let spawned = std::thread::Builder::new()
+                .name("oed-temperature".into())
+                .spawn(move || {
+                    while let Some(h) = weak.upgrade() {
+                        h.set_temperature(procfs::read_temperature(&file).ok());
+                        drop(h);
+                        std::thread::sleep(TEMPERATURE_EVERY);
+                    }
+                });
+            if let Err(e) = spawned {
+                tracing::warn!(error = %e, "no thread to read the disk's temperature");
+            }
+        }
+        self.history = Some(history);
     }
 
     /// A reader of this meter's energy for others to hold.
@@ -330,12 +343,6 @@ impl Meter {
         if let Some(h) = &self.history {
             let joules = self.metrics.energy.as_ref().map(Counter::get);
             h.tick(now, crate::wall_ms(), self.counters, watts, joules);
-            if let Some((file, last)) = &mut self.temperature
-                && last.is_none_or(|t| now.duration_since(t) >= TEMPERATURE_EVERY)
-            {
-                *last = Some(now);
-                h.set_temperature(procfs::read_temperature(file).ok());
-            }
         }
         (activity, watts)
     }

@@ -322,7 +322,8 @@ fn peer_state(
     })
 }
 
-/// The drive's meter, feeding its last hour, and the console's view of the drive.
+/// The drive's meter, feeding its last hour when the console is on, and the console's
+/// view of the drive.
 fn metered(
     config: &Config,
     metrics: &DriveMetrics,
@@ -332,16 +333,19 @@ fn metered(
     let meter_config = meter_config(config)?;
     let mut meter = oed_meter::Meter::new(&meter_config, &metrics.registry)?;
     store.attach_energy(meter.energy_reader());
-    let history = Arc::new(oed_meter::history::History::new(Some(
-        metrics.traffic.clone(),
-    )));
-    meter.keep_history(history.clone());
-    let probe = Arc::new(oed_console::Probe {
-        repair: repair.clone(),
-        history,
-        energy: meter.energy_reader(),
-        source: meter.source_label().to_owned(),
+    let history = config.console.then(|| {
+        let history = Arc::new(oed_meter::history::History::new(Some(
+            metrics.traffic.clone(),
+        )));
+        meter.keep_history(history.clone());
+        history
     });
+    let probe = oed_console::Probe::new(
+        repair.clone(),
+        history,
+        meter.energy_reader(),
+        meter.source_label().to_owned(),
+    );
     Ok((meter, probe))
 }
 
@@ -1020,9 +1024,13 @@ async fn after_accounts_sync(
     req: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> axum::response::Response {
-    // The console's logins and S3 requests are S3's: they wait for the account table too.
+    // The console's logins, sessions and S3 requests check keys as S3 does: they wait
+    // for the account table too.
     let path = req.uri().path();
-    let s3 = !path.starts_with("/_oed/") || path.starts_with("/_oed/console/api/");
+    let s3 = !path.starts_with("/_oed/")
+        || ["api/login", "api/session", "api/s3"]
+            .iter()
+            .any(|p| path.starts_with(&format!("/_oed/console/{p}")));
     if s3 && cluster.map().is_spare() {
         return oed_s3::error::into_response(s3s::S3Error::with_message(
             s3s::S3ErrorCode::ServiceUnavailable,

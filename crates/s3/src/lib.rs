@@ -382,9 +382,11 @@ pub fn check_region(headers: &http::HeaderMap, uri: &http::Uri, expected: &str) 
 /// that would be read whole is refused before a byte of it is read when it is over
 /// [`XML_BODY_MAX`] or has no length ([`xml_body_refused`]). The peer API's routes pass.
 ///
-/// Every S3 answer says `Content-Security-Policy: sandbox` and `X-Content-Type-Options:
-/// nosniff`: the web console is served from the same origin (`/_oed/console/`), and an
-/// object a browser opens must not run as a page of it.
+/// Every S3 answer says `X-Content-Type-Options: nosniff`, and `Content-Security-Policy:
+/// sandbox` unless it is a PDF, an image other than SVG, audio or video (which run no
+/// script, and which browsers do not show in a sandbox): the web console is served from
+/// the same origin (`/_oed/console/`), and an object a browser opens must not run as a
+/// page of it.
 pub async fn precheck(
     req: axum::extract::Request,
     next: axum::middleware::Next,
@@ -400,15 +402,30 @@ pub async fn precheck(
     }
     let mut resp = next.run(req).await;
     let h = resp.headers_mut();
-    h.insert(
-        http::header::CONTENT_SECURITY_POLICY,
-        http::HeaderValue::from_static("sandbox"),
-    );
+    if !inert(h.get(http::header::CONTENT_TYPE)) {
+        h.insert(
+            http::header::CONTENT_SECURITY_POLICY,
+            http::HeaderValue::from_static("sandbox"),
+        );
+    }
     h.insert(
         http::header::X_CONTENT_TYPE_OPTIONS,
         http::HeaderValue::from_static("nosniff"),
     );
     resp
+}
+
+/// Whether a body of `content_type` runs nothing in a browser: PDF, images but SVG,
+/// audio, video.
+fn inert(content_type: Option<&http::HeaderValue>) -> bool {
+    let Some(t) = content_type.and_then(|v| v.to_str().ok()) else {
+        return false;
+    };
+    let t = t.trim_start().to_ascii_lowercase();
+    t.starts_with("application/pdf")
+        || (t.starts_with("image/") && !t.starts_with("image/svg"))
+        || t.starts_with("audio/")
+        || t.starts_with("video/")
 }
 
 /// The largest request body read whole (an XML document: `DeleteObjects`,
@@ -1098,6 +1115,30 @@ impl S3 for OedS3 {
 #[cfg(test)]
 mod tests {
     use s3s::dto::TimestampFormat;
+
+    #[test]
+    fn only_objects_that_run_nothing_are_shown_outside_a_sandbox() {
+        let inert = |t: &'static str| super::inert(Some(&http::HeaderValue::from_static(t)));
+        for t in [
+            "application/pdf",
+            "image/png",
+            "IMAGE/JPEG",
+            "video/mp4",
+            "audio/ogg",
+        ] {
+            assert!(inert(t), "{t}");
+        }
+        for t in [
+            "text/html",
+            "image/svg+xml",
+            "application/xhtml+xml",
+            "text/xml",
+            "",
+        ] {
+            assert!(!inert(t), "{t}");
+        }
+        assert!(!super::inert(None));
+    }
 
     /// A time from a disk or a peer, however far it lies, is written in every format S3
     /// uses, not a panic.
