@@ -479,15 +479,13 @@ async fn login(
         c.sessions
             .issue(&login.access_key_id, secret.expose(), oed_meter::wall_ms());
     let cookie = Sessions::cookie(&token, c.sessions.lifetime().as_secs(), c.secure);
-    let active = Active {
+    let mut resp = Json(SessionAnswer {
         admin: c.auth.is_root(&login.access_key_id),
         csrf: c.sessions.csrf(&token),
-        key_id: login.access_key_id,
+        access_key_id: login.access_key_id,
         expires_ms,
-        secret: String::new(),
-        token,
-    };
-    let mut resp = Json(answer_session(&active)).into_response();
+    })
+    .into_response();
     if let Ok(v) = HeaderValue::try_from(cookie) {
         resp.headers_mut().insert(header::SET_COOKIE, v);
     }

@@ -2,7 +2,8 @@
 //! network, power, requests and S3 bytes, each a rate over its slot), the newest
 //! [`SLOTS`] kept, and the rates over the sampler's last tick for "now". The meter's
 //! sampler feeds it ([`crate::Meter::keep_history`]); the console reads it, so a drive
-//! shows its recent past without Prometheus. It holds about 30 KiB.
+//! shows its recent past without Prometheus. The ring is allocated whole when it is made
+//! ([`SLOTS`] points of ten figures each) and never grows.
 
 use std::collections::VecDeque;
 use std::sync::{Mutex, PoisonError};

@@ -622,9 +622,7 @@ pub fn civil_date(days: i64) -> (i64, i64, i64) {
 /// Milliseconds since the epoch.
 #[must_use]
 pub fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
+    oed_meter::wall_ms()
 }
 
 /// A record of shard 0 of `bkt`/`key` with k = 2, m = 1 and 4 KiB chunks, for tests (and

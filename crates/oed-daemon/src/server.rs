@@ -1027,10 +1027,14 @@ async fn after_accounts_sync(
     // The console's logins, sessions and S3 requests check keys as S3 does: they wait
     // for the account table too.
     let path = req.uri().path();
-    let s3 = !path.starts_with("/_oed/")
-        || ["api/login", "api/session", "api/s3"]
-            .iter()
-            .any(|p| path.starts_with(&format!("/_oed/console/{p}")));
+    let s3 = match path.strip_prefix("/_oed/") {
+        None => true,
+        Some(rest) => rest.strip_prefix("console/api/").is_some_and(|api| {
+            ["login", "session", "s3"]
+                .iter()
+                .any(|p| api.starts_with(p))
+        }),
+    };
     if s3 && cluster.map().is_spare() {
         return oed_s3::error::into_response(s3s::S3Error::with_message(
             s3s::S3ErrorCode::ServiceUnavailable,

@@ -421,11 +421,12 @@ fn inert(content_type: Option<&http::HeaderValue>) -> bool {
     let Some(t) = content_type.and_then(|v| v.to_str().ok()) else {
         return false;
     };
-    let t = t.trim_start().to_ascii_lowercase();
-    t.starts_with("application/pdf")
-        || (t.starts_with("image/") && !t.starts_with("image/svg"))
-        || t.starts_with("audio/")
-        || t.starts_with("video/")
+    let t = t.trim_start();
+    let is = |prefix: &str| {
+        t.get(..prefix.len())
+            .is_some_and(|p| p.eq_ignore_ascii_case(prefix))
+    };
+    is("application/pdf") || (is("image/") && !is("image/svg")) || is("audio/") || is("video/")
 }
 
 /// The largest request body read whole (an XML document: `DeleteObjects`,
