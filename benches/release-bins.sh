@@ -21,20 +21,40 @@ release_bins() {
     build+=(-p oed-benches)
     for tool in "$@"; do build+=(--bin "$tool"); done
   fi
-  cargo build --release --locked "${build[@]}" >&2
+  # RocksDB's C++ as the packages get it (deploy/rocksdb-unity.sh, -Os): about a minute
+  # on a fresh machine instead of cargo's file-by-file build of 12 minutes or more.
+  local lib status=0
+  lib=$(bash deploy/rocksdb-unity.sh "$host" release) || status=$?
+  case $status in
+    0) ROCKSDB_LIB_DIR=$lib ROCKSDB_STATIC=1 cargo build --release --locked "${build[@]}" >&2 ;;
+    2) cargo build --release --locked "${build[@]}" >&2 ;;
+    *) return "$status" ;;
+  esac
   bin=$CARGO_TARGET_DIR/release
 }
 
+# minio_load: builds benches/minio-load (the load made with minio-go, from the Go module
+# proxy) into $CARGO_TARGET_DIR/minio-load and sets `minio_load` to it.
+minio_load() {
+  export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$HOME/.cache/oed/target}
+  command -v go >/dev/null || { echo "minio-load needs Go (apt-get install golang)" >&2; return 1; }
+  (cd benches/minio-load && go build -o "$CARGO_TARGET_DIR/minio-load" .) >&2
+  minio_load=$CARGO_TARGET_DIR/minio-load
+}
+
 # bench_phase PHASE ARGS...: one phase (write or read) of `oedd bench` from $bin on the
-# objects under the prefix "load" (kept between calls: a read finds what a write left, a
-# second write overwrites it), printed as one line:
+# objects under the prefix BENCH_PREFIX ("load"; kept between calls: a read finds what a
+# write left, a second write overwrites it), uploads signed as BENCH_SIGNING (auto:
+# streaming-crc32c over http://; docs/bench.md, "How uploads are signed"), printed as
+# one line:
 #   PUT: X MiB/s, Y objects/s, E errors; latency ms p50 A p90 B p99 C max D
 # (GET: for a read). ARGS go to oedd bench: --endpoint, --bucket, --size, --count,
 # --clients, --ca-file. Credentials from AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY.
 bench_phase() {
   local phase=$1
   shift
-  "$bin/oedd" bench --phases "$phase" --prefix load --keep --quiet "$@" |
+  "$bin/oedd" bench --phases "$phase" --prefix "${BENCH_PREFIX:-load}" --signing "${BENCH_SIGNING:-auto}" \
+    --keep --quiet "$@" |
     awk -v p="$phase" '$1 == p && $2 ~ /^[0-9]+$/ {
       printf "%s: %s MiB/s, %s objects/s, %s errors; latency ms p50 %s p90 %s p99 %s max %s\n",
         (p == "write" ? "PUT" : "GET"), $3, $5, $11, $6, $7, $8, $9 }'

@@ -1,11 +1,14 @@
 """`oedd bench` against a real cluster on 127.0.0.1 (no root needed; tests/lab runs it
 through shaped links): every phase's figures and their JSON names, energy from the
-drives' meters labelled modelled, the peak from given rates, the objects deleted after,
-and bad options refused with a message that says what was wrong.
+drives' meters labelled modelled (interpolated between their ticks, so a phase shorter
+than a meter period still gets its figure), uploads in every way S3 clients sign them,
+time-based phases, the peak from given rates, the objects deleted after, and bad options
+refused with a message that says what was wrong.
 """
 
 import json
 import subprocess
+import time
 
 import pytest
 
@@ -90,8 +93,91 @@ def test_without_meters_or_rates_it_says_so(metered):
     assert p["pct_peak"] is None and p["joules"] is None and p["energy_source"] is None
 
 
+@pytest.fixture(scope="module")
+def slow_meters():
+    # A meter period of 2 s: every phase below is shorter than one.
+    c = Cluster(n=3, k=2, m=1, extra=lambda i: ["meter_period_ms=2000"])
+    yield c
+    c.stop()
+
+
+def test_every_signing_mode_writes_what_reads_back(metered):
+    c = metered
+    # 200 KiB: three whole 64 KiB chunks and a short one.
+    for mode in ["streaming-crc32c", "streaming", "sha256", "unsigned", "unsigned-crc32c"]:
+        r = bench(c, "--bucket", "signed", "--size", "200KiB", "--count", "6", "--clients", "3",
+                  "--signing", mode, "--json", "--quiet")
+        run = json.loads(r.stdout)
+        assert run["signing"] == mode
+        for p in run["phases"]:
+            assert p["errors"] == 0 and p["objects"] == 6, (mode, p["first_errors"])
+        assert f"uploads signed {mode} (" in r.stderr
+    # auto: streaming-crc32c over http://, as minio-go's multipart parts are signed.
+    r = bench(c, "--bucket", "signed", "--size", "64KiB", "--count", "2", "--json", "--quiet")
+    assert json.loads(r.stdout)["signing"] == "streaming-crc32c"
+    # A streamed upload whose chunks are signed with another secret is refused.
+    env = c.aws_env()
+    env["AWS_SECRET_ACCESS_KEY"] = "wrong"
+    r = subprocess.run([c.bin, "bench", "--endpoint", f"http://{c.addrs[0]}", "--bucket",
+                        "signed", "--count", "2", "--signing", "streaming", "--quiet"],
+                       env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode != 0 and "SignatureDoesNotMatch" in r.stderr, r.stderr
+
+
+def test_a_phase_shorter_than_a_meter_period_gets_a_true_figure(slow_meters):
+    c = slow_meters
+    metrics = ",".join(f"http://{a}/metrics" for a in c.metrics_addrs)
+    # Let every meter tick once, so each has a tick to interpolate from.
+    time.sleep(2.5)
+    r = bench(c, "--bucket", "short", "--size", "64KiB", "--count", "8", "--clients", "4",
+              "--metrics", metrics, "--json", "--quiet")
+    run = json.loads(r.stdout)
+    for p in run["phases"]:
+        assert p["seconds"] < 2.0, "the phase was to be shorter than a meter period"
+        # The counters moved at most once in the phase, often not at all; the figure
+        # is each drive's power over exactly the phase's window.
+        assert p["joules"] > 0 and p["energy"]["complete"], p["energy_unknown"]
+        assert p["energy_unknown"] is None
+        assert all(d["interpolated"] for d in p["energy"]["drives"])
+        assert p["watts"] == pytest.approx(p["joules"] / p["seconds"])
+        # Three modelled drives, each at least its model's idle power (oed-gen1: 9.7 W,
+        # docs/metering.md) and well under a server's.
+        assert 3 * 9.7 * 0.999 <= p["watts"] < 3 * 50.0, p["watts"]
+    # A "meter" that is not an OED drive's: the phase's energy is unknown, and why.
+    r = bench(c, "--bucket", "short", "--size", "64KiB", "--count", "2",
+              "--metrics", f"http://{c.addrs[0]}/metrics", "--json", "--quiet")
+    run = json.loads(r.stdout)
+    for p in run["phases"]:
+        assert p["joules"] is None and p["watts"] is None
+        assert "did not answer" in p["energy_unknown"]
+    assert "energy unknown: " in r.stderr
+    assert " unknown " in r.stderr.split("EDP J*s")[1]
+
+
+def test_time_based_phases_run_for_their_duration(metered):
+    c = metered
+    r = bench(c, "--bucket", "timed", "--size", "64KiB", "--clients", "2", "--duration", "1.5",
+              "--json", "--quiet")
+    run = json.loads(r.stdout)
+    assert run["duration_s"] == 1.5
+    write, read = run["phases"]
+    for p in (write, read):
+        assert p["errors"] == 0, p["first_errors"]
+        # Requests stop at the deadline; the last answers come a little after.
+        assert 1.5 <= p["seconds"] < 10, p["seconds"]
+        assert p["objects"] > 0
+    # The read went over what the write wrote (again and again, when it is faster).
+    assert read["objects"] >= 1
+    assert "for 1.5 s a phase" in r.stderr
+    # Everything written is deleted after the repetition.
+    assert c.client().list_objects_v2(Bucket="timed").get("KeyCount", 0) == 0
+
+
 @pytest.mark.parametrize("args,message", [
     (["--size", "4furlongs"], "unit"),
+    (["--signing", "chunked"], "is not one of streaming-crc32c"),
+    (["--duration", "3fortnights"], "is not ms, s, m or h"),
+    (["--duration", "5", "--total", "1GiB"], "cannot be used with"),
     (["--phases", "read"], "start with write"),
     (["--drive-link", "100mbps"], "bytes a second"),
     (["--operation", "{not json"], "--operation is not JSON"),

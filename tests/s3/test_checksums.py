@@ -76,6 +76,24 @@ def test_put_verifies_stores_and_returns_each_algorithm(s3, bucket, algorithm):
     assert out[f"Checksum{algorithm}"] == want
 
 
+@pytest.mark.parametrize("size", [1, 65535, 4 * 65536 - 1, 4 * 65536, 4 * 65536 + 1, 13 * 65536 + 7])
+def test_a_crc32c_over_stripes_is_the_bodys(s3, bucket, size):
+    """A CRC32C is joined from the data chunks' (the cluster's stripes are 4 x 64 KiB):
+    bodies that end inside, at and just past a stripe, padded or not, all check and store
+    the body's own, and a wrong one is refused."""
+    data = bytes((i * 7 + size) % 251 for i in range(size))
+    want = b64(digest("CRC32C", data))
+    out = s3.put_object(Bucket=bucket, Key=f"s{size}", Body=data, ChecksumCRC32C=want)
+    assert out["ChecksumCRC32C"] == want
+    head = s3.head_object(Bucket=bucket, Key=f"s{size}", ChecksumMode="ENABLED")
+    assert head["ChecksumCRC32C"] == want
+    wrong = b64(digest("CRC32C", data[:-1] + bytes([data[-1] ^ 1])))
+    with pytest.raises(ClientError) as e:
+        s3.put_object(Bucket=bucket, Key=f"s{size}", Body=data, ChecksumCRC32C=wrong)
+    assert e.value.response["Error"]["Code"] == "BadDigest"
+    assert s3.get_object(Bucket=bucket, Key=f"s{size}")["Body"].read() == data
+
+
 def test_stock_clients_send_a_checksum_and_get_it_back(s3, bucket):
     """botocore sends CRC32 on every PutObject by default; it is stored."""
     data = b"x" * 100_000

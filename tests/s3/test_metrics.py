@@ -335,6 +335,8 @@ def test_metrics_endpoint_serves_only_metrics(metered):
     base = f"http://{cluster.metrics_addrs[1]}"
     text = http_get(f"{base}/metrics")
     assert "# TYPE oed_energy_joules_total counter" in text
+    # The time of the meter's tick the counter counts up to, beside it.
+    assert "# TYPE oed_energy_timestamp_seconds gauge" in text
     assert 'oed_drive_info{cluster="test",drive="drive-2"' in text
     with pytest.raises(urllib.error.HTTPError) as e:
         http_get(f"{base}/other")

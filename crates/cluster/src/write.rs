@@ -669,7 +669,18 @@ impl Cluster {
         let mut md5 = (self.md5_etags || obj.content_md5.is_some()).then(Md5Stream::new);
         let mut fast = sha2::Sha256::new();
         fast.update(obj.size.to_le_bytes());
-        let mut sum = obj.checksum.as_ref().map(|c| c.algorithm.hasher());
+        // A CRC32C is joined from the data chunks' own, which the frames' CRCs compute
+        // anyway: no pass of its own over the body (S3 clients' usual trailer).
+        let crc32c = obj
+            .checksum
+            .as_ref()
+            .is_some_and(|c| c.algorithm == oed_ops::s3sum::Algorithm::Crc32c);
+        let mut object_crc = crc32c.then_some(0u32);
+        let mut sum = obj
+            .checksum
+            .as_ref()
+            .filter(|_| !crc32c)
+            .map(|c| c.algorithm.hasher());
         while let Some(piece) = body.next().await {
             let mut piece = piece?;
             if let Some(h) = sum.as_mut() {
@@ -690,7 +701,8 @@ impl Cluster {
                     if let Some(h) = md5.as_mut() {
                         h.update(data.clone()).await?;
                     }
-                    self.send_stripe(up, layout, codec, obj.size, stripe, data, &mut fast)
+                    let sums = (&mut fast, object_crc.as_mut());
+                    self.send_stripe(up, layout, codec, obj.size, stripe, data, sums)
                         .await?;
                     stripe += 1;
                 }
@@ -707,7 +719,8 @@ impl Cluster {
             if let Some(h) = md5.as_mut() {
                 h.update(data.clone()).await?;
             }
-            self.send_stripe(up, layout, codec, obj.size, stripe, data, &mut fast)
+            let sums = (&mut fast, object_crc.as_mut());
+            self.send_stripe(up, layout, codec, obj.size, stripe, data, sums)
                 .await?;
         }
         let md5 = match md5 {
@@ -719,8 +732,9 @@ impl Cluster {
         {
             return Err(Error::BadDigest);
         }
-        let checksum = match (&obj.checksum, sum) {
-            (Some(c), Some(h)) => Some(c.check(&h.finish())?),
+        let checksum = match (&obj.checksum, sum, object_crc) {
+            (Some(c), Some(h), _) => Some(c.check(&h.finish())?),
+            (Some(c), None, Some(crc)) => Some(c.check(&crc.to_be_bytes())?),
             _ => None,
         };
         if let Some(etag) = &obj.etag {
@@ -734,7 +748,9 @@ impl Cluster {
     }
 
     /// Codes one stripe (the body's pieces, as received) and hands each drive its chunk,
-    /// in pieces, and the chunk's CRC32C.
+    /// in pieces, and the chunk's CRC32C. The data chunks' CRC32Cs go into `fast` (the
+    /// `ETag`'s hash) and, when given, are joined onto `object_crc`, the body's CRC32C so
+    /// far (the zeros that pad the last stripe left out).
     #[allow(clippy::too_many_arguments)]
     async fn send_stripe(
         &self,
@@ -744,7 +760,7 @@ impl Cluster {
         size: u64,
         index: u64,
         mut data: Vec<Bytes>,
-        fast: &mut sha2::Sha256,
+        (fast, mut object_crc): (&mut sha2::Sha256, Option<&mut u32>),
     ) -> Result<()> {
         let stripe = layout
             .stripe(size, index)
@@ -771,10 +787,18 @@ impl Cluster {
             .into_iter()
             .chain(parity.into_iter().map(|p| vec![Bytes::from(p)]));
         for (i, mut chunk) in all.enumerate() {
-            let crc = oed_ec::frame_crc_pieces(index, &chunk);
-            if i < k {
+            let crc = if i < k {
+                let real = len.saturating_sub(i * cl).min(cl);
+                let (data_crc, chunk_crc) = crc_of_prefix(&chunk, real);
+                if let Some(acc) = object_crc.as_deref_mut() {
+                    *acc = crc32c::crc32c_combine(*acc, data_crc, real);
+                }
+                let crc = oed_ec::bind_stripe(chunk_crc, index);
                 fast.update(crc.to_le_bytes());
-            }
+                crc
+            } else {
+                oed_ec::frame_crc_pieces(index, &chunk)
+            };
             chunk.push(Bytes::copy_from_slice(&crc.to_le_bytes()));
             up.send(i, chunk).await;
         }
@@ -848,6 +872,24 @@ fn pad_with_zeros(pieces: &mut Vec<Bytes>, mut n: usize) {
     }
 }
 
+/// The CRC32C of the first `n` bytes of `pieces` (in order) and of all of them, in one
+/// pass.
+fn crc_of_prefix(pieces: &[Bytes], n: usize) -> (u32, u32) {
+    let (mut crc, mut prefix, mut at) = (0u32, None, 0usize);
+    for p in pieces {
+        if prefix.is_none() && at + p.len() >= n {
+            let head = n - at;
+            crc = crc32c::crc32c_append(crc, &p[..head]);
+            prefix = Some(crc);
+            crc = crc32c::crc32c_append(crc, &p[head..]);
+        } else {
+            crc = crc32c::crc32c_append(crc, p);
+        }
+        at += p.len();
+    }
+    (prefix.unwrap_or(crc), crc)
+}
+
 /// The `k` chunks of `cl` bytes each of a whole stripe in pieces, each chunk in pieces
 /// (none empty; slices of the same buffers, nothing copied).
 fn split_chunks(pieces: Vec<Bytes>, k: usize, cl: usize) -> Vec<Vec<Bytes>> {
@@ -875,6 +917,23 @@ mod tests {
     use oed_ops::s3sum::Algorithm;
 
     use super::*;
+
+    #[test]
+    fn a_prefix_crc_and_the_whole_come_from_one_pass() {
+        let data: Vec<u8> = (0..1000u32).map(|i| (i * 31 % 251) as u8).collect();
+        let pieces: Vec<Bytes> = [0..10, 10..11, 11..400, 400..1000]
+            .into_iter()
+            .map(|r| Bytes::copy_from_slice(&data[r]))
+            .collect();
+        for n in [0, 1, 10, 11, 12, 399, 400, 401, 999, 1000] {
+            assert_eq!(
+                crc_of_prefix(&pieces, n),
+                (crc32c::crc32c(&data[..n]), crc32c::crc32c(&data)),
+                "{n}"
+            );
+        }
+        assert_eq!(crc_of_prefix(&[], 0), (0, 0));
+    }
 
     fn digest(a: Algorithm, data: &[u8]) -> Vec<u8> {
         let mut h = a.hasher();

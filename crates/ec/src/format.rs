@@ -75,8 +75,10 @@ pub fn frame_crc_pieces<P: AsRef<[u8]>>(stripe: u64, pieces: &[P]) -> u32 {
 }
 
 /// Completes a frame's CRC32C from the CRC32C of its chunk (for chunks checked in
-/// pieces, as [`StreamVerifier`] does).
-fn bind_stripe(chunk_crc: u32, stripe: u64) -> u32 {
+/// pieces, as [`StreamVerifier`] does, or whose plain CRC32C is wanted too, as a write's
+/// S3 checksum is).
+#[must_use]
+pub fn bind_stripe(chunk_crc: u32, stripe: u64) -> u32 {
     crc32c::crc32c_append(chunk_crc, &stripe.to_le_bytes())
 }
 

@@ -9,6 +9,8 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 
+use prometheus::core::{Collector, Desc};
+use prometheus::proto::MetricFamily;
 use prometheus::{Counter, CounterVec, Gauge, IntCounter, Opts, Registry};
 
 use crate::history::{Counters, History};
@@ -29,7 +31,9 @@ pub struct MeterConfig {
 
 struct Metrics {
     power: Option<Gauge>,
-    energy: Option<Counter>,
+    /// The joules counter and the time of the tick it counts up to, exported together by
+    /// [`EnergyCollector`].
+    energy: Option<(Counter, Gauge)>,
     errors: Option<IntCounter>,
     cpu: CounterVec,
     /// In the order of [`DISK`].
@@ -113,6 +117,78 @@ struct Latest {
     reading: Option<(Instant, f64)>,
 }
 
+/// Exports `oed_energy_joules_total` with `oed_energy_timestamp_seconds`, the wall-clock
+/// time of the tick the counter counts up to, read under the lock the sampler updates
+/// both under: a scrape never pairs one tick's joules with another's time. A reader that
+/// has the pairs of two scrapes around a moment (a benchmark phase's start or end) can
+/// interpolate the counter at that moment, exactly as the meter counts (constant power
+/// between ticks), however short the phase.
+struct EnergyCollector {
+    latest: Arc<Mutex<Latest>>,
+    energy: Counter,
+    stamp: Gauge,
+    descs: Vec<Desc>,
+}
+
+impl Collector for EnergyCollector {
+    fn desc(&self) -> Vec<&Desc> {
+        self.descs.iter().collect()
+    }
+
+    fn collect(&self) -> Vec<MetricFamily> {
+        let _latest = self.latest.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut out = self.energy.collect();
+        out.extend(self.stamp.collect());
+        out
+    }
+}
+
+/// The power series of a drive whose source is `label` (`method`), registered on
+/// `registry`: the power gauge, the energy counter with the time of its tick (exported
+/// together by an [`EnergyCollector`] over `latest`), the failed readings.
+fn power_metrics(
+    label: &str,
+    method: Method,
+    latest: &Arc<Mutex<Latest>>,
+    registry: &Registry,
+) -> Result<(Gauge, (Counter, Gauge), IntCounter)> {
+    let labels = |name: &str, help: &str| {
+        Opts::new(name, help)
+            .const_label("source", label)
+            .const_label("method", method.as_str())
+    };
+    let power = Gauge::with_opts(labels(
+        "oed_power_watts",
+        "Power drawn by the drive over the last sampler period, watts. method=modelled means computed from activity and a device profile, not measured.",
+    ))?;
+    let energy = Counter::with_opts(labels(
+        "oed_energy_joules_total",
+        "Energy used by the drive since the daemon started, joules (measured or modelled, see method).",
+    ))?;
+    let stamp = Gauge::with_opts(labels(
+        "oed_energy_timestamp_seconds",
+        "When the meter last counted into oed_energy_joules_total (its last tick), seconds since the Unix epoch; scraped together with it.",
+    ))?;
+    let errors = IntCounter::with_opts(
+        Opts::new(
+            "oed_power_sample_errors_total",
+            "Power readings that failed; their intervals add no energy.",
+        )
+        .const_label("source", label),
+    )?;
+    registry.register(Box::new(power.clone()))?;
+    let mut descs: Vec<Desc> = energy.desc().into_iter().cloned().collect();
+    descs.extend(stamp.desc().into_iter().cloned());
+    registry.register(Box::new(EnergyCollector {
+        latest: latest.clone(),
+        energy: energy.clone(),
+        stamp: stamp.clone(),
+        descs,
+    }))?;
+    registry.register(Box::new(errors.clone()))?;
+    Ok((power, (energy, stamp), errors))
+}
+
 impl EnergyReader {
     /// Joules used by the drive since the daemon started, up to now; `None` when power
     /// metering is off. Between ticks the last reading's power stands in for what the
@@ -192,33 +268,13 @@ impl Meter {
                 None
             }
         };
-        let labels = |name: &str, help: &str| {
-            Opts::new(name, help)
-                .const_label("source", label.clone())
-                .const_label("method", method.map_or("none", Method::as_str))
-        };
-        let (power, energy, errors) = if method.is_some() {
-            let power = Gauge::with_opts(labels(
-                "oed_power_watts",
-                "Power drawn by the drive over the last sampler period, watts. method=modelled means computed from activity and a device profile, not measured.",
-            ))?;
-            let energy = Counter::with_opts(labels(
-                "oed_energy_joules_total",
-                "Energy used by the drive since the daemon started, joules (measured or modelled, see method).",
-            ))?;
-            let errors = IntCounter::with_opts(
-                Opts::new(
-                    "oed_power_sample_errors_total",
-                    "Power readings that failed; their intervals add no energy.",
-                )
-                .const_label("source", label.clone()),
-            )?;
-            registry.register(Box::new(power.clone()))?;
-            registry.register(Box::new(energy.clone()))?;
-            registry.register(Box::new(errors.clone()))?;
-            (Some(power), Some(energy), Some(errors))
-        } else {
-            (None, None, None)
+        let latest: Arc<Mutex<Latest>> = Arc::default();
+        let (power, energy, errors) = match method {
+            Some(m) => {
+                let (power, energy, errors) = power_metrics(&label, m, &latest, registry)?;
+                (Some(power), Some(energy), Some(errors))
+            }
+            None => (None, None, None),
         };
         let cpu = CounterVec::new(
             Opts::new(
@@ -264,7 +320,7 @@ impl Meter {
             prev: Previous::default(),
             last_power: None,
             failing: false,
-            latest: Arc::default(),
+            latest,
             history: None,
             counters: Counters::default(),
         })
@@ -291,7 +347,7 @@ impl Meter {
     /// Joules counted so far.
     #[must_use]
     pub fn energy_joules(&self) -> f64 {
-        self.metrics.energy.as_ref().map_or(0.0, Counter::get)
+        self.metrics.energy.as_ref().map_or(0.0, |(c, _)| c.get())
     }
 
     /// Feeds `history` at every tick from now on, and the data disk's temperature
@@ -335,20 +391,36 @@ impl Meter {
     pub fn sample(&mut self) -> (Option<Activity>, Option<f64>) {
         let now = Instant::now();
         let activity = self.read_system(now);
-        let watts = self.read_power(now, activity.as_ref());
+        let (watts, added) = self.read_power(now, activity.as_ref());
         let mut latest = self.latest.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some((counter, stamp)) = &self.metrics.energy {
+            if let Some(j) = added {
+                counter.inc_by(j);
+            }
+            #[allow(clippy::cast_precision_loss, reason = "milliseconds since 1970 fit")]
+            stamp.set(crate::wall_ms() as f64 / 1000.0);
+        }
         latest.joules = self.energy_joules();
         latest.reading = self.last_power;
         drop(latest);
         if let Some(h) = &self.history {
-            let joules = self.metrics.energy.as_ref().map(Counter::get);
+            let joules = self.metrics.energy.as_ref().map(|(c, _)| c.get());
             h.tick(now, crate::wall_ms(), self.counters, watts, joules);
         }
         (activity, watts)
     }
 
-    fn read_power(&mut self, now: Instant, activity: Option<&Activity>) -> Option<f64> {
-        let source = self.source.as_mut()?;
+    /// Reads the source: the power, and the joules of the interval since the last tick
+    /// (`None` when they cannot be known: a failed reading, the first of an
+    /// instantaneous source).
+    fn read_power(
+        &mut self,
+        now: Instant,
+        activity: Option<&Activity>,
+    ) -> (Option<f64>, Option<f64>) {
+        let Some(source) = self.source.as_mut() else {
+            return (None, None);
+        };
         match source.sample(now, activity) {
             Ok(Some(s)) => {
                 if self.failing {
@@ -368,15 +440,9 @@ impl Meter {
                 if let Some(g) = &self.metrics.power {
                     g.set(s.watts);
                 }
-                if let (Some(j), Some(c)) = (joules, &self.metrics.energy)
-                    && j.is_finite()
-                    && j >= 0.0
-                {
-                    c.inc_by(j);
-                }
-                Some(s.watts)
+                (Some(s.watts), joules.filter(|j| j.is_finite() && *j >= 0.0))
             }
-            Ok(None) => None,
+            Ok(None) => (None, None),
             Err(e) => {
                 if !self.failing {
                     tracing::warn!(source = %self.label, error = %e, "power reading failed; its interval adds no energy");
@@ -386,7 +452,7 @@ impl Meter {
                     c.inc();
                 }
                 self.last_power = None;
-                None
+                (None, None)
             }
         }
     }

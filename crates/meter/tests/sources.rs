@@ -429,6 +429,20 @@ fn meter_turns_counters_into_activity_energy_and_metrics() {
         text.contains("oed_power_watts{method=\"modelled\",source=\"model:arm-hdd\"}"),
         "{text}"
     );
+    // The tick the counter counts up to, as wall-clock time: this test's last sample.
+    let stamp: f64 = text
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix(
+                "oed_energy_timestamp_seconds{method=\"modelled\",source=\"model:arm-hdd\"} ",
+            )
+        })
+        .unwrap_or_else(|| panic!("no oed_energy_timestamp_seconds in\n{text}"))
+        .parse()
+        .unwrap();
+    #[allow(clippy::cast_precision_loss, reason = "milliseconds since 1970")]
+    let now = oed_meter::wall_ms() as f64 / 1000.0;
+    assert!(stamp <= now && stamp > now - 5.0, "{stamp} against {now}");
 
     // Counters that go backwards (a device re-attached) do not make Prometheus counters
     // go backwards.

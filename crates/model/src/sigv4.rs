@@ -1,6 +1,8 @@
 //! AWS Signature Version 4 in header form, as an S3 client signs a request: `oedd op`
-//! signs its operations with it, and the console the requests a page makes through it
-//! with the key the page logged in with.
+//! signs its operations with it, the console the requests a page makes through it with
+//! the key the page logged in with, and `oedd bench` its uploads, also in the streaming
+//! form S3 clients use over plain HTTP (`aws-chunked` bodies whose every chunk is signed,
+//! with or without a signed trailer: [`ChunkSigner`]).
 
 use std::fmt::Write as _;
 
@@ -81,6 +83,69 @@ fn stamps(now: u64) -> (String, String) {
 /// `x-amz-content-sha256` and `authorization`.
 #[must_use]
 pub fn sign(signer: &Signer<'_>, req: &ToSign<'_>, now: u64) -> Vec<(String, String)> {
+    sign_streaming(signer, req, now).0
+}
+
+/// The hex SHA-256 of no bytes.
+const EMPTY_SHA256: &str = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
+
+/// Signs the chunks of an `aws-chunked` body after its request's signature (the seed),
+/// as S3 clients do for `STREAMING-AWS4-HMAC-SHA256-PAYLOAD` and
+/// `STREAMING-AWS4-HMAC-SHA256-PAYLOAD-TRAILER`: each chunk's signature covers the
+/// previous one and the chunk's SHA-256, so the chunks must be signed in order, the empty
+/// last chunk included, and the trailer (if any) after it.
+#[derive(Clone)]
+pub struct ChunkSigner {
+    key: ring::hmac::Key,
+    /// `x-amz-date`'s stamp, then the scope, each followed by a newline.
+    stamp_scope: String,
+    previous: String,
+}
+
+impl std::fmt::Debug for ChunkSigner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ChunkSigner")
+            .field("previous", &self.previous)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ChunkSigner {
+    /// The signature of the next chunk, whose SHA-256 is `sha256` (of no bytes for the
+    /// last chunk); it becomes the previous signature of the one after.
+    pub fn chunk(&mut self, sha256: &[u8]) -> &str {
+        let to_sign = format!(
+            "AWS4-HMAC-SHA256-PAYLOAD\n{}{}\n{EMPTY_SHA256}\n{}",
+            self.stamp_scope,
+            self.previous,
+            hex::encode(sha256)
+        );
+        self.previous = hex::encode(ring::hmac::sign(&self.key, to_sign.as_bytes()));
+        &self.previous
+    }
+
+    /// The signature of the trailer after the last chunk: `canonical` is its headers as
+    /// `name:value\n` lines, names in lower case and sorted, without the signature's own.
+    pub fn trailer(&mut self, canonical: &[u8]) -> &str {
+        let to_sign = format!(
+            "AWS4-HMAC-SHA256-TRAILER\n{}{}\n{}",
+            self.stamp_scope,
+            self.previous,
+            hex::encode(Sha256::digest(canonical))
+        );
+        self.previous = hex::encode(ring::hmac::sign(&self.key, to_sign.as_bytes()));
+        &self.previous
+    }
+}
+
+/// As [`sign`], and the signer of the body's chunks that follow that signature (for a
+/// `req.payload` of `STREAMING-AWS4-HMAC-SHA256-PAYLOAD[-TRAILER]`).
+#[must_use]
+pub fn sign_streaming(
+    signer: &Signer<'_>,
+    req: &ToSign<'_>,
+    now: u64,
+) -> (Vec<(String, String)>, ChunkSigner) {
     let (date, stamp) = stamps(now);
     // Each header once, its values in the order sent joined by commas, each trimmed
     // and its runs of spaces made one (SigV4's canonical headers).
@@ -115,7 +180,12 @@ pub fn sign(signer: &Signer<'_>, req: &ToSign<'_>, now: u64) -> Vec<(String, Str
         key = hmac(key.as_ref(), part);
     }
     let signature = hex::encode(hmac(key.as_ref(), &to_sign));
-    vec![
+    let chunks = ChunkSigner {
+        key: ring::hmac::Key::new(ring::hmac::HMAC_SHA256, key.as_ref()),
+        stamp_scope: format!("{stamp}\n{scope}\n"),
+        previous: signature.clone(),
+    };
+    let headers = vec![
         ("x-amz-date".into(), stamp),
         ("x-amz-content-sha256".into(), req.payload.to_owned()),
         (
@@ -125,7 +195,8 @@ pub fn sign(signer: &Signer<'_>, req: &ToSign<'_>, now: u64) -> Vec<(String, Str
                 signer.access_key
             ),
         ),
-    ]
+    ];
+    (headers, chunks)
 }
 
 #[cfg(test)]
@@ -173,6 +244,75 @@ mod tests {
             "SignedHeaders=host;range;x-amz-content-sha256;x-amz-date, \
              Signature=f0e8bdb87c964420e857bd35b5d6ed310bd44f0170aba48dd91039c6036bdb41"
         ));
+    }
+
+    /// AWS's S3 examples of a chunked upload ("Transferring payload in multiple chunks",
+    /// and the same with a trailing checksum): 64 KiB and 1 KiB of `a`, then the empty
+    /// chunk (and the CRC32C trailer).
+    #[test]
+    fn chunks_and_trailers_are_signed_as_aws_signs_them() {
+        let signer = Signer {
+            access_key: "AKIAIOSFODNN7EXAMPLE",
+            secret_key: "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
+            region: "us-east-1",
+        };
+        let sha = |n: usize| Sha256::digest(vec![b'a'; n]).to_vec();
+        let headers = [
+            ("content-encoding".to_owned(), "aws-chunked".to_owned()),
+            ("content-length".to_owned(), "66824".to_owned()),
+            (
+                "x-amz-decoded-content-length".to_owned(),
+                "66560".to_owned(),
+            ),
+            (
+                "x-amz-storage-class".to_owned(),
+                "REDUCED_REDUNDANCY".to_owned(),
+            ),
+        ];
+        let req = ToSign {
+            method: "PUT",
+            host: "s3.amazonaws.com",
+            path: "/examplebucket/chunkObject.txt",
+            query: "",
+            payload: "STREAMING-AWS4-HMAC-SHA256-PAYLOAD",
+            headers: &headers,
+        };
+        let (out, mut chunks) = sign_streaming(&signer, &req, 1_369_353_600);
+        assert!(out[2].1.ends_with(
+            "Signature=4f232c4386841ef735655705268965c44a0e4690baa4adea153f7db9fa80a0a9"
+        ));
+        assert_eq!(
+            chunks.chunk(&sha(65_536)),
+            "ad80c730a21e5b8d04586a2213dd63b9a0e99e0e2307b0ade35a65485a288648"
+        );
+        assert_eq!(
+            chunks.chunk(&sha(1024)),
+            "0055627c9e194cb4542bae2aa5492e3c1575bbb81b612b7d234b86a503ef5497"
+        );
+        assert_eq!(
+            chunks.chunk(&sha(0)),
+            "b6c6ea8a5354eaf15b3cb7646744f4275b71ea724fed81ceb9323e279d449df9"
+        );
+        // With the trailer, from the seed AWS's example gives.
+        let mut chunks = ChunkSigner {
+            previous: "106e2a8a18243abcf37539882f36619c00e2dfc72633413f02d3b74544bfeb8e".into(),
+            ..chunks
+        };
+        for want in [
+            "b474d8862b1487a5145d686f57f013e54db672cee1c953b3010fb58501ef5aa2",
+            "1c1344b170168f8e65b41376b44b20fe354e373826ccbbe2c1d40a8cae51e5c7",
+            "2ca2aba2005185cf7159c6277faf83795951dd77a3a99e6e65d5c9f85863f992",
+        ]
+        .into_iter()
+        .zip([65_536, 1024, 0])
+        .map(|(w, n)| (w, sha(n)))
+        {
+            assert_eq!(chunks.chunk(&want.1), want.0);
+        }
+        assert_eq!(
+            chunks.trailer(b"x-amz-checksum-crc32c:sOO8/Q==\n"),
+            "d81f82fc3505edab99d459891051a732e8730629a2e4a59689829ca17fe2e435"
+        );
     }
 
     #[test]

@@ -443,12 +443,28 @@ pub struct BenchArgs {
     /// Object size: 4MiB, 64KiB, 1GB...
     #[arg(long, default_value = "4MiB")]
     pub size: String,
-    /// Data per phase (the number of objects is this over --size, rounded up).
-    #[arg(long, default_value = "1GiB")]
-    pub total: String,
-    /// Objects per phase, instead of --total.
+    /// Data per phase (the number of objects is this over --size, rounded up), instead
+    /// of time-based phases.
+    #[arg(long, conflicts_with = "duration")]
+    pub total: Option<String>,
+    /// Objects per phase, instead of --total or time-based phases. With --duration, the
+    /// objects a read or op phase goes over when no write comes before it (--prefix).
     #[arg(long)]
     pub count: Option<u64>,
+    /// Time-based phases: each phase sends requests for this long (30s, 2m, 1h; a number
+    /// is seconds), a write writing new objects all along, a read or op going over
+    /// those written, again and again. The default unless --count or --total is given:
+    /// 10s, ten meter periods.
+    #[arg(long)]
+    pub duration: Option<String>,
+    /// How uploads are signed: streaming-crc32c (aws-chunked, every 64 KiB chunk signed,
+    /// a signed CRC32C trailer: minio-go's multipart parts over HTTP), streaming (chunks
+    /// signed, no trailer: minio-go's single PUT over HTTP), sha256 (the whole body's SHA-256: boto3 and the aws CLI over HTTP),
+    /// unsigned (UNSIGNED-PAYLOAD: clients over HTTPS), unsigned-crc32c (aws-chunked,
+    /// unsigned, with a CRC32C trailer: the AWS SDKs over HTTPS), or auto:
+    /// streaming-crc32c for http:// endpoints, unsigned for https://.
+    #[arg(long, default_value = "auto")]
+    pub signing: String,
     /// Requests in flight.
     #[arg(long, default_value_t = 16)]
     pub clients: usize,

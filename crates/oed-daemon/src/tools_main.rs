@@ -474,6 +474,41 @@ fn op(args: OpArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `oedd bench`'s phases (time-based unless a count or an amount is given), the objects
+/// a phase writes or reads, and how uploads are signed.
+fn bench_amounts(
+    args: &BenchArgs,
+    object_bytes: u64,
+) -> anyhow::Result<(Option<Duration>, u64, oed_tools::bench::Signing)> {
+    use oed_tools::bench;
+    let bad = |e: String| anyhow::anyhow!(e);
+    let duration = match (&args.duration, args.count, &args.total) {
+        (Some(d), _, _) => Some(bench::parse_duration(d).map_err(bad)?),
+        (None, None, None) => Some(bench::DEFAULT_DURATION),
+        _ => None,
+    };
+    let objects = match (args.count, &args.total) {
+        (Some(0), _) => anyhow::bail!("--count must be at least 1"),
+        (Some(n), _) => n,
+        (None, Some(total)) => bench::parse_size(total)
+            .map_err(bad)?
+            .div_ceil(object_bytes),
+        // Time-based: a read without a write before it goes over 1 GiB of objects.
+        (None, None) => (1u64 << 30).div_ceil(object_bytes),
+    };
+    let signing = if args.signing == "auto" {
+        let scheme = args
+            .endpoint
+            .first()
+            .and_then(|e| e.split_once("://"))
+            .map(|(s, _)| s);
+        bench::Signing::auto(scheme.unwrap_or("http"))
+    } else {
+        bench::Signing::from_name(&args.signing).map_err(bad)?
+    };
+    Ok((duration, objects, signing))
+}
+
 fn bench(args: BenchArgs) -> anyhow::Result<()> {
     use oed_tools::bench::{self, peak};
     use std::io::IsTerminal as _;
@@ -482,13 +517,7 @@ fn bench(args: BenchArgs) -> anyhow::Result<()> {
     };
     let bad = |e: String| anyhow::anyhow!(e);
     let object_bytes = bench::parse_size(&args.size).map_err(bad)?;
-    let objects = match args.count {
-        Some(0) => anyhow::bail!("--count must be at least 1"),
-        Some(n) => n,
-        None => bench::parse_size(&args.total)
-            .map_err(bad)?
-            .div_ceil(object_bytes),
-    };
+    let (duration, objects, signing) = bench_amounts(&args, object_bytes)?;
     let rate = |r: &Option<String>| r.as_deref().map(peak::parse_rate).transpose().map_err(bad);
     let endpoints = u32::try_from(args.endpoint.len()).unwrap_or(u32::MAX);
     let drives = args.drives.unwrap_or(endpoints);
@@ -516,7 +545,9 @@ fn bench(args: BenchArgs) -> anyhow::Result<()> {
         bucket: args.bucket,
         object_bytes,
         objects,
+        duration,
         clients: args.clients,
+        signing,
         reps: args.reps.max(1),
         phases: bench::parse_phases(&args.phases, args.prefix.is_some()).map_err(bad)?,
         operation: serde_json::from_str(&args.operation)

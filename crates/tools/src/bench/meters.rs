@@ -1,5 +1,6 @@
 //! The drives' energy meters as the benchmark reads them: `oed_energy_joules_total` (with
-//! its `method` label, `measured` or `modelled`, and its `source`) and the drive's name
+//! its `method` label, `measured` or `modelled`, and its `source`), the time of the
+//! meter's tick it counts up to (`oed_energy_timestamp_seconds`), and the drive's name
 //! from `oed_drive_info`, parsed from a `/metrics` page in Prometheus' text format.
 
 use serde::Serialize;
@@ -11,6 +12,10 @@ pub struct Reading {
     pub drive: Option<String>,
     /// Energy since the drive started, joules.
     pub joules: f64,
+    /// When the drive's meter counted `joules` (its last tick), seconds since the Unix
+    /// epoch; `None` from a drive that does not say (before this was exported), or whose
+    /// meter has not ticked yet.
+    pub at: Option<f64>,
     /// `measured` or `modelled`.
     pub method: String,
     /// Where the figure comes from: `hwmon:ina226`, `rapl`, `model:oed-gen1`...
@@ -63,6 +68,7 @@ fn sample(line: &str) -> Option<(&str, Labels, f64)> {
 pub fn parse(page: &str) -> Option<Reading> {
     let mut energy = None;
     let mut drive = None;
+    let mut at = None;
     for line in page.lines().filter(|l| !l.starts_with('#')) {
         let Some((name, labels, value)) = sample(line) else {
             continue;
@@ -73,15 +79,17 @@ pub fn parse(page: &str) -> Option<Reading> {
                 energy = Some(Reading {
                     drive: None,
                     joules: value,
+                    at: None,
                     method: label("method").unwrap_or_else(|| "unknown".into()),
                     source: label("source").unwrap_or_else(|| "unknown".into()),
                 });
             }
+            "oed_energy_timestamp_seconds" if value > 0.0 => at = Some(value),
             "oed_drive_info" => drive = label("drive"),
             _ => {}
         }
     }
-    energy.map(|e| Reading { drive, ..e })
+    energy.map(|e| Reading { drive, at, ..e })
 }
 
 #[cfg(test)]
@@ -94,9 +102,11 @@ mod tests {
             # TYPE oed_energy_joules_total counter\n\
             oed_energy_joules_total{method=\"modelled\",source=\"model:oed-gen1\"} 1234.5\n\
             oed_drive_info{cluster=\"dev\",drive=\"drive-3\",version=\"0.1.0\"} 1\n\
+            oed_energy_timestamp_seconds{method=\"modelled\",source=\"model:oed-gen1\"} 1796000000.25\n\
             oed_power_watts{method=\"modelled\",source=\"model:oed-gen1\"} 9.7\n";
         let r = parse(page).unwrap();
         assert_eq!(r.drive.as_deref(), Some("drive-3"));
+        assert_eq!(r.at, Some(1_796_000_000.25));
         assert!((r.joules - 1234.5).abs() < 1e-9);
         assert_eq!(r.method, "modelled");
         assert_eq!(r.source, "model:oed-gen1");
@@ -111,6 +121,10 @@ mod tests {
         assert_eq!(r.method, "measured");
         assert!((r.joules - 2000.0).abs() < 1e-9);
         assert_eq!(r.drive, None);
+        assert_eq!(r.at, None);
+        // A meter that has not ticked yet says 0: no time.
+        let r = parse("oed_energy_joules_total 0\noed_energy_timestamp_seconds 0\n").unwrap();
+        assert_eq!(r.at, None);
         assert_eq!(parse("process_cpu_seconds_total 3\n"), None);
         assert_eq!(parse("oed_energy_joules_total{method=\"x\" 3\n"), None);
     }

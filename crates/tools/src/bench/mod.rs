@@ -10,9 +10,11 @@
 //! - [`meters`]: the drives' energy counters, parsed from their `/metrics` pages.
 //! - [`report`]: the arithmetic of a phase and the run, the table and the JSON.
 //! - [`svg`]: the plot of throughput and power over the run.
+//! - [`signing`]: uploads signed as S3 clients sign them (unsigned, a whole-body SHA-256,
+//!   `aws-chunked` with signed chunks, a CRC32C trailer).
 //!
-//! Requests are signed with SigV4 in header form, the payload `UNSIGNED-PAYLOAD` (as S3
-//! allows), path-style, and sent to the endpoints in turn. Every object's body is a
+//! Requests are signed with SigV4 in header form, path-style, and sent to the endpoints in
+//! turn; uploads are signed as the clients of [`signing`] sign theirs. Every object's body is a
 //! window of one random buffer at its own offset, so no two objects are alike (a store
 //! that deduplicates blocks gains nothing) and nothing is copied to send one; reads are
 //! compared with the bytes written as they arrive.
@@ -20,6 +22,7 @@
 pub mod meters;
 pub mod peak;
 pub mod report;
+pub mod signing;
 pub mod svg;
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -27,18 +30,19 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full};
+use http_body_util::BodyExt;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
-use sha2::{Digest, Sha256};
 
-use crate::op_client::{Target, ToSign, sign};
+use crate::op_client::{Target, ToSign};
 use meters::Reading;
 use oed_model::error::{Error, Result};
 use oed_model::uri::encode;
 use peak::{Kind, PeakInputs};
 use report::{Measured, PhasePeak, PhaseResult, Run, Sample};
+use signing::Frames;
+pub use signing::Signing;
 
 /// What to run.
 #[derive(Clone, Debug)]
@@ -55,10 +59,17 @@ pub struct BenchOptions {
     pub bucket: String,
     /// Bytes in each object.
     pub object_bytes: u64,
-    /// Objects per phase.
+    /// Objects per phase; with `duration`, the objects a phase without a write before
+    /// it reads (kept by an earlier run).
     pub objects: u64,
+    /// Time-based phases: each phase sends requests for this long (a write writes new
+    /// objects all along; a read or an operation goes over those its repetition's write
+    /// wrote, again and again), instead of `objects` requests.
+    pub duration: Option<Duration>,
     /// Requests in flight.
     pub clients: usize,
+    /// How uploads are signed.
+    pub signing: Signing,
     /// Repetitions of the phases.
     pub reps: u32,
     /// The phases of each repetition, in order; `write` comes first.
@@ -126,6 +137,33 @@ pub fn parse_size(s: &str) -> std::result::Result<u64, String> {
     Ok(bytes as u64)
 }
 
+/// A phase's length when no count or amount is given: ten periods of a drive's meter
+/// (`meter_period_ms`, 1000 by default), so its energy is good to a tenth of a period's
+/// power at each end even from drives that do not mark their meter's ticks.
+pub const DEFAULT_DURATION: Duration = Duration::from_secs(10);
+
+/// Parses a duration: a number of seconds, or one with `ms`, `s`, `m` or `h`.
+///
+/// # Errors
+/// A message naming what is not understood.
+pub fn parse_duration(s: &str) -> std::result::Result<Duration, String> {
+    let (v, unit) = peak::number_and_unit(s)
+        .ok_or_else(|| format!("--duration {s:?} is not a time like 30s, 2m or 1h"))?;
+    let secs = match unit.as_str() {
+        "" | "s" => v,
+        "ms" => v / 1000.0,
+        "m" | "min" => v * 60.0,
+        "h" => v * 3600.0,
+        u => return Err(format!("--duration {s:?}: unit {u:?} is not ms, s, m or h")),
+    };
+    if !(0.1..=86_400.0 * 7.0).contains(&secs) {
+        return Err(format!(
+            "--duration {s:?}: a phase lasts from 100 ms to a week"
+        ));
+    }
+    Ok(Duration::from_secs_f64(secs))
+}
+
 /// Parses a list of phases, `write,read,op`. Without `given_prefix` (objects of an earlier
 /// run kept with `--keep`), the phases start with `write`.
 ///
@@ -181,7 +219,7 @@ struct Endpoint {
 }
 
 struct S3 {
-    http: Client<oed_peer::tls::PeerConnector, Full<Bytes>>,
+    http: Client<oed_peer::tls::PeerConnector, Frames>,
     endpoints: Vec<Endpoint>,
     target: Target,
     timeout: Duration,
@@ -241,7 +279,8 @@ impl S3 {
         })
     }
 
-    /// Sends a signed request to endpoint `ep`; the answer once its head arrived.
+    /// Sends a request to endpoint `ep`, its body signed as `signing`; the answer once
+    /// its head arrived.
     async fn send(
         &self,
         ep: usize,
@@ -249,14 +288,10 @@ impl S3 {
         path: &str,
         query: &str,
         body: Bytes,
-        signed_payload: bool,
+        signing: Signing,
     ) -> std::result::Result<http::Response<hyper::body::Incoming>, String> {
         let e = &self.endpoints[ep % self.endpoints.len()];
-        let payload = if signed_payload {
-            hex::encode(Sha256::digest(&body))
-        } else {
-            "UNSIGNED-PAYLOAD".to_owned()
-        };
+        let prepared = signing::prepare(signing, &body);
         let q = if query.is_empty() {
             String::new()
         } else {
@@ -264,20 +299,26 @@ impl S3 {
         };
         let mut req = http::Request::builder()
             .method(method.clone())
-            .uri(format!("{}://{}{path}{q}", e.scheme, e.host))
-            .header(http::header::CONTENT_LENGTH, body.len());
+            .uri(format!("{}://{}{path}{q}", e.scheme, e.host));
         let to_sign = ToSign {
             method: method.as_str(),
             host: &e.host,
             path,
             query,
-            payload: &payload,
-            headers: &[],
+            payload: &prepared.payload,
+            headers: &prepared.headers,
         };
-        for (name, value) in sign(&self.target, &to_sign, now_secs()) {
+        let signer = oed_model::sigv4::Signer {
+            access_key: &self.target.access_key,
+            secret_key: &self.target.secret_key,
+            region: &self.target.region,
+        };
+        let (headers, mut chunks) = oed_model::sigv4::sign_streaming(&signer, &to_sign, now_secs());
+        for (name, value) in prepared.headers.into_iter().chain(headers) {
             req = req.header(name, value);
         }
-        let req = req.body(Full::new(body)).map_err(|e| e.to_string())?;
+        let body = signing::frames(signing, &body, &mut chunks);
+        let req = req.body(body).map_err(|e| e.to_string())?;
         match tokio::time::timeout(self.timeout, self.http.request(req)).await {
             Ok(Ok(r)) => Ok(r),
             Ok(Err(err)) => Err(format!(
@@ -345,7 +386,7 @@ impl S3 {
 
     /// Reads a drive's `/metrics` page for its energy; `None` if it does not answer.
     async fn meter(&self, url: &str) -> Option<Reading> {
-        let req = http::Request::get(url).body(Full::new(Bytes::new())).ok()?;
+        let req = http::Request::get(url).body(Frames::default()).ok()?;
         let resp = tokio::time::timeout(Duration::from_secs(2), self.http.request(req))
             .await
             .ok()?
@@ -365,6 +406,45 @@ impl S3 {
 /// Reads every meter at once.
 async fn read_meters(s3: &S3, urls: &[String]) -> Vec<Option<Reading>> {
     futures_util::future::join_all(urls.iter().map(|u| s3.meter(u))).await
+}
+
+/// Seconds since the Unix epoch (the drives mark their meters' ticks on this clock).
+fn wall_secs() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}
+
+/// How often a meter is read while waiting for its next tick.
+const TICK_POLL: Duration = Duration::from_millis(100);
+
+/// Each meter's first reading of a tick after `at` (seconds since the epoch), waiting
+/// up to [`report::AFTER_EDGE`] for it; `None` for a meter that did not tick in time,
+/// and at once for one that did not answer `before` or does not mark its ticks.
+async fn readings_after(
+    s3: Arc<S3>,
+    urls: Vec<String>,
+    before: Vec<Option<Reading>>,
+    at: f64,
+) -> Vec<Option<Reading>> {
+    let s3 = &s3;
+    futures_util::future::join_all(urls.iter().zip(before).map(|(url, b)| async move {
+        let b = b?;
+        if b.at? > at {
+            return Some(b);
+        }
+        let deadline = Instant::now() + report::AFTER_EDGE;
+        while Instant::now() < deadline {
+            tokio::time::sleep(TICK_POLL).await;
+            if let Some(r) = s3.meter(url).await
+                && r.at.is_some_and(|t| t > at)
+            {
+                return Some(r);
+            }
+        }
+        None
+    }))
+    .await
 }
 
 fn object_path(bucket: &str, key: &str) -> String {
@@ -412,7 +492,7 @@ fn cpu_seconds() -> f64 {
 /// there): whether it succeeded, and for a read the time to its first byte.
 async fn request(
     s3: &S3,
-    kind: Kind,
+    (kind, signing): (Kind, Signing),
     ep: usize,
     path: &str,
     body: Bytes,
@@ -424,13 +504,20 @@ async fn request(
     let outcome = async {
         let (resp, expect) = match kind {
             Kind::Write => (
-                s3.send(ep, http::Method::PUT, path, "", body, false)
+                s3.send(ep, http::Method::PUT, path, "", body, signing)
                     .await?,
                 None,
             ),
             Kind::Read => (
-                s3.send(ep, http::Method::GET, path, "", Bytes::new(), false)
-                    .await?,
+                s3.send(
+                    ep,
+                    http::Method::GET,
+                    path,
+                    "",
+                    Bytes::new(),
+                    Signing::Unsigned,
+                )
+                .await?,
                 Some(&body[..]),
             ),
             Kind::Op => (
@@ -440,7 +527,7 @@ async fn request(
                     path,
                     "oed-op=",
                     op_body.clone(),
-                    true,
+                    Signing::Sha256,
                 )
                 .await?,
                 None,
@@ -462,18 +549,30 @@ async fn request(
     (outcome, first_byte)
 }
 
-/// One phase: `opts.objects` requests, `opts.clients` at a time.
+/// One phase, `opts.clients` requests at a time: `opts.objects` of them, or as many as
+/// `opts.duration` allows. A read or an operation goes over the `objects` objects there
+/// are (in turn, again and again with a duration). The phase's objects, for a write
+/// the count it wrote to, come with its figures.
 async fn phase(
     s3: &Arc<S3>,
     opts: &BenchOptions,
     live: &Arc<Live>,
-    kind: Kind,
-    prefix: &str,
+    (kind, prefix): (Kind, &str),
+    objects: u64,
     pool: &Bytes,
-) -> Measured {
+) -> (Measured, u64) {
     let next = Arc::new(AtomicU64::new(0));
     let first_errors = Arc::new(Mutex::new(Vec::<String>::new()));
-    let deadline = Instant::now() + opts.max_phase;
+    let deadline = Instant::now() + opts.duration.unwrap_or(opts.max_phase).min(opts.max_phase);
+    // Requests to send: with a duration, until its end (a write's keys go on; other
+    // phases wrap around the objects there are).
+    let (limit, wrap) = match (opts.duration, kind) {
+        (None, Kind::Write) => (opts.objects, u64::MAX),
+        (None, _) => (objects, u64::MAX),
+        (Some(_), Kind::Write) => (u64::MAX, u64::MAX),
+        (Some(_), _) => (u64::MAX, objects.max(1)),
+    };
+    let signing = opts.signing;
     let op_body = Bytes::from(opts.operation.to_string());
     let cpu0 = cpu_seconds();
     live.done.store(0, Ordering::Relaxed);
@@ -489,19 +588,20 @@ async fn phase(
             pool.clone(),
             op_body.clone(),
         );
-        let (bucket, prefix, count, size) = (
-            opts.bucket.clone(),
-            prefix.to_owned(),
-            opts.objects,
-            opts.object_bytes,
-        );
+        let (bucket, prefix, size) = (opts.bucket.clone(), prefix.to_owned(), opts.object_bytes);
         workers.push(tokio::spawn(async move {
             let (mut lat, mut ttfb, mut bytes, mut ok) = (Vec::new(), Vec::new(), 0u64, 0u64);
             loop {
-                let i = next.fetch_add(1, Ordering::Relaxed);
-                if i >= count || Instant::now() > deadline {
+                // The deadline first: every key taken is sent, so a write's keys are
+                // 0..n without a gap.
+                if Instant::now() > deadline {
                     return (lat, ttfb, bytes, ok);
                 }
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= limit {
+                    return (lat, ttfb, bytes, ok);
+                }
+                let i = i % wrap;
                 #[allow(
                     clippy::cast_possible_truncation,
                     reason = "offsets within a buffer in memory"
@@ -513,7 +613,7 @@ async fn phase(
                 let ep = i as usize;
                 let t = Instant::now();
                 let (outcome, first_byte) =
-                    request(&s3, kind, ep, &path, body, &op_body, size).await;
+                    request(&s3, (kind, signing), ep, &path, body, &op_body, size).await;
                 ttfb.extend(first_byte.map(|d| d.as_secs_f64() * 1000.0));
                 lat.push(t.elapsed().as_secs_f64() * 1000.0);
                 match outcome {
@@ -553,17 +653,64 @@ async fn phase(
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner),
     );
-    m
+    let written = next.load(Ordering::Relaxed).min(limit);
+    (
+        m,
+        if kind == Kind::Write {
+            written
+        } else {
+            objects
+        },
+    )
 }
 
-/// Deletes a repetition's objects, `clients` at a time; how many could not be deleted.
-async fn delete_all(s3: &Arc<S3>, opts: &BenchOptions, prefix: &str) -> u64 {
+/// [`phase`] between the drives' meters read at its edges: its figures, its objects, and
+/// its energy (or why it is not known).
+async fn metered_phase(
+    s3: &Arc<S3>,
+    opts: &BenchOptions,
+    live: &Arc<Live>,
+    what: (Kind, &str),
+    objects: u64,
+    pool: &Bytes,
+) -> (Measured, u64, (Option<report::Energy>, Option<String>)) {
+    let before = read_meters(s3, &opts.metrics).await;
+    let t0 = wall_secs();
+    // The meters' next ticks after the start, while the phase runs.
+    let after = tokio::spawn(readings_after(
+        s3.clone(),
+        opts.metrics.clone(),
+        before.clone(),
+        t0,
+    ));
+    let (m, objects) = phase(s3, opts, live, what, objects, pool).await;
+    let t1 = wall_secs();
+    // Read at once: the start's next ticks may still be coming, and a reading taken
+    // after them would be past the end.
+    let before_end = read_meters(s3, &opts.metrics).await;
+    let start = report::Edge {
+        at: t0,
+        after: after.await.unwrap_or_default(),
+        before,
+    };
+    let end = report::Edge {
+        at: t1,
+        after: readings_after(s3.clone(), opts.metrics.clone(), before_end.clone(), t1).await,
+        before: before_end,
+    };
+    let energy = report::energy(&opts.metrics, &start, &end, m.seconds, m.bytes);
+    (m, objects, energy)
+}
+
+/// Deletes a repetition's `count` objects, `clients` at a time; how many could not be
+/// deleted.
+async fn delete_all(s3: &Arc<S3>, opts: &BenchOptions, prefix: &str, count: u64) -> u64 {
     let next = Arc::new(AtomicU64::new(0));
     let failed = Arc::new(AtomicU64::new(0));
     let mut workers = Vec::new();
     for _ in 0..opts.clients.max(1) {
         let (s3, next, failed) = (s3.clone(), next.clone(), failed.clone());
-        let (bucket, prefix, count) = (opts.bucket.clone(), prefix.to_owned(), opts.objects);
+        let (bucket, prefix) = (opts.bucket.clone(), prefix.to_owned());
         workers.push(tokio::spawn(async move {
             loop {
                 let i = next.fetch_add(1, Ordering::Relaxed);
@@ -579,7 +726,7 @@ async fn delete_all(s3: &Arc<S3>, opts: &BenchOptions, prefix: &str) -> u64 {
                         &path,
                         "",
                         Bytes::new(),
-                        false,
+                        Signing::Unsigned,
                     )
                     .await
                 {
@@ -602,7 +749,14 @@ async fn delete_all(s3: &Arc<S3>, opts: &BenchOptions, prefix: &str) -> u64 {
 async fn make_bucket(s3: &S3, bucket: &str) -> Result<()> {
     let path = format!("/{}", encode(bucket));
     let resp = s3
-        .send(0, http::Method::PUT, &path, "", Bytes::new(), false)
+        .send(
+            0,
+            http::Method::PUT,
+            &path,
+            "",
+            Bytes::new(),
+            Signing::Unsigned,
+        )
         .await
         .map_err(Error::Unavailable)?;
     if resp.status().is_success() {
@@ -698,7 +852,13 @@ async fn sample(
 }
 
 /// A task that rewrites a progress line on standard error every second.
-fn progress_line(live: Arc<Live>, kind: Kind, rep: u32, count: u64) -> tokio::task::JoinHandle<()> {
+fn progress_line(
+    live: Arc<Live>,
+    kind: Kind,
+    rep: u32,
+    count: Option<u64>,
+) -> tokio::task::JoinHandle<()> {
+    let count = count.map_or_else(String::new, |c| format!("/{c}"));
     let name = report::kind_name(kind);
     let t0 = Instant::now();
     let b0 = live.bytes.load(Ordering::Relaxed);
@@ -708,7 +868,7 @@ fn progress_line(live: Arc<Live>, kind: Kind, rep: u32, count: u64) -> tokio::ta
             #[allow(clippy::cast_precision_loss, reason = "a progress line")]
             let mib = (live.bytes.load(Ordering::Relaxed) - b0) as f64 / 1_048_576.0;
             eprint!(
-                "\r{name} {rep}: {}/{count} done, {} errors, {:.1} MiB/s   ",
+                "\r{name} {rep}: {}{count} done, {} errors, {:.1} MiB/s   ",
                 live.done.load(Ordering::Relaxed),
                 live.errors.load(Ordering::Relaxed),
                 mib / t0.elapsed().as_secs_f64()
@@ -792,26 +952,29 @@ pub async fn run(opts: &BenchOptions, mut progress: impl FnMut(&str)) -> Result<
     let mut first = true;
     for rep in 1..=opts.reps.max(1) {
         let rep_prefix = format!("{prefix}/r{rep}");
+        // The objects there are to read: what this repetition's write wrote, or those
+        // an earlier run kept.
+        let mut objects = opts.objects;
         for &kind in &opts.phases {
             if !first && let Some(cmd) = &opts.between_phases {
                 between(cmd)?;
             }
             first = false;
-            let e0 = read_meters(&s3, &opts.metrics).await;
             live.set(Some(kind), rep);
-            let ticker = opts
-                .progress
-                .then(|| progress_line(live.clone(), kind, rep, opts.objects));
+            let ticker = opts.progress.then(|| {
+                let count = opts.duration.is_none().then_some(opts.objects);
+                progress_line(live.clone(), kind, rep, count)
+            });
             let start_s = started.elapsed().as_secs_f64();
-            let m = phase(&s3, opts, &live, kind, &rep_prefix, &pool).await;
+            let (m, phase_objects, energy) =
+                metered_phase(&s3, opts, &live, (kind, &rep_prefix), objects, &pool).await;
+            objects = phase_objects;
             let end_s = started.elapsed().as_secs_f64();
             if let Some(t) = ticker {
                 t.abort();
                 eprintln!();
             }
             live.set(None, rep);
-            let e1 = read_meters(&s3, &opts.metrics).await;
-            let energy = report::energy(&opts.metrics, &e0, &e1, m.seconds, m.bytes);
             let peak = peaks
                 .iter()
                 .find(|p| p.phase == kind)
@@ -833,7 +996,7 @@ pub async fn run(opts: &BenchOptions, mut progress: impl FnMut(&str)) -> Result<
         }
         // Objects this run did not write (a named prefix read again) stay.
         if !opts.keep && opts.phases.contains(&Kind::Write) {
-            let failed = delete_all(&s3, opts, &rep_prefix).await;
+            let failed = delete_all(&s3, opts, &rep_prefix, objects).await;
             if failed > 0 {
                 progress(&format!(
                     "{failed} objects of repetition {rep} could not be deleted"
@@ -873,7 +1036,9 @@ fn assemble(
         bucket: opts.bucket.clone(),
         object_bytes: opts.object_bytes,
         objects: opts.objects,
+        duration_s: opts.duration.map(|d| d.as_secs_f64()),
         clients: opts.clients,
+        signing: opts.signing.name().to_owned(),
         reps: opts.reps.max(1),
         operation: opts
             .phases
@@ -906,6 +1071,18 @@ mod tests {
         assert!(parse_size("0").is_err());
         assert!(parse_size("4 furlongs").is_err());
         assert!(parse_size("MiB").is_err());
+    }
+
+    #[test]
+    fn durations_in_seconds_minutes_and_hours() {
+        assert_eq!(parse_duration("30"), Ok(Duration::from_secs(30)));
+        assert_eq!(parse_duration("30s"), Ok(Duration::from_secs(30)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_mins(2)));
+        assert_eq!(parse_duration("1.5h"), Ok(Duration::from_mins(90)));
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert!(parse_duration("0").is_err());
+        assert!(parse_duration("3 fortnights").is_err());
+        assert!(parse_duration("s").is_err());
     }
 
     #[test]

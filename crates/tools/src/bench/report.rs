@@ -62,19 +62,26 @@ impl Latency {
 pub struct DriveEnergy {
     /// The drive's id, or its metrics URL when the page does not name it.
     pub drive: String,
-    /// Joules over the phase; `None` when a reading is missing or the counter went back
-    /// (the drive restarted).
+    /// Joules over the phase; `None` when it cannot be known (`unknown` says why).
     pub joules: Option<f64>,
+    /// Why `joules` is not known: a reading missing, no tick after an edge, the counter
+    /// gone back (the drive restarted), or a counter that did not move.
+    pub unknown: Option<String>,
     /// `measured` or `modelled`.
     pub method: Option<String>,
     /// The meter's source (`model:oed-gen1`, `hwmon:ina226`...).
     pub source: Option<String>,
+    /// Whether both ends were interpolated between the meter's ticks around them (a
+    /// drive that marks its ticks); `false`: the counter's difference, good to a meter
+    /// period of power at each end.
+    pub interpolated: bool,
 }
 
-/// The energy of a phase, from the drives' `oed_energy_joules_total` at its start and end.
+/// The energy of a phase, from the drives' `oed_energy_joules_total` around its start
+/// and end.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Energy {
-    /// Joules of the drives that answered at both ends, together.
+    /// Joules of the drives that gave a figure, together.
     pub joules: f64,
     /// Average power, watts: `joules / seconds`.
     pub watts: f64,
@@ -91,37 +98,102 @@ pub struct Energy {
     pub drives: Vec<DriveEnergy>,
 }
 
-/// The energy between readings `start` and `end` (one per meter, in the same order,
-/// `None` where the meter did not answer) over `seconds` that moved `bytes`; `None` when
-/// no drive gave a figure.
+/// The drives' meters around one edge of a phase (its start or its end): read just
+/// before it, and once more after each meter's next tick.
+#[derive(Clone, Debug, Default)]
+pub struct Edge {
+    /// The moment, seconds since the Unix epoch.
+    pub at: f64,
+    /// Each meter's reading taken just before `at` (`None`: it did not answer).
+    pub before: Vec<Option<Reading>>,
+    /// Each meter's first reading of a tick after `at` (`None`: none came in time, or
+    /// the meter does not mark its ticks).
+    pub after: Vec<Option<Reading>>,
+}
+
+/// Drive `i`'s counter at `edge.at`, or why it cannot be known. Between the tick before
+/// and the tick after, the counter is interpolated in time: the meter counts each
+/// interval at one power, so this is the figure it would have counted at that moment.
+/// Whether it was interpolated comes with it.
+fn counter_at(edge: &Edge, i: usize, which: &str) -> Result<(f64, bool), String> {
+    let before = edge.before.get(i).and_then(Option::as_ref);
+    let after = edge.after.get(i).and_then(Option::as_ref);
+    let Some(b) = before else {
+        return Err(format!(
+            "its /metrics did not answer at the phase's {which}"
+        ));
+    };
+    match (b.at, after.and_then(|a| a.at.map(|t| (t, a.joules)))) {
+        (None, _) => Ok((b.joules, false)),
+        // A tick at the edge or just past it (read a moment after, or a clock a little
+        // ahead): the counter there.
+        (Some(t0), _) if t0 >= edge.at => Ok((b.joules, true)),
+        (Some(t0), Some((t1, j1))) if t1 > t0 => {
+            let share = ((edge.at - t0) / (t1 - t0)).clamp(0.0, 1.0);
+            Ok((b.joules + (j1 - b.joules) * share, true))
+        }
+        (Some(_), _) => Err(format!(
+            "its meter did not tick within {} s after the phase's {which}",
+            AFTER_EDGE.as_secs()
+        )),
+    }
+}
+
+/// How long the benchmark waits for each meter's next tick after a phase's edge.
+pub const AFTER_EDGE: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// The energy over the phase between `start` and `end` (the readings in the order of
+/// `names`, the meters' URLs), which lasted `seconds` and moved `bytes` (`None` when no
+/// drive gave a figure), and why the drives without a figure have none (`None` when
+/// every drive has one).
 #[must_use]
 pub fn energy(
     names: &[String],
-    start: &[Option<Reading>],
-    end: &[Option<Reading>],
+    start: &Edge,
+    end: &Edge,
     seconds: f64,
     bytes: u64,
-) -> Option<Energy> {
+) -> (Option<Energy>, Option<String>) {
     let drives: Vec<DriveEnergy> = names
         .iter()
-        .zip(start.iter().zip(end))
-        .map(|(name, (a, b))| {
-            let known = b.as_ref().or(a.as_ref());
+        .enumerate()
+        .map(|(i, name)| {
+            let known = [&end.before, &start.before, &end.after]
+                .into_iter()
+                .find_map(|r| r.get(i).and_then(Option::as_ref));
+            let figure = counter_at(start, i, "start").and_then(|(a, ia)| {
+                let (b, ib) = counter_at(end, i, "end")?;
+                if b > a {
+                    Ok((b - a, ia && ib))
+                } else if b < a {
+                    Err("its counter went back: the drive restarted during the phase".into())
+                } else {
+                    Err(
+                        "its counter did not move over the phase, which was shorter than \
+                         its meter period (the drive does not mark its meter's ticks)"
+                            .into(),
+                    )
+                }
+            });
+            let drive = known
+                .and_then(|r| r.drive.clone())
+                .unwrap_or_else(|| name.clone());
+            let (joules, unknown, interpolated) = match figure {
+                Ok((j, interpolated)) => (Some(j), None, interpolated),
+                Err(why) => (None, Some(why), false),
+            };
             DriveEnergy {
-                drive: known
-                    .and_then(|r| r.drive.clone())
-                    .unwrap_or_else(|| name.clone()),
-                joules: match (a, b) {
-                    (Some(a), Some(b)) if b.joules >= a.joules => Some(b.joules - a.joules),
-                    _ => None,
-                },
+                drive,
+                joules,
+                unknown,
                 method: known.map(|r| r.method.clone()),
                 source: known.map(|r| r.source.clone()),
+                interpolated,
             }
         })
         .collect();
     if drives.iter().all(|d| d.joules.is_none()) {
-        return None;
+        return (None, Some(unknown_reason(&drives)));
     }
     let joules: f64 = drives.iter().filter_map(|d| d.joules).sum();
     let measured = drives
@@ -129,15 +201,32 @@ pub fn energy(
         .all(|d| d.method.as_deref() == Some("measured"));
     #[allow(clippy::cast_precision_loss, reason = "bytes to GiB")]
     let gib = bytes as f64 / GIB;
-    Some(Energy {
-        joules,
-        watts: if seconds > 0.0 { joules / seconds } else { 0.0 },
-        j_per_gib: (gib > 0.0).then(|| joules / gib),
-        edp: joules * seconds,
-        source: if measured { "measured" } else { "modelled" }.to_owned(),
-        complete: drives.iter().all(|d| d.joules.is_some()),
-        drives,
-    })
+    let complete = drives.iter().all(|d| d.joules.is_some());
+    let why = (!complete).then(|| unknown_reason(&drives));
+    (
+        Some(Energy {
+            joules,
+            watts: if seconds > 0.0 { joules / seconds } else { 0.0 },
+            j_per_gib: (gib > 0.0).then(|| joules / gib),
+            edp: joules * seconds,
+            source: if measured { "measured" } else { "modelled" }.to_owned(),
+            complete,
+            drives,
+        }),
+        why,
+    )
+}
+
+/// Why the drives without a figure have none, one clause per drive.
+fn unknown_reason(drives: &[DriveEnergy]) -> String {
+    if drives.is_empty() {
+        return "no drive meters were given (--metrics)".into();
+    }
+    drives
+        .iter()
+        .filter_map(|d| d.unknown.as_ref().map(|u| format!("{}: {u}", d.drive)))
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 /// What one phase of one repetition did.
@@ -175,8 +264,12 @@ pub struct PhaseResult {
     pub tpp_mb_s: Option<f64>,
     /// `mb_s` as a percentage of `tpp_mb_s`.
     pub pct_tpp: Option<f64>,
-    /// Energy of the drives over the phase, joules (`None` with no meters).
+    /// Energy of the drives over the phase, joules (`None` when it cannot be known:
+    /// `energy_unknown` says why).
     pub joules: Option<f64>,
+    /// Why the phase's energy is not known, or (with `energy.complete` false) why some
+    /// drives' is not, in which case `joules` is a lower bound.
+    pub energy_unknown: Option<String>,
     /// Average power of the drives, watts.
     pub watts: Option<f64>,
     /// Joules per GiB moved.
@@ -230,7 +323,7 @@ impl PhaseResult {
         m: Measured,
         peak: &Peak,
         tpp: &Peak,
-        energy: Option<Energy>,
+        (energy, energy_unknown): (Option<Energy>, Option<String>),
     ) -> Self {
         let secs = m.seconds.max(f64::MIN_POSITIVE);
         let mb_s = m.bytes as f64 / secs / 1e6;
@@ -253,6 +346,7 @@ impl PhaseResult {
             tpp_mb_s: tpp.mb_s,
             pct_tpp: tpp.percent(mb_s),
             joules: energy.as_ref().map(|e| e.joules),
+            energy_unknown,
             watts: energy.as_ref().map(|e| e.watts),
             j_per_gib: energy.as_ref().and_then(|e| e.j_per_gib),
             edp: energy.as_ref().map(|e| e.edp),
@@ -263,6 +357,18 @@ impl PhaseResult {
             start_s: 0.0,
             end_s: m.seconds,
         }
+    }
+}
+
+impl PhaseResult {
+    /// The table's line on energy that is not known, when some is not.
+    fn energy_note(&self) -> Option<String> {
+        let why = self.energy_unknown.as_ref()?;
+        Some(if self.joules.is_none() {
+            format!("energy unknown: {why}")
+        } else {
+            format!("energy of some drives unknown (J is at least the others'): {why}")
+        })
     }
 }
 
@@ -400,10 +506,16 @@ pub struct Run {
     pub bucket: String,
     /// Bytes in each object.
     pub object_bytes: u64,
-    /// Objects per phase.
+    /// Objects per phase (with `duration_s`, those a phase reads when no write comes
+    /// before it).
     pub objects: u64,
+    /// Each phase's length when phases are time-based (`--duration`), seconds.
+    pub duration_s: Option<f64>,
     /// Requests in flight.
     pub clients: usize,
+    /// How uploads were signed (`--signing`: `streaming-crc32c`, `streaming`, `sha256`,
+    /// `unsigned`, `unsigned-crc32c`).
+    pub signing: String,
     /// Repetitions.
     pub reps: u32,
     /// The near-data operation of an `op` phase.
@@ -461,17 +573,39 @@ impl Run {
 
     /// The run, where its energy comes from, the environment and the peaks.
     fn preamble(&self, s: &mut String) {
+        let per_phase = self.duration_s.map_or_else(
+            || {
+                format!(
+                    "{} objects of {} ({}) per phase",
+                    self.objects,
+                    human_bytes(self.object_bytes),
+                    human_bytes(self.object_bytes * self.objects)
+                )
+            },
+            |d| {
+                format!(
+                    "objects of {} for {d} s a phase",
+                    human_bytes(self.object_bytes)
+                )
+            },
+        );
         let _ = writeln!(
             s,
-            "{}: {} endpoint(s), {} objects of {} ({}) per phase, {} clients, {} repetition(s)",
+            "{}: {} endpoint(s), {per_phase}, {} clients, {} repetition(s)",
             self.tool,
             self.endpoints.len(),
-            self.objects,
-            human_bytes(self.object_bytes),
-            human_bytes(self.object_bytes * self.objects),
             self.clients,
             self.reps
         );
+        if let Ok(signing) = super::Signing::from_name(&self.signing) {
+            let _ = writeln!(
+                s,
+                "uploads signed {} ({}), as {} send them",
+                signing.name(),
+                signing.payload(),
+                signing.clients()
+            );
+        }
         match self.energy_source.as_deref() {
             Some("modelled") => {
                 let sources: std::collections::BTreeSet<String> = self
@@ -533,55 +667,8 @@ impl Run {
         }
     }
 
-    /// A line per phase and repetition, the summary and the client's cost.
-    fn rows(&self, s: &mut String) {
-        let _ = writeln!(
-            s,
-            "\n{:<6}{:>4}{:>9}{:>9}{:>8}{:>8}{:>8}{:>8}{:>9}{:>9}{:>7}{:>7}{:>7}{:>9}{:>7}{:>8}{:>11}",
-            "phase",
-            "rep",
-            "MiB/s",
-            "MB/s",
-            "obj/s",
-            "p50ms",
-            "p90ms",
-            "p99ms",
-            "maxms",
-            "ttfb50",
-            "errors",
-            "%peak",
-            "%TPP",
-            "J",
-            "W",
-            "J/GiB",
-            "EDP J*s"
-        );
-        for p in &self.phases {
-            let _ = writeln!(
-                s,
-                "{:<6}{:>4}{:>9.1}{:>9.1}{:>8.1}{:>8.1}{:>8.1}{:>8.1}{:>9.1}{:>9}{:>7}{:>7}{:>7}{:>9}{:>7}{:>8}{:>11}",
-                kind_name(p.phase),
-                p.rep,
-                p.mib_s,
-                p.mb_s,
-                p.objects_s,
-                p.latency_ms.p50,
-                p.latency_ms.p90,
-                p.latency_ms.p99,
-                p.latency_ms.max,
-                opt(p.ttfb_ms.as_ref().map(|t| t.p50), 1),
-                p.errors,
-                opt(p.pct_peak, 1),
-                opt(p.pct_tpp, 1),
-                opt(p.joules, 0),
-                opt(p.watts, 1),
-                opt(p.j_per_gib, 1),
-                opt(p.edp, 0),
-            );
-            for e in &p.first_errors {
-                let _ = writeln!(s, "    error: {e}");
-            }
-        }
+    /// Each phase over the repetitions, when there are several.
+    fn summary_rows(&self, s: &mut String) {
         if self.reps > 1 {
             let _ = writeln!(
                 s,
@@ -609,14 +696,77 @@ impl Run {
                 );
             }
         }
-        if self
-            .phases
-            .iter()
-            .any(|p| p.energy.is_some() && p.seconds < 10.0)
-        {
+    }
+
+    /// A line per phase and repetition, the summary and the client's cost.
+    fn rows(&self, s: &mut String) {
+        let _ = writeln!(
+            s,
+            "\n{:<6}{:>4}{:>9}{:>9}{:>8}{:>8}{:>8}{:>8}{:>9}{:>9}{:>7}{:>7}{:>7}{:>9}{:>7}{:>8}{:>11}",
+            "phase",
+            "rep",
+            "MiB/s",
+            "MB/s",
+            "obj/s",
+            "p50ms",
+            "p90ms",
+            "p99ms",
+            "maxms",
+            "ttfb50",
+            "errors",
+            "%peak",
+            "%TPP",
+            "J",
+            "W",
+            "J/GiB",
+            "EDP J*s"
+        );
+        for p in &self.phases {
+            let joules = match (&p.energy, p.joules) {
+                (Some(e), Some(j)) if !e.complete => format!(">{j:.0}"),
+                (_, Some(j)) => format!("{j:.0}"),
+                (_, None) => "unknown".to_owned(),
+            };
             let _ = writeln!(
                 s,
-                "\nnote: phases under 10 s: each end of a phase's energy is off by up to one meter period of the drives' power (docs/bench.md)"
+                "{:<6}{:>4}{:>9.1}{:>9.1}{:>8.1}{:>8.1}{:>8.1}{:>8.1}{:>9.1}{:>9}{:>7}{:>7}{:>7}{:>9}{:>7}{:>8}{:>11}",
+                kind_name(p.phase),
+                p.rep,
+                p.mib_s,
+                p.mb_s,
+                p.objects_s,
+                p.latency_ms.p50,
+                p.latency_ms.p90,
+                p.latency_ms.p99,
+                p.latency_ms.max,
+                opt(p.ttfb_ms.as_ref().map(|t| t.p50), 1),
+                p.errors,
+                opt(p.pct_peak, 1),
+                opt(p.pct_tpp, 1),
+                joules,
+                opt(p.watts, 1),
+                opt(p.j_per_gib, 1),
+                opt(p.edp, 0),
+            );
+            for e in &p.first_errors {
+                let _ = writeln!(s, "    error: {e}");
+            }
+            if let Some(note) = p.energy_note() {
+                let _ = writeln!(s, "    {note}");
+            }
+        }
+        self.summary_rows(s);
+        if self.phases.iter().any(|p| {
+            p.seconds < 10.0
+                && p.energy.as_ref().is_some_and(|e| {
+                    e.drives
+                        .iter()
+                        .any(|d| d.joules.is_some() && !d.interpolated)
+                })
+        }) {
+            let _ = writeln!(
+                s,
+                "\nnote: phases under 10 s on drives that do not mark their meter's ticks: each end of such a drive's energy is off by up to one meter period of its power (docs/bench.md)"
             );
         }
         let cpu: Vec<String> = self
@@ -656,25 +806,29 @@ mod tests {
         Some(Reading {
             drive: Some("d".into()),
             joules: j,
+            at: None,
             method: method.into(),
             source: format!("{method}-source"),
         })
     }
 
-    #[test]
-    fn nearest_rank_percentiles() {
-        // 1..=10: p50 is the 5th value, p90 the 9th, p99 the 10th.
-        let v: Vec<f64> = (1..=10).map(f64::from).collect();
-        assert!((percentile(&v, 50.0) - 5.0).abs() < 1e-12);
-        assert!((percentile(&v, 90.0) - 9.0).abs() < 1e-12);
-        assert!((percentile(&v, 99.0) - 10.0).abs() < 1e-12);
-        // 200 values 1..=200: p99 is rank 198.
-        let w: Vec<f64> = (1..=200).map(f64::from).collect();
-        assert!((percentile(&w, 99.0) - 198.0).abs() < 1e-12);
-        assert!((percentile(&[7.0], 50.0) - 7.0).abs() < 1e-12);
-        assert!(percentile(&[], 50.0).abs() < 1e-12);
-        let l = Latency::of(vec![3.0, 1.0, 2.0, 4.0]);
-        assert_eq!((l.p50, l.p90, l.p99, l.max), (2.0, 4.0, 4.0, 4.0));
+    /// A reading of a meter that marks its ticks: `j` joules counted at `at`.
+    #[allow(clippy::unnecessary_wraps, reason = "a reading as the meters give it")]
+    fn tick(j: f64, at: f64) -> Option<Reading> {
+        Some(Reading {
+            at: Some(at),
+            ..reading(j, "modelled").unwrap()
+        })
+    }
+
+    /// An edge at `at` with readings before it and none after (drives that do not mark
+    /// their ticks).
+    fn plain(at: f64, before: Vec<Option<Reading>>) -> Edge {
+        Edge {
+            at,
+            after: vec![None; before.len()],
+            before,
+        }
     }
 
     #[test]
@@ -682,49 +836,149 @@ mod tests {
         // Two drives: 100 J and 140 J over 8 s moving 2 GiB: 240 J, 30 W, 120 J/GiB,
         // EDP 240 x 8 = 1920 J*s.
         let names = vec!["a".to_owned(), "b".to_owned()];
-        let e = energy(
+        let (e, why) = energy(
             &names,
-            &[reading(1000.0, "measured"), reading(50.0, "measured")],
-            &[reading(1100.0, "measured"), reading(190.0, "measured")],
+            &plain(
+                0.0,
+                vec![reading(1000.0, "measured"), reading(50.0, "measured")],
+            ),
+            &plain(
+                8.0,
+                vec![reading(1100.0, "measured"), reading(190.0, "measured")],
+            ),
             8.0,
             2 << 30,
-        )
-        .unwrap();
+        );
+        let e = e.unwrap();
+        assert_eq!(why, None);
         assert!((e.joules - 240.0).abs() < 1e-9);
         assert!((e.watts - 30.0).abs() < 1e-9);
         assert!((e.j_per_gib.unwrap() - 120.0).abs() < 1e-9);
         assert!((e.edp - 1920.0).abs() < 1e-9);
         assert_eq!(e.source, "measured");
         assert!(e.complete);
+        assert!(!e.drives[0].interpolated);
+    }
+
+    /// A phase of 0.4 s inside one meter period of 1 s: each end lies between two ticks,
+    /// and the counter is interpolated there. Ticks at 10.0 (100 J) and 11.0 (110 J):
+    /// 10 W. The phase from 10.2 to 10.6 used 4 J, not the 0 the counter's difference
+    /// gives.
+    #[test]
+    fn a_phase_shorter_than_a_meter_period_gets_its_share_of_the_ticks() {
+        let names = vec!["a".to_owned()];
+        let start = Edge {
+            at: 10.2,
+            before: vec![tick(100.0, 10.0)],
+            after: vec![tick(110.0, 11.0)],
+        };
+        let end = Edge {
+            at: 10.6,
+            before: vec![tick(100.0, 10.0)],
+            after: vec![tick(110.0, 11.0)],
+        };
+        let (e, why) = energy(&names, &start, &end, 0.4, 1 << 30);
+        let e = e.unwrap();
+        assert_eq!(why, None);
+        assert!((e.joules - 4.0).abs() < 1e-9, "{}", e.joules);
+        assert!((e.watts - 10.0).abs() < 1e-9);
+        assert!(e.drives[0].interpolated);
+        // The same ends without tick marks: the counter did not move, so unknown, and
+        // said why; never 0.
+        let (e, why) = energy(
+            &names,
+            &plain(10.2, vec![reading(100.0, "modelled")]),
+            &plain(10.6, vec![reading(100.0, "modelled")]),
+            0.4,
+            1 << 30,
+        );
+        assert_eq!(e, None);
+        assert!(why.unwrap().contains("did not move"));
+    }
+
+    #[test]
+    fn ends_a_tick_apart_and_clocks_slightly_off() {
+        let names = vec!["a".to_owned()];
+        // The start between ticks 1 and 2 (10 W), the end between ticks 3 and 4 (20 W):
+        // 0.5 s x 10 W + (tick 2 to 3: 15 J) + 0.25 s x 20 W = 25 J.
+        let start = Edge {
+            at: 1.5,
+            before: vec![tick(10.0, 1.0)],
+            after: vec![tick(20.0, 2.0)],
+        };
+        let end = Edge {
+            at: 3.25,
+            before: vec![tick(35.0, 3.0)],
+            after: vec![tick(55.0, 4.0)],
+        };
+        let (e, _) = energy(&names, &start, &end, 1.75, 0);
+        assert!((e.unwrap().joules - 25.0).abs() < 1e-9);
+        // A drive's clock ahead of the benchmark's: its tick "before" is after the edge;
+        // the edge then counts from that tick, not before it.
+        let ahead = Edge {
+            at: 0.9,
+            before: vec![tick(10.0, 1.0)],
+            after: vec![tick(20.0, 2.0)],
+        };
+        let (e, _) = energy(&names, &ahead, &end, 2.35, 0);
+        assert!((e.unwrap().joules - 30.0).abs() < 1e-9);
+        // No tick after the end within the wait: unknown, with the reason.
+        let stuck = Edge {
+            at: 3.25,
+            before: vec![tick(35.0, 3.0)],
+            after: vec![None],
+        };
+        let (e, why) = energy(&names, &start, &stuck, 1.75, 0);
+        assert_eq!(e, None);
+        assert!(why.unwrap().contains("did not tick"), "reason");
     }
 
     #[test]
     fn one_modelled_drive_makes_the_phase_modelled_and_gaps_are_said() {
         let names = vec!["a".to_owned(), "b".to_owned(), "c".to_owned()];
-        let e = energy(
+        let (e, why) = energy(
             &names,
-            &[
-                reading(10.0, "measured"),
-                reading(10.0, "modelled"),
-                reading(500.0, "measured"),
-            ],
+            &plain(
+                0.0,
+                vec![
+                    reading(10.0, "measured"),
+                    reading(10.0, "modelled"),
+                    reading(500.0, "measured"),
+                ],
+            ),
             // c restarted: its counter went back, so it has no figure.
-            &[
-                reading(20.0, "measured"),
-                reading(15.0, "modelled"),
-                reading(3.0, "measured"),
-            ],
+            &plain(
+                1.0,
+                vec![
+                    reading(20.0, "measured"),
+                    reading(15.0, "modelled"),
+                    reading(3.0, "measured"),
+                ],
+            ),
             1.0,
             0,
-        )
-        .unwrap();
+        );
+        let e = e.unwrap();
         assert_eq!(e.source, "modelled");
         assert!(!e.complete);
         assert!((e.joules - 15.0).abs() < 1e-9);
         assert_eq!(e.j_per_gib, None);
         assert_eq!(e.drives[2].joules, None);
-        // No meter at all: no energy.
-        assert_eq!(energy(&names[..1], &[None], &[None], 1.0, 1), None);
+        assert!(why.unwrap().contains("went back"));
+        // No meter answered: no energy, and why.
+        let (e, why) = energy(
+            &names[..1],
+            &plain(0.0, vec![None]),
+            &plain(1.0, vec![None]),
+            1.0,
+            1,
+        );
+        assert_eq!(e, None);
+        assert!(why.unwrap().contains("did not answer"));
+        // No meters at all.
+        let (e, why) = energy(&[], &Edge::default(), &Edge::default(), 1.0, 1);
+        assert_eq!(e, None);
+        assert!(why.unwrap().contains("--metrics"));
     }
 
     #[test]
@@ -746,7 +1000,7 @@ mod tests {
             ..Measured::default()
         };
         // 1e9 bytes in 10 s: 100 MB/s = 95.37 MiB/s, 50% of 200, 25% of 400.
-        let a = PhaseResult::new(Kind::Write, 1, m(10.0), &peak, &tpp, None);
+        let a = PhaseResult::new(Kind::Write, 1, m(10.0), &peak, &tpp, (None, None));
         assert!((a.mb_s - 100.0).abs() < 1e-9);
         assert!((a.mib_s - 95.367_431_640_625).abs() < 1e-9);
         assert!((a.pct_peak.unwrap() - 50.0).abs() < 1e-9);
@@ -755,7 +1009,7 @@ mod tests {
         assert!(a.ttfb_ms.is_none());
         // 0.5 CPU-s for 0.931 GiB.
         assert!((a.client_cpu_s_per_gib.unwrap() - 0.536_870_912).abs() < 1e-9);
-        let b = PhaseResult::new(Kind::Write, 2, m(5.0), &peak, &tpp, None);
+        let b = PhaseResult::new(Kind::Write, 2, m(5.0), &peak, &tpp, (None, None));
         let s = summarise(&[a, b]);
         assert_eq!(s.len(), 1);
         let pct = s[0].pct_peak.as_ref().unwrap();

@@ -196,7 +196,7 @@ mod tests {
         let phase = |kind, start_s, end_s| PhaseResult {
             start_s,
             end_s,
-            ..PhaseResult::new(kind, 1, Measured::default(), &none, &none, None)
+            ..PhaseResult::new(kind, 1, Measured::default(), &none, &none, (None, None))
         };
         let run = Run {
             tool: "t".into(),
@@ -205,7 +205,9 @@ mod tests {
             bucket: "b".into(),
             object_bytes: 1 << 20,
             objects: 1,
+            duration_s: None,
             clients: 1,
+            signing: "unsigned".into(),
             reps: 1,
             operation: None,
             peak_inputs: PeakInputs {
