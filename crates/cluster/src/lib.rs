@@ -188,6 +188,9 @@ pub struct Cluster {
     http: oed_peer::client::PeerHttp,
     store: Store,
     codecs: Mutex<HashMap<(u16, u16), Arc<oed_ec::Codec>>>,
+    /// The CRC32C shift of each chunk size written with, for a body's CRC32C joined from
+    /// its chunks' (`write`).
+    crc_shifts: Mutex<HashMap<usize, Arc<oed_ec::Crc32cShift>>>,
     /// How long one drive may take to take or give a chunk before it counts as failed.
     pub timeout: Duration,
     /// How long a drive may take over its part of a near-data operation.
@@ -283,6 +286,7 @@ impl Cluster {
             http,
             store,
             codecs: Mutex::new(HashMap::new()),
+            crc_shifts: Mutex::new(HashMap::new()),
             timeout,
             op_timeout: Duration::from_secs(config.op_timeout_seconds),
             md5_etags: config.md5_etags,
@@ -492,6 +496,18 @@ impl Cluster {
         let c = Arc::new(oed_ec::Codec::new(k.into(), m.into())?);
         codecs.insert((k, m), c.clone());
         Ok(c)
+    }
+
+    /// The CRC32C shift by `len` bytes, made once per chunk size.
+    pub(crate) fn crc_shift(&self, len: usize) -> Arc<oed_ec::Crc32cShift> {
+        let mut shifts = self
+            .crc_shifts
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        shifts
+            .entry(len)
+            .or_insert_with(|| Arc::new(oed_ec::Crc32cShift::new(len)))
+            .clone()
     }
 
     /// The shards a write must store before it is acknowledged: `k + 1`, or `k` without

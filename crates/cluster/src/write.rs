@@ -675,7 +675,8 @@ impl Cluster {
             .checksum
             .as_ref()
             .is_some_and(|c| c.algorithm == oed_ops::s3sum::Algorithm::Crc32c);
-        let mut object_crc = crc32c.then_some(0u32);
+        let shift = crc32c.then(|| self.crc_shift(layout.chunk_size()));
+        let mut object_crc = shift.as_deref().map(|s| (0u32, s));
         let mut sum = obj
             .checksum
             .as_ref()
@@ -734,7 +735,7 @@ impl Cluster {
         }
         let checksum = match (&obj.checksum, sum, object_crc) {
             (Some(c), Some(h), _) => Some(c.check(&h.finish())?),
-            (Some(c), None, Some(crc)) => Some(c.check(&crc.to_be_bytes())?),
+            (Some(c), None, Some((crc, _))) => Some(c.check(&crc.to_be_bytes())?),
             _ => None,
         };
         if let Some(etag) = &obj.etag {
@@ -750,7 +751,8 @@ impl Cluster {
     /// Codes one stripe (the body's pieces, as received) and hands each drive its chunk,
     /// in pieces, and the chunk's CRC32C. The data chunks' CRC32Cs go into `fast` (the
     /// `ETag`'s hash) and, when given, are joined onto `object_crc`, the body's CRC32C so
-    /// far (the zeros that pad the last stripe left out).
+    /// far (the zeros that pad the last stripe left out), whole chunks by the layout's
+    /// shift.
     #[allow(clippy::too_many_arguments)]
     async fn send_stripe(
         &self,
@@ -760,7 +762,7 @@ impl Cluster {
         size: u64,
         index: u64,
         mut data: Vec<Bytes>,
-        (fast, mut object_crc): (&mut sha2::Sha256, Option<&mut u32>),
+        (fast, mut object_crc): (&mut sha2::Sha256, Option<&mut (u32, &oed_ec::Crc32cShift)>),
     ) -> Result<()> {
         let stripe = layout
             .stripe(size, index)
@@ -790,8 +792,13 @@ impl Cluster {
             let crc = if i < k {
                 let real = len.saturating_sub(i * cl).min(cl);
                 let (data_crc, chunk_crc) = crc_of_prefix(&chunk, real);
-                if let Some(acc) = object_crc.as_deref_mut() {
-                    *acc = crc32c::crc32c_combine(*acc, data_crc, real);
+                if let Some((acc, shift)) = object_crc.as_deref_mut() {
+                    *acc = if real == shift.len() {
+                        shift.join(*acc, data_crc)
+                    } else {
+                        // The last stripe's: at most k a body.
+                        crc32c::crc32c_combine(*acc, data_crc, real)
+                    };
                 }
                 let crc = oed_ec::bind_stripe(chunk_crc, index);
                 fast.update(crc.to_le_bytes());

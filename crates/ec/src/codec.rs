@@ -3,8 +3,11 @@
 //! The matrix is the `reed-solomon-erasure` crate's: a `(k+m) x k` Vandermonde matrix
 //! (entry `(r, c) = r^c`) multiplied by the inverse of its top `k x k` square, so the top
 //! rows are the identity (data shards are stored as they are) and any `k` rows are
-//! invertible. Reconstruction uses the first `k` shards present, inverts that selection
-//! once per erasure pattern (cached), and computes only the shards that are missing.
+//! invertible. Reconstruction uses the first `k` shards present and computes only the
+//! shards that are missing; what that takes (the rows used, the shards made, their
+//! coefficients: the inverse of that selection, times the encoding rows of missing
+//! parity) is worked out once per erasure pattern and cached, so a rebuild allocates
+//! nothing and runs the kernel at once.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -14,11 +17,28 @@ use crate::kernel::Kernel;
 pub use crate::limits::MAX_SHARDS;
 use crate::matrix::Matrix;
 
-/// Decode matrices kept per codec; the cache is emptied when it grows past this.
+/// Rebuild plans kept per codec; the cache is emptied when it grows past this.
 const DECODE_CACHE_LIMIT: usize = 256;
 
-/// Set of shard indices (one bit each), the key of the decode-matrix cache.
+/// Set of shard indices (one bit each).
 type ShardSet = [u64; 4];
+
+/// The key of a rebuild plan: the shards present, and how many shards from the first
+/// are wanted (`k`: data only; `k + m`: all).
+type PlanKey = (ShardSet, usize);
+
+/// What rebuilding one erasure pattern takes, worked out once: the `k` shards read, the
+/// shards made, and for each made one its row of coefficients over those read.
+#[derive(Debug)]
+struct Plan {
+    used: Vec<usize>,
+    wanted: Vec<usize>,
+    coeffs: Vec<u8>,
+}
+
+/// Shards a stripe may have for a rebuild to pass them to the kernel from the stack;
+/// wider codes collect them in a vector.
+const STACK_SHARDS: usize = 32;
 
 /// A Reed-Solomon code with `k` data and `m` parity shards.
 ///
@@ -32,8 +52,8 @@ pub struct Codec {
     matrix: Matrix,
     /// Rows k..k+m of `matrix`, flattened: the coefficients every encode uses.
     parity_rows: Vec<u8>,
-    /// Decode matrices (inverse of the rows used), per set of shards used.
-    cache: Mutex<HashMap<ShardSet, Arc<Matrix>>>,
+    /// Rebuild plans, per erasure pattern.
+    cache: Mutex<HashMap<PlanKey, Arc<Plan>>>,
 }
 
 impl Codec {
@@ -278,6 +298,38 @@ impl Codec {
         check_count(self.total(), present.len())?;
         let len = shards[0].len();
         check_lengths(len, shards.iter().map(|s| s.len()))?;
+        let plan = self.plan(present, limit)?;
+        if plan.wanted.is_empty() {
+            return Ok(());
+        }
+        if self.total() <= STACK_SHARDS {
+            let mut inputs: [&[u8]; STACK_SHARDS] = [&[]; STACK_SHARDS];
+            let mut outputs: [&mut [u8]; STACK_SHARDS] = Default::default();
+            let (n, w) = gather(shards, &plan, &mut inputs, &mut outputs);
+            self.kernel
+                .mul_rows(&plan.coeffs, &inputs[..n], &mut outputs[..w]);
+        } else {
+            let mut inputs: Vec<&[u8]> = vec![&[]; self.k];
+            let mut outputs: Vec<&mut [u8]> =
+                (0..plan.wanted.len()).map(|_| Default::default()).collect();
+            let (n, w) = gather(shards, &plan, &mut inputs, &mut outputs);
+            self.kernel
+                .mul_rows(&plan.coeffs, &inputs[..n], &mut outputs[..w]);
+        }
+        Ok(())
+    }
+
+    /// The plan of rebuilding the shards below `limit` that are not `present`, from the
+    /// cache.
+    fn plan(&self, present: &[bool], limit: usize) -> Result<Arc<Plan>> {
+        let mut key: ShardSet = [0; 4];
+        for (i, _) in present.iter().enumerate().filter(|(_, p)| **p) {
+            key[i / 64] |= 1 << (i % 64);
+        }
+        let mut cache = self.cache.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(p) = cache.get(&(key, limit)) {
+            return Ok(Arc::clone(p));
+        }
         let used: Vec<usize> = (0..self.total())
             .filter(|&i| present[i])
             .take(self.k)
@@ -289,10 +341,11 @@ impl Codec {
             });
         }
         let wanted: Vec<usize> = (0..limit).filter(|&i| !present[i]).collect();
-        if wanted.is_empty() {
-            return Ok(());
-        }
-        let decode = self.decode_matrix(&used);
+        let decode = self
+            .matrix
+            .select_rows(used.iter().copied())
+            .invert()
+            .expect("any k rows of the encoding matrix are invertible");
         // Row i of `decode` maps the used shards to data shard i; a parity shard's row is
         // its encoding row times `decode`.
         let mut coeffs = Vec::with_capacity(wanted.len() * self.k);
@@ -304,48 +357,43 @@ impl Codec {
                 coeffs.extend_from_slice(row.row(0));
             }
         }
-        let mut inputs: Vec<&[u8]> = Vec::with_capacity(self.k);
-        let mut outputs: Vec<&mut [u8]> = Vec::with_capacity(wanted.len());
-        let mut next_used = used.iter().peekable();
-        for (i, shard) in shards.iter_mut().enumerate() {
-            if next_used.peek() == Some(&&i) {
-                next_used.next();
-                inputs.push(&**shard);
-            } else if i < limit && !present[i] {
-                outputs.push(&mut **shard);
-            }
-        }
-        self.kernel.mul_rows(&coeffs, &inputs, &mut outputs);
-        Ok(())
-    }
-
-    /// The inverse of the encoding rows `used` (exactly k of them), from the cache.
-    fn decode_matrix(&self, used: &[usize]) -> Arc<Matrix> {
-        let mut key: ShardSet = [0; 4];
-        for &i in used {
-            key[i / 64] |= 1 << (i % 64);
-        }
-        let mut cache = self.cache.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(m) = cache.get(&key) {
-            return Arc::clone(m);
-        }
-        let inv = Arc::new(
-            self.matrix
-                .select_rows(used.iter().copied())
-                .invert()
-                .expect("any k rows of the encoding matrix are invertible"),
-        );
+        let plan = Arc::new(Plan {
+            used,
+            wanted,
+            coeffs,
+        });
         if cache.len() >= DECODE_CACHE_LIMIT {
             cache.clear();
         }
-        cache.insert(key, Arc::clone(&inv));
-        inv
+        cache.insert((key, limit), Arc::clone(&plan));
+        Ok(plan)
     }
 
     #[cfg(test)]
     pub(crate) fn cached_decode_matrices(&self) -> usize {
         self.cache.lock().map_or(0, |c| c.len())
     }
+}
+
+/// Puts the shards `plan` reads into `inputs` and those it makes into `outputs`, in its
+/// order; how many of each.
+fn gather<'a>(
+    shards: &'a mut [&mut [u8]],
+    plan: &Plan,
+    inputs: &mut [&'a [u8]],
+    outputs: &mut [&'a mut [u8]],
+) -> (usize, usize) {
+    let (mut n, mut w) = (0, 0);
+    for (i, shard) in shards.iter_mut().enumerate() {
+        if plan.used.get(n) == Some(&i) {
+            inputs[n] = &**shard;
+            n += 1;
+        } else if plan.wanted.get(w) == Some(&i) {
+            outputs[w] = &mut **shard;
+            w += 1;
+        }
+    }
+    (n, w)
 }
 
 fn check_count(expected: usize, got: usize) -> Result<()> {

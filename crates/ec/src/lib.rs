@@ -53,7 +53,8 @@ pub mod object;
 pub use codec::Codec;
 pub use error::{Error, Result};
 pub use format::{
-    ShardHeader, ShardReader, ShardWriter, StreamVerifier, bind_stripe, frame_crc, frame_crc_pieces,
+    Crc32cShift, ShardHeader, ShardReader, ShardWriter, StreamVerifier, bind_stripe, frame_crc,
+    frame_crc_pieces,
 };
 pub use kernel::Kernel;
 pub use layout::{ChunkSpan, Layout, Stripe};

@@ -9,8 +9,8 @@
 #![allow(unsafe_code)]
 
 use core::arch::x86_64::{
-    __m512i, _mm512_gf2p8affine_epi64_epi8, _mm512_loadu_si512, _mm512_set1_epi64,
-    _mm512_setzero_si512, _mm512_storeu_si512, _mm512_xor_si512,
+    _mm512_gf2p8affine_epi64_epi8, _mm512_loadu_si512, _mm512_set1_epi64, _mm512_setzero_si512,
+    _mm512_storeu_si512, _mm512_xor_si512,
 };
 
 use crate::gf;
@@ -60,10 +60,10 @@ super::simd_mul_rows!(supported, STEP, block);
 
 /// A GFNI kernel's block function for one register width: `STEP` bytes (two registers)
 /// per step, up to four output rows accumulated in registers, each (row, input) matrix
-/// broadcast once per block. `gfni` (512 bits) and `gfni_avx2` (256 bits) differ only in
+/// broadcast from [`MATRICES`] where it is used. `gfni` (512 bits) and `gfni_avx2` (256 bits) differ only in
 /// their types and intrinsics.
 macro_rules! gfni_block {
-    ($features:literal, $vec:ty, $width:literal, $set1:ident, $zero:ident, $load:ident,
+    ($features:literal, $width:literal, $set1:ident, $zero:ident, $load:ident,
      $store:ident, $xor:ident, $affine:ident) => {
         /// # Safety
         #[doc = concat!("The target features `", $features, "` must be available;")]
@@ -78,10 +78,11 @@ macro_rules! gfni_block {
             end: usize,
         ) {
             let n = inputs.len();
-            let matrices: Vec<$vec> = rows
-                .iter()
-                .map(|&c| $set1($crate::kernel::gfni::MATRICES[c as usize].cast_signed()))
-                .collect();
+            // Each (row, input) constant's matrix is broadcast from the table as it is
+            // used: one load either way, and nothing allocated per call.
+            let matrix = |r: usize, i: usize| {
+                $set1($crate::kernel::gfni::MATRICES[rows[r * n + i] as usize].cast_signed())
+            };
             let mut off = start;
             while off < end {
                 let mut acc = [[$zero(); 2]; R];
@@ -95,7 +96,7 @@ macro_rules! gfni_block {
                         ($load(p.cast()), $load(p.add($width).cast()))
                     };
                     for (r, a) in acc.iter_mut().enumerate() {
-                        let m = matrices[r * n + i];
+                        let m = matrix(r, i);
                         a[0] = $xor(a[0], $affine::<0>(x0, m));
                         a[1] = $xor(a[1], $affine::<0>(x1, m));
                     }
@@ -117,7 +118,6 @@ pub(crate) use gfni_block;
 
 gfni_block!(
     "avx512f,avx512bw,gfni",
-    __m512i,
     64,
     _mm512_set1_epi64,
     _mm512_setzero_si512,

@@ -6,8 +6,8 @@
 #![allow(unsafe_code)]
 
 use core::arch::x86_64::{
-    __m256i, _mm256_gf2p8affine_epi64_epi8, _mm256_loadu_si256, _mm256_set1_epi64x,
-    _mm256_setzero_si256, _mm256_storeu_si256, _mm256_xor_si256,
+    _mm256_gf2p8affine_epi64_epi8, _mm256_loadu_si256, _mm256_set1_epi64x, _mm256_setzero_si256,
+    _mm256_storeu_si256, _mm256_xor_si256,
 };
 
 const STEP: usize = 64;
@@ -20,7 +20,6 @@ super::simd_mul_rows!(supported, STEP, block);
 
 super::gfni::gfni_block!(
     "avx2,gfni",
-    __m256i,
     32,
     _mm256_set1_epi64x,
     _mm256_setzero_si256,

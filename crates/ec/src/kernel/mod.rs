@@ -78,14 +78,17 @@ pub(crate) const ROW_GROUP: usize = 4;
 #[cfg(target_arch = "x86_64")]
 const PREFETCH: usize = 1024;
 
-/// Asks for the cache line `PREFETCH` bytes past `off` in `input` (past its end too: a
-/// prefetch never faults, and the address is only computed, never read by Rust).
+/// Asks for the cache line `PREFETCH` bytes past `off` in `input`, when it is still in
+/// `input`: past the end it would fetch lines nobody reads (a quarter more of the memory
+/// traffic of a 4 KiB shard). The address is only computed, never read by Rust.
 #[cfg(target_arch = "x86_64")]
 #[inline]
 #[target_feature(enable = "sse")]
 pub(crate) fn prefetch(input: &[u8], off: usize) {
     use core::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
-    _mm_prefetch::<_MM_HINT_T0>(input.as_ptr().wrapping_add(off + PREFETCH).cast());
+    if off + PREFETCH < input.len() {
+        _mm_prefetch::<_MM_HINT_T0>(input.as_ptr().wrapping_add(off + PREFETCH).cast());
+    }
 }
 
 /// A GF(2^8) multiply-accumulate implementation.
