@@ -44,16 +44,19 @@ minio_load() {
 
 # bench_phase PHASE ARGS...: one phase (write or read) of `oedd bench` from $bin on the
 # objects under the prefix BENCH_PREFIX ("load"; kept between calls: a read finds what a
-# write left, a second write overwrites it), uploads signed as BENCH_SIGNING (auto:
-# streaming-crc32c over http://; docs/bench.md, "How uploads are signed"), printed as
-# one line:
+# write left, a second write overwrites it), uploads signed as BENCH_SIGNING (unset:
+# oedd bench's default, streaming-crc32c over http://; docs/bench.md, "How uploads are
+# signed"), printed as one line:
 #   PUT: X MiB/s, Y objects/s, E errors; latency ms p50 A p90 B p99 C max D
 # (GET: for a read). ARGS go to oedd bench: --endpoint, --bucket, --size, --count,
 # --clients, --ca-file. Credentials from AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY.
 bench_phase() {
   local phase=$1
   shift
-  "$bin/oedd" bench --phases "$phase" --prefix "${BENCH_PREFIX:-load}" --signing "${BENCH_SIGNING:-auto}" \
+  # --signing only when asked for: builds before it (BIN_DIR) do not know it.
+  local signing=()
+  [ -z "${BENCH_SIGNING:-}" ] || signing=(--signing "$BENCH_SIGNING")
+  "$bin/oedd" bench --phases "$phase" --prefix "${BENCH_PREFIX:-load}" "${signing[@]}" \
     --keep --quiet "$@" |
     awk -v p="$phase" '$1 == p && $2 ~ /^[0-9]+$/ {
       printf "%s: %s MiB/s, %s objects/s, %s errors; latency ms p50 %s p90 %s p99 %s max %s\n",

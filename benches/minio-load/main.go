@@ -1,7 +1,8 @@
 // minio-load: an S3 load made with minio-go v7, the client library behind mc, warp and
 // many applications, with its client made as mc and warp make theirs (TrailingHeaders on):
-// over http:// it streams every upload as aws-chunked chunks of 64 KiB, each signed, with
-// a signed CRC32C trailer; over https:// the chunks are unsigned, with the trailer. What it sends is what a server of minio-go's users sees, so the
+// over http:// it streams every upload as aws-chunked chunks of 64 KiB, each signed
+// (minio-go 7.4 adds a signed CRC32C trailer to multipart parts, not to a single PUT);
+// over https:// the payload is not signed. What it sends is what a server of minio-go's users sees, so the
 // benchmarks measure a PUT or a GET as those users pay for it.
 //
 //	minio-load -endpoint http://127.0.0.1:9000 -bucket bench -phase put -size 4MiB -count 256 -clients 16

@@ -95,8 +95,9 @@ def test_without_meters_or_rates_it_says_so(metered):
 
 @pytest.fixture(scope="module")
 def slow_meters():
-    # A meter period of 2 s: every phase below is shorter than one.
-    c = Cluster(n=3, k=2, m=1, extra=lambda i: ["meter_period_ms=2000"])
+    # A meter period of 4 s (the bench waits up to 5 s for a tick): every phase below
+    # is shorter than one.
+    c = Cluster(n=3, k=2, m=1, extra=lambda i: ["meter_period_ms=4000"])
     yield c
     c.stop()
 
@@ -115,25 +116,18 @@ def test_every_signing_mode_writes_what_reads_back(metered):
     # auto: streaming-crc32c over http://, as minio-go's multipart parts are signed.
     r = bench(c, "--bucket", "signed", "--size", "64KiB", "--count", "2", "--json", "--quiet")
     assert json.loads(r.stdout)["signing"] == "streaming-crc32c"
-    # A streamed upload whose chunks are signed with another secret is refused.
-    env = c.aws_env()
-    env["AWS_SECRET_ACCESS_KEY"] = "wrong"
-    r = subprocess.run([c.bin, "bench", "--endpoint", f"http://{c.addrs[0]}", "--bucket",
-                        "signed", "--count", "2", "--signing", "streaming", "--quiet"],
-                       env=env, capture_output=True, text=True, timeout=120)
-    assert r.returncode != 0 and "SignatureDoesNotMatch" in r.stderr, r.stderr
 
 
 def test_a_phase_shorter_than_a_meter_period_gets_a_true_figure(slow_meters):
     c = slow_meters
     metrics = ",".join(f"http://{a}/metrics" for a in c.metrics_addrs)
-    # Let every meter tick once, so each has a tick to interpolate from.
-    time.sleep(2.5)
+    # Let every meter tick once after its first, so each has ticks to interpolate from.
+    time.sleep(4.5)
     r = bench(c, "--bucket", "short", "--size", "64KiB", "--count", "8", "--clients", "4",
               "--metrics", metrics, "--json", "--quiet")
     run = json.loads(r.stdout)
     for p in run["phases"]:
-        assert p["seconds"] < 2.0, "the phase was to be shorter than a meter period"
+        assert p["seconds"] < 4.0, "the phase was to be shorter than a meter period"
         # The counters moved at most once in the phase, often not at all; the figure
         # is each drive's power over exactly the phase's window.
         assert p["joules"] > 0 and p["energy"]["complete"], p["energy_unknown"]
@@ -149,7 +143,7 @@ def test_a_phase_shorter_than_a_meter_period_gets_a_true_figure(slow_meters):
     run = json.loads(r.stdout)
     for p in run["phases"]:
         assert p["joules"] is None and p["watts"] is None
-        assert "did not answer" in p["energy_unknown"]
+        assert "did not answer with an OED meter's energy" in p["energy_unknown"]
     assert "energy unknown: " in r.stderr
     assert " unknown " in r.stderr.split("EDP J*s")[1]
 

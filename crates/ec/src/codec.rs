@@ -298,6 +298,10 @@ impl Codec {
         check_count(self.total(), present.len())?;
         let len = shards[0].len();
         check_lengths(len, shards.iter().map(|s| s.len()))?;
+        // Nothing missing: nothing to work out (at least k shards are there then).
+        if present[..limit].iter().all(|p| *p) {
+            return Ok(());
+        }
         let plan = self.plan(present, limit)?;
         if plan.wanted.is_empty() {
             return Ok(());
@@ -463,6 +467,16 @@ mod tests {
         c.reconstruct(&mut refs, &[true, false, true, true, true, true])
             .unwrap();
         assert_eq!(c.cached_decode_matrices(), 2);
+        // The same shards present, the data alone wanted: another plan (it makes fewer
+        // shards); nothing missing below k: none at all.
+        let lost_parity = [true, false, true, true, true, false];
+        c.reconstruct_data(&mut refs, &lost_parity).unwrap();
+        assert_eq!(c.cached_decode_matrices(), 3);
+        c.reconstruct(&mut refs, &lost_parity).unwrap();
+        assert_eq!(c.cached_decode_matrices(), 4);
+        c.reconstruct_data(&mut refs, &[true, true, true, true, false, false])
+            .unwrap();
+        assert_eq!(c.cached_decode_matrices(), 4);
     }
 
     #[test]

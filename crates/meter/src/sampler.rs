@@ -389,7 +389,10 @@ impl Meter {
     /// One tick. Returns the activity of the interval since the previous tick (`None` on
     /// the first) and the power reading, for callers that calibrate.
     pub fn sample(&mut self) -> (Option<Activity>, Option<f64>) {
+        // The tick's moment on both clocks: the interval it counts ends here, however
+        // long the readings below take (an external power command may take a while).
         let now = Instant::now();
+        let wall = crate::wall_ms();
         let activity = self.read_system(now);
         let (watts, added) = self.read_power(now, activity.as_ref());
         let mut latest = self.latest.lock().unwrap_or_else(PoisonError::into_inner);
@@ -398,14 +401,14 @@ impl Meter {
                 counter.inc_by(j);
             }
             #[allow(clippy::cast_precision_loss, reason = "milliseconds since 1970 fit")]
-            stamp.set(crate::wall_ms() as f64 / 1000.0);
+            stamp.set(wall as f64 / 1000.0);
         }
         latest.joules = self.energy_joules();
         latest.reading = self.last_power;
         drop(latest);
         if let Some(h) = &self.history {
             let joules = self.metrics.energy.as_ref().map(|(c, _)| c.get());
-            h.tick(now, crate::wall_ms(), self.counters, watts, joules);
+            h.tick(now, wall, self.counters, watts, joules);
         }
         (activity, watts)
     }

@@ -563,7 +563,6 @@ async fn phase(
 ) -> (Measured, u64) {
     let next = Arc::new(AtomicU64::new(0));
     let first_errors = Arc::new(Mutex::new(Vec::<String>::new()));
-    let deadline = Instant::now() + opts.duration.unwrap_or(opts.max_phase).min(opts.max_phase);
     // Requests to send: with a duration, until its end (a write's keys go on; other
     // phases wrap around the objects there are).
     let (limit, wrap) = match (opts.duration, kind) {
@@ -578,6 +577,7 @@ async fn phase(
     live.done.store(0, Ordering::Relaxed);
     live.errors.store(0, Ordering::Relaxed);
     let start = Instant::now();
+    let deadline = start + opts.duration.unwrap_or(opts.max_phase).min(opts.max_phase);
     let mut workers = Vec::new();
     for _ in 0..opts.clients.max(1) {
         let (s3, live, next, first_errors, pool, op_body) = (

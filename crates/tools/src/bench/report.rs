@@ -120,7 +120,7 @@ fn counter_at(edge: &Edge, i: usize, which: &str) -> Result<(f64, bool), String>
     let after = edge.after.get(i).and_then(Option::as_ref);
     let Some(b) = before else {
         return Err(format!(
-            "its /metrics did not answer at the phase's {which}"
+            "its /metrics did not answer with an OED meter's energy at the phase's {which}"
         ));
     };
     match (b.at, after.and_then(|a| a.at.map(|t| (t, a.joules)))) {
@@ -167,6 +167,8 @@ pub fn energy(
                     Ok((b - a, ia && ib))
                 } else if b < a {
                     Err("its counter went back: the drive restarted during the phase".into())
+                } else if ia && ib {
+                    Err("its meter counted no energy over the phase (failed readings)".into())
                 } else {
                     Err(
                         "its counter did not move over the phase, which was shorter than \
@@ -832,6 +834,22 @@ mod tests {
     }
 
     #[test]
+    fn nearest_rank_percentiles() {
+        // 1..=10: p50 is the 5th value, p90 the 9th, p99 the 10th.
+        let v: Vec<f64> = (1..=10).map(f64::from).collect();
+        assert!((percentile(&v, 50.0) - 5.0).abs() < 1e-12);
+        assert!((percentile(&v, 90.0) - 9.0).abs() < 1e-12);
+        assert!((percentile(&v, 99.0) - 10.0).abs() < 1e-12);
+        // 200 values 1..=200: p99 is rank 198.
+        let w: Vec<f64> = (1..=200).map(f64::from).collect();
+        assert!((percentile(&w, 99.0) - 198.0).abs() < 1e-12);
+        assert!((percentile(&[7.0], 50.0) - 7.0).abs() < 1e-12);
+        assert!(percentile(&[], 50.0).abs() < 1e-12);
+        let l = Latency::of(vec![3.0, 1.0, 2.0, 4.0]);
+        assert_eq!((l.p50, l.p90, l.p99, l.max), (2.0, 4.0, 4.0, 4.0));
+    }
+
+    #[test]
     fn energy_per_gib_and_edp_worked_by_hand() {
         // Two drives: 100 J and 140 J over 8 s moving 2 GiB: 240 J, 30 W, 120 J/GiB,
         // EDP 240 x 8 = 1920 J*s.
@@ -974,7 +992,10 @@ mod tests {
             1,
         );
         assert_eq!(e, None);
-        assert!(why.unwrap().contains("did not answer"));
+        assert!(
+            why.unwrap()
+                .contains("did not answer with an OED meter's energy")
+        );
         // No meters at all.
         let (e, why) = energy(&[], &Edge::default(), &Edge::default(), 1.0, 1);
         assert_eq!(e, None);
