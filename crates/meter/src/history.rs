@@ -80,7 +80,7 @@ struct Ring {
     /// seconds that had a reading.
     slot: Option<(Mark, f64, f64)>,
     /// The UTC day of the last tick, and the joules counted when it began (0: the
-    /// daemon started that day).
+    /// daemon started during that UTC day).
     day: Option<(u64, f64)>,
     joules: Option<f64>,
     temperature_c: Option<f64>,
@@ -191,7 +191,7 @@ impl History {
     }
 
     /// Joules counted since the UTC day began (since the daemon started, when it started
-    /// that day); `None` when power is not metered.
+    /// during the current UTC day); `None` when power is not metered.
     #[must_use]
     pub fn joules_today(&self) -> Option<f64> {
         let ring = self.ring.lock().unwrap_or_else(PoisonError::into_inner);
