@@ -142,6 +142,30 @@ def test_cgroup_commands_for_v1_and_v2(tmp_path):
         lab.cgroup_writes(none, p, p.drives[0])
 
 
+def test_oom_kills_are_read_from_either_cgroup_tree(tmp_path):
+    p = lab.Plan(name="x", drives_n=1, k=1, m=0, memory="64M")
+    d = p.drives[0]
+    root = fake_cgroups(tmp_path / "hybrid", v2_controllers=[], v1=("cpu", "memory"))
+    cg = lab.Cgroups.detect(root)
+    (root / "memory/x/drive-1").mkdir(parents=True)
+    (root / "memory/x/drive-1/memory.oom_control").write_text(
+        "oom_kill_disable 0\nunder_oom 0\noom_kill 2\n")
+    assert lab.oom_kills(cg, p, d) == 2
+    root2 = fake_cgroups(tmp_path / "unified", v2_controllers=["cpu", "memory"])
+    cg2 = lab.Cgroups.detect(root2)
+    (root2 / "x/drive-1").mkdir(parents=True)
+    (root2 / "x/drive-1/memory.events").write_text(
+        "low 0\nhigh 0\nmax 17\noom 1\noom_kill 1\noom_group_kill 0\n")
+    assert lab.oom_kills(cg2, p, d) == 1
+    # Without a limit, or where the kernel keeps no count: unknown, never 0.
+    assert lab.oom_kills(cg2, lab.Plan(name="x", drives_n=1, k=1, m=0), d) is None
+    (root2 / "x/drive-1/memory.events").write_text("low 0\n")
+    assert lab.oom_kills(cg2, p, d) is None
+    # A process's peak resident size, and none once it has gone.
+    assert lab.peak_resident_kib(os.getpid()) > 1024
+    assert lab.peak_resident_kib(2**22 + 1) is None
+
+
 def test_the_drive_command():
     p = lab.Plan(name="x", drives_n=2, k=1, m=1, workdir=lab.Path("/w"),
                  settings=["md5_etags=false"])
@@ -235,3 +259,22 @@ def test_bench_through_the_lab(real_lab):
     assert "ENERGY IS MODELLED" in r.stdout
     assert "drop_caches" in run["between_phases"]
     assert (real_lab / "run.svg").read_text().startswith("<svg")
+
+
+def test_a_drive_serves_16_clients_in_64_mib(real_lab):
+    # Each drive held to 64 MiB of memory (page cache included, no swap), 16 clients
+    # writing and reading 4 MiB objects: no error, no drive killed, every drive there at
+    # the end (a dead one fails the run even where the erasure code hides it).
+    r = run_lab("bench", "--name", "oedtest", "--drives", "3", "--k", "2", "--m", "1",
+                "--memory", "64M", "--disk-mb-s", "500", "--no-fsync",
+                "--workdir", str(real_lab / "lab"), "--",
+                "--size", "4MiB", "--count", "64", "--clients", "16",
+                "--phases", "write,read", "--json-file", str(real_lab / "run.json"), "--quiet")
+    assert r.returncode == 0, r.stderr + r.stdout
+    run = json.loads((real_lab / "run.json").read_text())
+    for p in run["phases"]:
+        assert p["errors"] == 0, p["first_errors"]
+    report = [line for line in r.stderr.splitlines() if "resident" in line]
+    assert len(report) == 3, r.stderr
+    for line in report:
+        assert "0 OOM kill(s) in its 64M cgroup" in line, line

@@ -20,7 +20,8 @@
 //! - [`metrics`]: the drive's Prometheus registry (the meter's collectors from `oed-meter`,
 //!   request and traffic counters, the store's state at scrape time) and `/metrics`.
 //! - [`notify`]: readiness and shutdown notices to systemd (`Type=notify`).
-//! - [`loader_pages`]: the pages of the executable's dynamic relocations, given back at start.
+//! - [`loader_pages`]: pages given back: the executable's dynamic relocations at start,
+//!   and once a drive is ready, the code and read-only data only starting used.
 
 pub mod admin_api;
 pub mod cli;

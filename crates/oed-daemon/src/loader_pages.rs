@@ -10,6 +10,14 @@
 //!
 //! Linkers can pack the table instead (`-z pack-relative-relocs`), but a binary so linked
 //! needs glibc 2.36, which would drop Ubuntu 22.04 from what the packages run on.
+//!
+//! The same holds for the code and read-only data that only starting ran: parsing the
+//! settings, opening RocksDB, binding the listeners. Once a drive is ready, those pages of
+//! the executable and of the shared libraries stay mapped and counted, because nothing
+//! unmaps them, and with them every page of the page cache that the kernel mapped
+//! beside a touched one (fault-around, 64 KiB). [`release_startup_pages`] unmaps every
+//! clean page of the process's read-only file mappings; what the drive runs after that
+//! maps again from the page cache on its first touch (`docs/drive.md`, "The code pages").
 
 use std::ops::Range;
 
@@ -125,6 +133,128 @@ pub fn release_relocation_pages() -> usize {
     if done == 0 { end - start } else { 0 }
 }
 
+/// One mapping of `/proc/self/smaps` that may be given back: private, not writable,
+/// backed by a file, with no page of its own (`Anonymous: 0 kB`: nothing has ever written
+/// to it, not the loader's relocations either) and none locked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct CleanMapping {
+    range: Range<usize>,
+    rss_kib: usize,
+}
+
+/// The mappings of an smaps listing that [`release_startup_pages`] may give back.
+fn clean_mappings(smaps: &str) -> Vec<CleanMapping> {
+    struct Open {
+        range: Range<usize>,
+        eligible: bool,
+        rss_kib: usize,
+        anonymous_kib: Option<usize>,
+        locked_kib: Option<usize>,
+    }
+    let mut found = Vec::new();
+    let mut open: Option<Open> = None;
+    let mut close = |m: Option<Open>| {
+        if let Some(m) = m
+            && m.eligible
+            && m.anonymous_kib == Some(0)
+            && m.locked_kib == Some(0)
+        {
+            found.push(CleanMapping {
+                range: m.range,
+                rss_kib: m.rss_kib,
+            });
+        }
+    };
+    for line in smaps.lines() {
+        let mut words = line.split_ascii_whitespace();
+        let Some(first) = words.next() else {
+            continue;
+        };
+        if let Some(field) = first.strip_suffix(':') {
+            let kib = || words.clone().next().and_then(|v| v.parse::<usize>().ok());
+            if let Some(m) = open.as_mut() {
+                match field {
+                    "Rss" => m.rss_kib = kib().unwrap_or(0),
+                    "Anonymous" => m.anonymous_kib = kib(),
+                    "Locked" => m.locked_kib = kib(),
+                    _ => {}
+                }
+            }
+            continue;
+        }
+        // A mapping's first line: `start-end perms offset dev inode [path]`.
+        let Some((from, to)) = first.split_once('-') else {
+            continue;
+        };
+        let (Ok(from), Ok(to)) = (
+            usize::from_str_radix(from, 16),
+            usize::from_str_radix(to, 16),
+        ) else {
+            continue;
+        };
+        let perms = words.next().unwrap_or("");
+        let path = words.nth(3).unwrap_or("");
+        let perms = perms.as_bytes();
+        // `[vdso]`, `[heap]` and anonymous mappings have no path from the root; a deleted
+        // file's mapping says so after its path, and is left alone.
+        let eligible = perms.len() == 4
+            && perms[0] == b'r'
+            && perms[1] == b'-'
+            && perms[3] == b'p'
+            && path.starts_with('/')
+            && !line.ends_with("(deleted)");
+        close(open.replace(Open {
+            range: from..to,
+            eligible,
+            rss_kib: 0,
+            anonymous_kib: None,
+            locked_kib: None,
+        }));
+    }
+    close(open);
+    found
+}
+
+/// Unmaps the pages of every clean read-only file mapping of this process (the
+/// executable's and the shared libraries' code and read-only data) and returns how many
+/// KiB were mapped there. Call it once the drive has started: what it runs from then on
+/// maps again from the page cache when first touched, so what stays counted is the code a
+/// serving drive uses, not what starting it used.
+///
+/// The kernel may take such pages back at any moment under memory pressure; this does
+/// only that, now. Writable mappings, pages anything has written (the relocated
+/// read-only data, `Anonymous` above 0) and locked ones are never touched.
+#[expect(
+    unsafe_code,
+    reason = "madvise on this process's own clean, read-only file mappings"
+)]
+#[must_use]
+pub fn release_startup_pages() -> usize {
+    let Ok(smaps) = std::fs::read_to_string("/proc/self/smaps") else {
+        return 0;
+    };
+    let mut released = 0;
+    for m in clean_mappings(&smaps) {
+        // SAFETY: the range is one whole mapping of a file, private and without write
+        // permission, in which no page has been written (none is anonymous) or locked:
+        // every page in it is the file's own. MADV_DONTNEED on such a mapping only unmaps
+        // the pages from this process; the mapping stays, and the next read of any of
+        // them maps the same bytes from the file again. No thread can write them in
+        // between, since the mapping is not writable.
+        let done = unsafe {
+            libc::madvise(
+                m.range.start as *mut libc::c_void,
+                m.range.len(),
+                libc::MADV_DONTNEED,
+            )
+        };
+        if done == 0 {
+            released += m.rss_kib;
+        }
+    }
+    released
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -145,16 +275,31 @@ mod tests {
             .count()
     }
 
+    /// Held by the tests that unmap pages: one must not unmap what another counts.
+    static UNMAPPING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
     #[test]
+    #[expect(unsafe_code, reason = "reads the relocation table's pages to map them")]
     fn the_loaders_pages_of_relocations_are_given_back() {
+        let _one = UNMAPPING
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         // The test binary is position-independent, with a table of tens of KiB at least.
         let table = relocation_table().expect("a PIE test binary has dynamic relocations");
         let page = rustix::param::page_size();
         assert!(table.len() > 4 * page, "table of {} bytes", table.len());
         let inner = table.start.next_multiple_of(page)..table.end / page * page;
-        assert!(
-            present_pages(&inner) > 0,
-            "the loader read the table, so its pages are mapped"
+        // The loader read the table, so its pages are mapped, unless the test of the
+        // start's pages unmapped them first: read one byte of each page to map them.
+        for at in inner.clone().step_by(page) {
+            // SAFETY: `at` lies in the table, in a read-only mapping of the executable
+            // that stays for the life of the process.
+            unsafe { std::ptr::read_volatile(at as *const u8) };
+        }
+        assert_eq!(
+            present_pages(&inner),
+            inner.len() / page,
+            "the table is mapped"
         );
         let released = release_relocation_pages();
         assert_eq!(released, inner.len());
@@ -163,5 +308,115 @@ mod tests {
             0,
             "no page of the table is left mapped"
         );
+    }
+
+    /// An excerpt of a drive's smaps: its first read-only segment, its code, its
+    /// relocated read-only data, libc's code, a locked mapping, a deleted file's, the heap
+    /// and the vDSO.
+    const SMAPS: &str = "\
+55c0b0e54000-55c0b0fb0000 r--p 00000000 fe:00 123 /usr/bin/oedd
+Size:               1392 kB
+Rss:                1284 kB
+Anonymous:             0 kB
+Locked:                0 kB
+55c0b143b000-55c0b2589000 r-xp 005e6000 fe:00 123 /usr/bin/oedd
+Size:              17720 kB
+Rss:                9684 kB
+Anonymous:             0 kB
+Locked:                0 kB
+55c0b2589000-55c0b2618000 r--p 01733000 fe:00 123 /usr/bin/oedd
+Rss:                 564 kB
+Anonymous:           564 kB
+Locked:                0 kB
+7f2b92764000-7f2b928ba000 r-xp 00026000 fe:00 77 /usr/lib/x86_64-linux-gnu/libc.so.6
+Rss:                1136 kB
+Anonymous:             0 kB
+Locked:                0 kB
+7f2b92a00000-7f2b92a10000 r-xp 00000000 fe:00 78 /usr/lib/libpinned.so
+Rss:                  64 kB
+Anonymous:             0 kB
+Locked:               64 kB
+7f2b92b00000-7f2b92b10000 r-xp 00000000 fe:00 79 /usr/lib/libgone.so (deleted)
+Rss:                  64 kB
+Anonymous:             0 kB
+Locked:                0 kB
+55c0d0dcc000-55c0d0f4a000 rw-p 00000000 00:00 0                          [heap]
+Rss:                1496 kB
+Anonymous:          1496 kB
+Locked:                0 kB
+7ffde67fe000-7ffde6800000 r-xp 00000000 00:00 0                          [vdso]
+Rss:                   8 kB
+Anonymous:             0 kB
+Locked:                0 kB
+";
+
+    #[test]
+    fn only_clean_read_only_file_mappings_are_picked() {
+        let picked = clean_mappings(SMAPS);
+        assert_eq!(
+            picked,
+            vec![
+                CleanMapping {
+                    range: 0x55c0_b0e5_4000..0x55c0_b0fb_0000,
+                    rss_kib: 1284
+                },
+                CleanMapping {
+                    range: 0x55c0_b143_b000..0x55c0_b258_9000,
+                    rss_kib: 9684
+                },
+                CleanMapping {
+                    range: 0x7f2b_9276_4000..0x7f2b_928b_a000,
+                    rss_kib: 1136
+                },
+            ]
+        );
+        // A listing cut short of a mapping's fields never picks that mapping.
+        assert!(clean_mappings("7f00-8f00 r-xp 0 fe:00 1 /lib/x.so\nRss: 4 kB\n").is_empty());
+    }
+
+    /// The mapping of this test binary's code: the one holding this function.
+    fn own_code() -> Range<usize> {
+        let here = own_code as fn() -> Range<usize> as usize;
+        let maps = std::fs::read_to_string("/proc/self/maps").expect("maps");
+        maps.lines()
+            .find_map(|l| {
+                let (from, to) = l.split_whitespace().next()?.split_once('-')?;
+                let r =
+                    usize::from_str_radix(from, 16).ok()?..usize::from_str_radix(to, 16).ok()?;
+                r.contains(&here).then_some(r)
+            })
+            .expect("the code of the test binary is mapped")
+    }
+
+    #[test]
+    #[expect(
+        unsafe_code,
+        reason = "reads the bytes of this binary's own mapped code"
+    )]
+    fn the_pages_of_starting_are_given_back_and_map_again_unchanged() {
+        let _one = UNMAPPING
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let code = own_code();
+        let before = present_pages(&code);
+        assert!(before > 16, "{before} pages of code mapped");
+        // SAFETY: `code` is a whole readable mapping of this process that stays mapped for
+        // its life; the slice is only read.
+        let bytes = unsafe { std::slice::from_raw_parts(code.start as *const u8, code.len()) };
+        let copy = bytes.to_vec();
+        let released = release_startup_pages();
+        assert!(
+            released >= before * 4,
+            "{released} KiB given back of {before} pages"
+        );
+        // The harness's other tests run meanwhile and map some code again, but far less
+        // than all that was mapped.
+        let after = present_pages(&code);
+        assert!(
+            after < before / 2,
+            "{after} pages mapped after, {before} before"
+        );
+        // Every page read again is the file's own, as before the call.
+        assert!(bytes == copy.as_slice(), "the code read back differs");
     }
 }

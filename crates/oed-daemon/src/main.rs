@@ -256,6 +256,10 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         if let Err(e) = oed_daemon::notify::notify(&format!("READY=1\nSTATUS=serving on {addr}")) {
             tracing::warn!(error = %e, "could not tell the service manager this drive is ready");
         }
+        // Starting is over: what it alone ran need not stay mapped (docs/drive.md,
+        // "The code pages").
+        let kib = oed_daemon::loader_pages::release_startup_pages();
+        tracing::debug!(kib, "gave back the pages that starting mapped");
         drive.serve(listener, metrics, shutdown).await?;
         anyhow::Ok(())
     })
