@@ -1,4 +1,5 @@
-//! Gives back the pages of the executable's dynamic relocations once they are applied.
+//! Gives back pages nothing will read again: the executable's dynamic relocations once
+//! they are applied, and once a drive is ready, what only starting it used.
 //!
 //! A position-independent executable carries a table of the addresses the dynamic loader
 //! must adjust at start (`.rela.dyn`; `.rel.dyn` on 32-bit ARM). The loader reads every
