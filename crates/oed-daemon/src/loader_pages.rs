@@ -143,7 +143,10 @@ struct CleanMapping {
     rss_kib: usize,
 }
 
-/// The mappings of an smaps listing that [`release_startup_pages`] may give back.
+/// The mappings of an smaps listing that [`release_startup_pages`] may give back: none
+/// when no mapping of the listing has an anonymous page, since a running process always
+/// has some (its heap, its stacks): such a listing is not the kernel's count (an
+/// emulator's, say), and `Anonymous: 0 kB` in it says nothing of what was written.
 fn clean_mappings(smaps: &str) -> Vec<CleanMapping> {
     struct Open {
         range: Range<usize>,
@@ -153,6 +156,7 @@ fn clean_mappings(smaps: &str) -> Vec<CleanMapping> {
         locked_kib: Option<usize>,
     }
     let mut found = Vec::new();
+    let mut any_anonymous = false;
     let mut open: Option<Open> = None;
     let mut close = |m: Option<Open>| {
         if let Some(m) = m
@@ -176,7 +180,10 @@ fn clean_mappings(smaps: &str) -> Vec<CleanMapping> {
             if let Some(m) = open.as_mut() {
                 match field {
                     "Rss" => m.rss_kib = kib().unwrap_or(0),
-                    "Anonymous" => m.anonymous_kib = kib(),
+                    "Anonymous" => {
+                        m.anonymous_kib = kib();
+                        any_anonymous |= m.anonymous_kib.is_some_and(|k| k > 0);
+                    }
                     "Locked" => m.locked_kib = kib(),
                     _ => {}
                 }
@@ -213,6 +220,9 @@ fn clean_mappings(smaps: &str) -> Vec<CleanMapping> {
         }));
     }
     close(open);
+    if !any_anonymous {
+        return Vec::new();
+    }
     found
 }
 
@@ -371,8 +381,13 @@ Locked:                0 kB
                 },
             ]
         );
+        // A listing in which nothing is anonymous is not the kernel's: nothing picked.
+        let faked = SMAPS.replace("Anonymous:           564 kB", "Anonymous:             0 kB");
+        let faked = faked.replace("Anonymous:          1496 kB", "Anonymous:             0 kB");
+        assert!(clean_mappings(&faked).is_empty());
         // A listing cut short of a mapping's fields never picks that mapping.
-        assert!(clean_mappings("7f00-8f00 r-xp 0 fe:00 1 /lib/x.so\nRss: 4 kB\n").is_empty());
+        let cut = format!("{SMAPS}7f00-8f00 r-xp 0 fe:00 1 /lib/x.so\nRss: 4 kB\n");
+        assert_eq!(clean_mappings(&cut), picked);
     }
 
     /// The mapping of this test binary's code: the one holding this function.
