@@ -8,7 +8,8 @@
 #
 # How: the release `oedd` (benches/release-bins.sh) is dropped from the page cache and
 # its disk's readahead turned off (restored on exit), so the processes started from it
-# map only the pages of code they execute. `oedd dev` starts a cluster of 6 drives (4+2)
+# map only the pages of code they execute; once the drives are ready, it is dropped again
+# (what they mapped to start and gave back goes). `oedd dev` starts a cluster of 6 drives (4+2)
 # and idles for 5 s; the text pages of `oedd` present in its drives' processes (/proc/PID/pagemap) name
 # the functions on them (nm): the list starts with these, in the order of their
 # addresses. Then `oedd bench` writes, reads and deletes 4 MiB and 64 KiB objects
@@ -45,6 +46,13 @@ grep -q "secret key" "$dir/dev.log" || { cat "$dir/dev.log" >&2; echo "code-orde
 endpoint=$(sed -n 's/^oedd dev: endpoint //p' "$dir/dev.log")
 export AWS_ACCESS_KEY_ID=oed AWS_SECRET_ACCESS_KEY=$(sed -n 's/^oedd dev: secret key //p' "$dir/dev.log")
 pids="$cluster $(pgrep -P "$cluster" -x oedd | tr '\n' ' ')"
+# Ready drives have given back the pages only starting used (docs/drive.md, "The pages
+# of starting"); dropping those from the page cache too leaves cached only the pages
+# mapped now, so a page touched from here on is read alone (readahead off) and
+# fault-around finds no untouched neighbour to map with it: what the list is made from
+# is the code run, not the code beside it.
+sleep 1
+uncache "$exe"
 
 # used_code: the functions on the text pages present in the cluster's processes, in the
 # order of their addresses, named without their build's hashes.

@@ -134,6 +134,12 @@ pub fn release_relocation_pages() -> usize {
     if done == 0 { end - start } else { 0 }
 }
 
+/// How long after it is ready a drive gives back its pages a second time: the first
+/// seconds of serving run work of their own once (a cluster's drives connect to their
+/// peers, the repair and metering loops make their first rounds), which left a drive of a
+/// cluster with about three times the code it runs idle after that mapped.
+pub const SETTLE: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// One mapping of `/proc/self/smaps` that may be given back: private, not writable,
 /// backed by a file, with no page of its own (`Anonymous: 0 kB`: nothing has ever written
 /// to it, not the loader's relocations either) and none locked.

@@ -257,9 +257,21 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
             tracing::warn!(error = %e, "could not tell the service manager this drive is ready");
         }
         // Starting is over: what it alone ran need not stay mapped (docs/drive.md,
-        // "The code pages").
+        // "The pages of starting"). The first seconds of serving still do work of their
+        // own (the peers' first connections, the first rounds of the repair and metering
+        // loops): their pages go once they have settled.
         let kib = oed_daemon::loader_pages::release_startup_pages();
         tracing::debug!(kib, "gave back the pages that starting mapped");
+        let settled = shutdown.clone();
+        tokio::spawn(async move {
+            tokio::select! {
+                () = settled.cancelled() => {}
+                () = tokio::time::sleep(oed_daemon::loader_pages::SETTLE) => {
+                    let kib = oed_daemon::loader_pages::release_startup_pages();
+                    tracing::debug!(kib, "gave back the pages of the first seconds of serving");
+                }
+            }
+        });
         drive.serve(listener, metrics, shutdown).await?;
         anyhow::Ok(())
     })
