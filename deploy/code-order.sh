@@ -8,9 +8,10 @@
 #
 # How: the release `oedd` (benches/release-bins.sh) is dropped from the page cache and
 # its disk's readahead turned off (restored on exit), so the processes started from it
-# map only the pages of code they execute; once the drives are ready, it is dropped again
-# (what they mapped to start and gave back goes). `oedd dev` starts a cluster of 6 drives (4+2)
-# and idles for 5 s; the text pages of `oedd` present in its drives' processes (/proc/PID/pagemap) name
+# map only the pages of code they execute; once the drives are ready, and again once they
+# have given back their pages a second time, it is dropped again (what they mapped before
+# and gave back goes). `oedd dev` starts a cluster of 6 drives (4+2)
+# and idles (40 s, past the drives' second give-back of pages, then 5 s more); the text pages of `oedd` present in its drives' processes (/proc/PID/pagemap) name
 # the functions on them (nm): the list starts with these, in the order of their
 # addresses. Then `oedd bench` writes, reads and deletes 4 MiB and 64 KiB objects
 # through it and each drive's metrics are scraped once; the functions this adds follow.
@@ -52,6 +53,10 @@ pids="$cluster $(pgrep -P "$cluster" -x oedd | tr '\n' ' ')"
 # fault-around finds no untouched neighbour to map with it: what the list is made from
 # is the code run, not the code beside it.
 sleep 1
+uncache "$exe"
+# Drives give their pages back again 30 s after they are ready (loader_pages::SETTLE),
+# after their first rounds of serving: the idle list is what they run after that.
+sleep 35
 uncache "$exe"
 
 # used_code: the functions on the text pages present in the cluster's processes, in the

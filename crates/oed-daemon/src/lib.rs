@@ -21,7 +21,8 @@
 //!   request and traffic counters, the store's state at scrape time) and `/metrics`.
 //! - [`notify`]: readiness and shutdown notices to systemd (`Type=notify`).
 //! - [`loader_pages`]: pages given back: the executable's dynamic relocations at start,
-//!   and once a drive is ready, the code and read-only data only starting used.
+//!   and once a drive is ready (and again when it has settled), its code and read-only
+//!   data, which map again as they run.
 
 pub mod admin_api;
 pub mod cli;

@@ -267,8 +267,13 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
             tokio::select! {
                 () = settled.cancelled() => {}
                 () = tokio::time::sleep(oed_daemon::loader_pages::SETTLE) => {
-                    let kib = oed_daemon::loader_pages::release_startup_pages();
-                    tracing::debug!(kib, "gave back the pages of the first seconds of serving");
+                    // A read of /proc and a few system calls: off the runtime's workers.
+                    let back = tokio::task::spawn_blocking(
+                        oed_daemon::loader_pages::release_startup_pages,
+                    );
+                    if let Ok(kib) = back.await {
+                        tracing::debug!(kib, "gave back the pages of the first seconds of serving");
+                    }
                 }
             }
         });
