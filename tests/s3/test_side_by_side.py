@@ -6,8 +6,11 @@ the script's refusals of missing or wrong input.
 
 import os
 import re
+import shutil
 import subprocess
 from pathlib import Path
+
+import pytest
 
 from conftest import ACCESS_KEY
 
@@ -70,3 +73,34 @@ def test_missing_or_wrong_input_is_refused_with_a_reason(cluster):
     r = run(cluster, "--endpoint", cluster.endpoint(), "--pids", pids, "--rounds", "1",
             env={"OTHER_SECRET_KEY": "wrong"})
     assert r.returncode == 1 and "the load failed against other" in r.stderr, r.stderr
+
+
+def test_uploads_signed_as_asked(cluster):
+    pids = " ".join(str(p.pid) for p in cluster.procs)
+    r = run(cluster, "--endpoint", cluster.endpoint(), "--pids", pids, "--rounds", "1",
+            "--bucket", "sbs-signed", env={"SIGNING": "sha256"})
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "load oedd, signed sha256" in r.stdout, r.stdout
+    assert re.search(r"^round 1, other PUT: [0-9.]+ MiB/s", r.stdout, re.M), r.stdout
+    r = run(cluster, "--endpoint", cluster.endpoint(), "--pids", pids, "--rounds", "1",
+            "--bucket", "sbs-signed", env={"SIGNING": "no-such-mode"})
+    assert r.returncode == 1 and "the load failed against oed" in r.stderr, r.stderr
+
+
+@pytest.mark.skipif(shutil.which("go") is None, reason="benches/minio-load needs Go")
+def test_the_minio_go_load(cluster, s3):
+    pids = " ".join(str(p.pid) for p in cluster.procs)
+    r = run(cluster, "--endpoint", cluster.endpoint(), "--pids", pids, "--rounds", "1",
+            "--bucket", "sbs-minio-go", env={"LOAD": "minio-go"})
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "load minio-go" in r.stdout, r.stdout
+    runs = re.findall(r"^round 1, (OED|other) (PUT|GET): ([0-9.]+) MiB/s, ([0-9.]+) CPU-s/GiB",
+                      r.stdout, re.M)
+    assert len(runs) == 4 and all(float(m) > 0 and float(c) > 0 for *_, m, c in runs), r.stdout
+    # minio-load named its objects as the script deletes them.
+    assert s3.list_objects_v2(Bucket="sbs-minio-go").get("KeyCount") == 0
+
+
+def test_an_unknown_load_is_refused(cluster):
+    r = run(cluster, "--endpoint", cluster.endpoint(), "--pids", "1", env={"LOAD": "warp"})
+    assert r.returncode == 2 and "LOAD is oedd or minio-go, not warp" in r.stderr, r.stderr

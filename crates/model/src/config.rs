@@ -184,7 +184,8 @@ pub struct Config {
     /// Memory for the object data of the GETs and PUTs this drive coordinates, in bytes.
     /// Each holds about two stripes' worth while it runs (a 4 MiB GET of a 4+2 profile
     /// with 256 KiB chunks: 2 MiB; a PUT: 4 MiB); requests beyond wait for a share, so
-    /// memory stays bounded however many clients there are. Default: 12 MiB.
+    /// memory stays bounded however many clients there are. Default: 32 MiB (eight such
+    /// PUTs, whose MD5 is then hashed in SIMD lanes together).
     pub coordinator_buffer_bytes: u64,
     /// How long a request may wait for its share of `coordinator_buffer_bytes` before it
     /// is refused with 503 `SlowDown` (clients retry it later), in seconds. Default: 30.
@@ -313,7 +314,7 @@ impl Default for Config {
             md5_etags: true,
             md5_kernel: "auto".into(),
             md5_gather_ms: 4,
-            coordinator_buffer_bytes: 12 << 20,
+            coordinator_buffer_bytes: 32 << 20,
             coordinator_wait_seconds: 30,
             max_waiting_per_client: 64,
             max_concurrent_ops: 1,
