@@ -164,7 +164,11 @@ def test_oom_kills_are_read_from_either_cgroup_tree(tmp_path):
     assert lab.oom_kills(cg2, p, d) is None
     # A process's peak resident size and swap, and none once it has gone.
     mem = lab.process_memory_kib(os.getpid())
-    assert mem["VmHWM"] > 1024 and mem["VmSwap"] >= 0
+    status = dict(l.split(":", 1) for l in Path(f"/proc/{os.getpid()}/status").read_text().splitlines())
+    assert set(mem) == {"VmHWM", "VmSwap"}, mem
+    # The peak, not the resident size now; swap as the kernel counts it.
+    assert mem["VmHWM"] >= int(status["VmRSS"].split()[0]) > 1024, (mem, status["VmRSS"])
+    assert mem["VmSwap"] == int(status["VmSwap"].split()[0]), (mem, status["VmSwap"])
     assert lab.process_memory_kib(2**22 + 1) is None
 
 

@@ -409,6 +409,26 @@ pub fn release_startup_pages() -> usize {
     released
 }
 
+/// What a drive does once it is ready to serve: gives back the pages that starting
+/// mapped ([`release_startup_pages`]) now, and once more after [`SETTLE`] of serving
+/// unless `shutdown` comes first, each logged with what it gave back. Call it from the
+/// runtime; the second call runs off its workers (a read of `/proc` and a few system
+/// calls).
+pub fn release_now_and_after_settling(shutdown: tokio_util::sync::CancellationToken) {
+    let kib = release_startup_pages();
+    tracing::debug!(kib, "gave back the pages that starting mapped");
+    tokio::spawn(async move {
+        tokio::select! {
+            () = shutdown.cancelled() => {}
+            () = tokio::time::sleep(SETTLE) => {
+                if let Ok(kib) = tokio::task::spawn_blocking(release_startup_pages).await {
+                    tracing::debug!(kib, "gave back the pages of the first seconds of serving");
+                }
+            }
+        }
+    });
+}
+
 /// How many pages of `range` this process has mapped (`/proc/self/pagemap`'s present
 /// bit): what the tests of this module measure.
 ///

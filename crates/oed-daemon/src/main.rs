@@ -260,23 +260,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         // "The pages of starting"). The first seconds of serving still do work of their
         // own (the peers' first connections, the first rounds of the repair and metering
         // loops): their pages go once they have settled.
-        let kib = oed_daemon::loader_pages::release_startup_pages();
-        tracing::debug!(kib, "gave back the pages that starting mapped");
-        let settled = shutdown.clone();
-        tokio::spawn(async move {
-            tokio::select! {
-                () = settled.cancelled() => {}
-                () = tokio::time::sleep(oed_daemon::loader_pages::SETTLE) => {
-                    // A read of /proc and a few system calls: off the runtime's workers.
-                    let back = tokio::task::spawn_blocking(
-                        oed_daemon::loader_pages::release_startup_pages,
-                    );
-                    if let Ok(kib) = back.await {
-                        tracing::debug!(kib, "gave back the pages of the first seconds of serving");
-                    }
-                }
-            }
-        });
+        oed_daemon::loader_pages::release_now_and_after_settling(shutdown.clone());
         drive.serve(listener, metrics, shutdown).await?;
         anyhow::Ok(())
     })

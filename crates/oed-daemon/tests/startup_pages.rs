@@ -53,5 +53,13 @@ fn the_pages_of_starting_are_given_back_and_map_again_unchanged() {
     // The relocated read-only data is untouched: the pointer still points where the
     // loader made it point.
     assert_eq!(*std::hint::black_box(POINTER), 7);
+    // The comparison read every page again, so all are mapped once more; a second call
+    // (a drive's, after its first seconds of serving) gives them back again.
+    assert_eq!(present_pages(&code), before);
     assert_eq!(oed_daemon::loader_pages::release_startup_pages(), released);
+    let again = present_pages(&code);
+    assert!(
+        again < before / 2,
+        "{again} pages mapped after the second call, {before} before"
+    );
 }
