@@ -163,8 +163,9 @@ def test_oom_kills_are_read_from_either_cgroup_tree(tmp_path):
     (root2 / "x/drive-1/memory.events").write_text("low 0\n")
     assert lab.oom_kills(cg2, p, d) is None
     # A process's peak resident size and swap, and none once it has gone.
-    mem = lab.process_memory_kib(os.getpid())
+    # Read first: the peak read after it can only be as high or higher.
     status = dict(l.split(":", 1) for l in Path(f"/proc/{os.getpid()}/status").read_text().splitlines())
+    mem = lab.process_memory_kib(os.getpid())
     assert set(mem) == {"VmHWM", "VmSwap"}, mem
     # The peak, not the resident size now; swap as the kernel counts it.
     assert mem["VmHWM"] >= int(status["VmRSS"].split()[0]) > 1024, (mem, status["VmRSS"])
