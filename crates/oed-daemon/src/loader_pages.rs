@@ -60,13 +60,12 @@ pub fn relocation_table() -> Option<Range<usize>> {
         let at = usize::try_from(dynamic.p_offset).ok()?;
         exe.read_exact_at(&mut bytes, at as u64).ok()?;
     }
-    let word = size_of::<usize>();
+    let words = bytes
+        .chunks_exact(size_of::<usize>())
+        .map(|b| usize::from_ne_bytes(b.try_into().unwrap_or_default()));
     let (mut table, mut size) = (None, None);
-    for entry in bytes.chunks_exact(2 * word) {
-        let read = |b: &[u8]| usize::from_ne_bytes(b.try_into().unwrap_or_default());
-        let (tag, value) = (read(&entry[..word]), read(&entry[word..]));
+    for (tag, value) in dynamic_entries(words) {
         match tag {
-            DT_NULL => break,
             DT_RELA | DT_REL => table = Some(value),
             DT_RELASZ | DT_RELSZ => size = Some(value),
             _ => {}
@@ -294,19 +293,18 @@ unsafe fn has_text_relocations(base: usize, phdrs: &[Phdr]) -> bool {
         return false;
     };
     let at = base.wrapping_add(dynamic.p_vaddr as usize) as *const usize;
-    let entries = dynamic.p_memsz as usize / (2 * size_of::<usize>());
-    for e in 0..entries {
+    let words = (0..dynamic.p_memsz as usize / size_of::<usize>())
         // SAFETY: the dynamic section is `p_memsz` bytes of (tag, value) words, mapped
         // and readable while the object is loaded (the caller's contract).
-        let (tag, value) = unsafe { (*at.add(2 * e), *at.add(2 * e + 1)) };
-        match tag {
-            DT_NULL => break,
-            DT_TEXTREL => return true,
-            DT_FLAGS if value & DF_TEXTREL != 0 => return true,
-            _ => {}
-        }
-    }
-    false
+        .map(|i| unsafe { *at.add(i) });
+    dynamic_entries(words)
+        .any(|(tag, value)| tag == DT_TEXTREL || (tag == DT_FLAGS && value & DF_TEXTREL != 0))
+}
+
+/// The (tag, value) entries of a dynamic section, given as its words, up to `DT_NULL`.
+fn dynamic_entries(mut words: impl Iterator<Item = usize>) -> impl Iterator<Item = (usize, usize)> {
+    std::iter::from_fn(move || Some((words.next()?, words.next()?)))
+        .take_while(|&(tag, _)| tag != DT_NULL)
 }
 
 /// The whole pages of an object's read-only `PT_LOAD` segments, less its `PT_GNU_RELRO`
