@@ -173,3 +173,34 @@ def test_aws_chunked_signed_streaming_upload(cluster, s3):
                                    tamper=True)
     assert status == 403 and b"SignatureDoesNotMatch" in body, (status, body)
     assert s3.get_object(Bucket="cli-chunked", Key="streamed")["Body"].read() == data
+
+
+def test_aws_chunked_uploads_are_checked_by_the_drive_in_batches():
+    """The drive that takes a chunk-signed upload checks it itself, its chunks hashed
+    together (`crates/s3/src/chunked.rs`); one whose seed signature it does not reproduce
+    (here a wrong secret) is left to S3's own checks, which refuse it."""
+    from conftest import Cluster
+    c = Cluster(n=3, k=2, m=1, env=lambda i: {"OED_LOG": "warn,oed_s3::chunked=debug"},
+                logs=True)
+    try:
+        s3 = c.client()
+        s3.create_bucket(Bucket="batched")
+        data = os.urandom(40 * 65536 + 123)
+        status, body = aws_chunked_put(c, "batched", "k", data)
+        assert status == 200, body
+        assert s3.get_object(Bucket="batched", Key="k")["Body"].read() == data
+        status, body = aws_chunked_put(c, "batched", "k", os.urandom(40 * 65536), tamper=True)
+        assert status == 403 and b"SignatureDoesNotMatch" in body, (status, body)
+        log = c.log_path(0).read_text()
+        assert log.count("checked here") == 2, log
+        right = c.secret
+        c.secret = "not-the-secret"
+        try:
+            status, body = aws_chunked_put(c, "batched", "k", b"x" * 70_000)
+        finally:
+            c.secret = right
+        assert status == 403 and b"SignatureDoesNotMatch" in body, (status, body)
+        assert "left to s3s" in c.log_path(0).read_text()
+        assert s3.get_object(Bucket="batched", Key="k")["Body"].read() == data
+    finally:
+        c.stop()

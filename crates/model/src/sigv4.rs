@@ -111,6 +111,17 @@ impl std::fmt::Debug for ChunkSigner {
 }
 
 impl ChunkSigner {
+    /// The signer of the chunks after a request signed `seed` with `key` at `stamp`
+    /// (`x-amz-date`) in `scope` (`DATE/REGION/SERVICE/aws4_request`).
+    #[must_use]
+    pub fn after(key: ring::hmac::Key, stamp: &str, scope: &str, seed: &str) -> Self {
+        Self {
+            key,
+            stamp_scope: format!("{stamp}\n{scope}\n"),
+            previous: seed.to_owned(),
+        }
+    }
+
     /// The signature of the next chunk, whose SHA-256 is `sha256` (of no bytes for the
     /// last chunk); it becomes the previous signature of the one after.
     pub fn chunk(&mut self, sha256: &[u8]) -> &str {
@@ -138,6 +149,61 @@ impl ChunkSigner {
     }
 }
 
+/// SigV4's canonical request: the method, the encoded path, the canonical query, each
+/// signed header as `name:values` (names in lower case, in the order of `signed`; values
+/// trimmed, their runs of spaces made one, joined by commas), the signed headers' names
+/// (`signed`, joined by `;`) and the declared payload hash.
+#[must_use]
+pub fn canonical_request<'a>(
+    method: &str,
+    path: &str,
+    query: &str,
+    headers: impl IntoIterator<Item = (&'a str, String)>,
+    signed: &str,
+    payload: &str,
+) -> String {
+    let mut canonical = format!("{method}\n{path}\n{query}\n");
+    for (name, values) in headers {
+        let _ = writeln!(canonical, "{name}:{values}");
+    }
+    let _ = write!(canonical, "\n{signed}\n{payload}");
+    canonical
+}
+
+/// One header's values as SigV4 signs them: each trimmed, its runs of whitespace made
+/// one space, joined by commas.
+#[must_use]
+pub fn header_values<'a>(values: impl IntoIterator<Item = &'a str>) -> String {
+    values
+        .into_iter()
+        .map(|v| v.split_whitespace().collect::<Vec<_>>().join(" "))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// The key that signs requests of `date` (`YYYYMMDD`) for `region` and `service` with
+/// `secret`: `AWS4` and the secret, then HMAC-SHA256 over the date, the region, the
+/// service and `aws4_request` in turn.
+#[must_use]
+pub fn signing_key(secret: &str, date: &str, region: &str, service: &str) -> ring::hmac::Key {
+    let mut key = hmac(format!("AWS4{secret}").as_bytes(), date);
+    for part in [region, service, "aws4_request"] {
+        key = hmac(key.as_ref(), part);
+    }
+    ring::hmac::Key::new(ring::hmac::HMAC_SHA256, key.as_ref())
+}
+
+/// The signature (hex) of the canonical request `canonical` made at `stamp`
+/// (`x-amz-date`) in `scope`, with `key` ([`signing_key`]).
+#[must_use]
+pub fn signature(key: &ring::hmac::Key, stamp: &str, scope: &str, canonical: &str) -> String {
+    let to_sign = format!(
+        "AWS4-HMAC-SHA256\n{stamp}\n{scope}\n{}",
+        hex::encode(Sha256::digest(canonical.as_bytes()))
+    );
+    hex::encode(ring::hmac::sign(key, to_sign.as_bytes()))
+}
+
 /// As [`sign`], and the signer of the body's chunks that follow that signature (for a
 /// `req.payload` of `STREAMING-AWS4-HMAC-SHA256-PAYLOAD[-TRAILER]`).
 #[must_use]
@@ -161,30 +227,22 @@ pub fn sign_streaming(
         headers
             .entry(name.as_str())
             .or_default()
-            .push(value.split_whitespace().collect::<Vec<_>>().join(" "));
-    }
-    let mut canonical = format!("{}\n{}\n{}\n", req.method, req.path, req.query);
-    for (name, values) in &headers {
-        let _ = writeln!(canonical, "{name}:{}", values.join(","));
+            .push(header_values([value.as_str()]));
     }
     let signed: Vec<&str> = headers.keys().copied().collect();
     let signed = signed.join(";");
-    let _ = write!(canonical, "\n{signed}\n{}", req.payload);
-    let scope = format!("{date}/{}/s3/aws4_request", signer.region);
-    let to_sign = format!(
-        "AWS4-HMAC-SHA256\n{stamp}\n{scope}\n{}",
-        hex::encode(Sha256::digest(canonical.as_bytes()))
+    let canonical = canonical_request(
+        req.method,
+        req.path,
+        req.query,
+        headers.iter().map(|(n, v)| (*n, v.join(","))),
+        &signed,
+        req.payload,
     );
-    let mut key = hmac(format!("AWS4{}", signer.secret_key).as_bytes(), &date);
-    for part in [signer.region, "s3", "aws4_request"] {
-        key = hmac(key.as_ref(), part);
-    }
-    let signature = hex::encode(hmac(key.as_ref(), &to_sign));
-    let chunks = ChunkSigner {
-        key: ring::hmac::Key::new(ring::hmac::HMAC_SHA256, key.as_ref()),
-        stamp_scope: format!("{stamp}\n{scope}\n"),
-        previous: signature.clone(),
-    };
+    let scope = format!("{date}/{}/s3/aws4_request", signer.region);
+    let key = signing_key(signer.secret_key, &date, signer.region, "s3");
+    let signature = signature(&key, &stamp, &scope, &canonical);
+    let chunks = ChunkSigner::after(key, &stamp, &scope, &signature);
     let headers = vec![
         ("x-amz-date".into(), stamp),
         ("x-amz-content-sha256".into(), req.payload.to_owned()),

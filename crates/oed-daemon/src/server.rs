@@ -37,6 +37,8 @@ pub struct DriveServer {
     pub cluster: Arc<Cluster>,
     peer: Arc<PeerState>,
     s3: Option<s3s::service::S3Service>,
+    /// Checks uploads signed chunk by chunk before `s3` sees them.
+    streaming: Option<Arc<oed_s3::chunked::Streaming>>,
     grace: Duration,
     header_timeout: Duration,
     max_connections: usize,
@@ -93,8 +95,7 @@ impl DriveServer {
             &PeerKey::derive(secret),
             metrics.traffic.clone(),
         )?);
-        let s3 = s3_secret
-            .map(|s| oed_s3::service(cluster.clone(), &config.s3_access_key, s, &config.region));
+        let (s3, streaming) = s3_secret.map(|s| s3_service(&cluster, config, s)).unzip();
         let heal_wake = Arc::new(tokio::sync::Notify::new());
         let peer = peer_state(
             config,
@@ -150,6 +151,7 @@ impl DriveServer {
             cluster,
             peer,
             s3,
+            streaming,
             grace: Duration::from_secs(config.shutdown_grace_seconds),
             header_timeout: Duration::from_secs(config.http_header_timeout_seconds),
             max_connections: config.max_connections,
@@ -177,12 +179,21 @@ impl DriveServer {
             Some(console) => app.merge(oed_console::router(console)),
             None => app.merge(oed_console::off()),
         };
-        match self.s3.clone() {
+        let app = match self.s3.clone() {
             Some(s3) => app.fallback_service(axum::error_handling::HandleError::new(
                 s3,
                 |e: s3s::HttpError| async move { oed_s3::error::s3s_failure(&e) },
             )),
             None => app.fallback(|| async { Error::NotFound(oed_model::error::Missing::S3Off) }),
+        };
+        // Uploads signed chunk by chunk are checked before S3 sees them (their chunks
+        // hashed together); `/_oed/` paths pass.
+        match self.streaming.clone() {
+            Some(s) => app.layer(axum::middleware::from_fn_with_state(
+                s,
+                oed_s3::chunked::take_over,
+            )),
+            None => app,
         }
     }
 
@@ -432,6 +443,26 @@ async fn peer_api_only(
         return next.run(req).await;
     }
     oed_s3::error::into_response(oed_s3::error::tls_required())
+}
+
+/// The S3 service, and the check of uploads signed chunk by chunk that comes before it,
+/// with the bootstrap key's secret `secret`.
+fn s3_service(
+    cluster: &Arc<Cluster>,
+    config: &Config,
+    secret: &str,
+) -> (s3s::service::S3Service, Arc<oed_s3::chunked::Streaming>) {
+    let service = oed_s3::service(
+        cluster.clone(),
+        &config.s3_access_key,
+        secret,
+        &config.region,
+    );
+    let keys = oed_s3::KeyAuth::new(cluster.clone(), &config.s3_access_key, secret);
+    (
+        service,
+        oed_s3::chunked::Streaming::new(keys, &config.region),
+    )
 }
 
 /// Reads the listener's certificate files again on each SIGHUP, until `shutdown`.

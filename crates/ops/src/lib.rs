@@ -39,6 +39,7 @@ pub mod grep;
 pub mod md5;
 pub mod op;
 pub mod s3sum;
+pub mod sha256;
 pub mod sketch;
 pub mod sort;
 pub mod stats;

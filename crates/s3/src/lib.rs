@@ -13,6 +13,7 @@ pub use access::KeyAuth;
 mod acl;
 pub mod bucket;
 pub mod checksum;
+pub mod chunked;
 pub mod error;
 pub mod lifecycle;
 pub mod list;

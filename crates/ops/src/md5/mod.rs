@@ -87,7 +87,7 @@ macro_rules! md5_steps {
 #[cfg(target_arch = "aarch64")]
 mod neon;
 #[cfg(target_arch = "x86_64")]
-mod x86;
+pub(crate) mod x86;
 
 /// The state of an MD5 computation between pieces, which whole blocks can also be
 /// hashed into from outside (in lanes with others: [`compress_lanes`]) through

@@ -78,7 +78,7 @@ fn transpose8(r: [__m256i; 8]) -> [__m256i; 8] {
 /// The 16 message words of the block at `off` of 8 lanes, word `w` of lane `l` in
 /// 32-bit lane `l` of vector `w`.
 #[target_feature(enable = "avx2")]
-fn message8(data: &[&[u8]], off: usize) -> [__m256i; 16] {
+pub(crate) fn message8(data: &[&[u8]], off: usize) -> [__m256i; 16] {
     let mut m = [_mm256_setzero_si256(); 16];
     for half in 0..2 {
         let mut rows = [_mm256_setzero_si256(); 8];
