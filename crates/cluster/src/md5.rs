@@ -13,7 +13,10 @@
 //!
 //! A stream has one piece in flight at a time, so its bytes are hashed in order; the
 //! caller awaits that piece's result only when it hands over the next one, so hashing
-//! overlaps with the caller's own work on the same bytes.
+//! overlaps with the caller's own work on the same bytes. Until then the thread may hold
+//! the piece for the other streams' pieces to join it; a stream that starts to wait for
+//! its piece says so, and the thread then hashes what it holds at once, so holding never
+//! makes an upload wait.
 
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -29,17 +32,29 @@ use tokio::sync::oneshot;
 /// stream that arrives meanwhile soon joins.
 const ROUND_BLOCKS: usize = 256;
 
-/// How long the thread holds a piece for others to join it while more streams are
-/// hashing than it has pieces of. A stream waits for a piece's digest only when it hands
-/// over its next piece (a whole stripe later: tens of milliseconds under load), or at its
-/// end, so the hold costs throughput nothing and each object at most this much latency;
-/// hashed together, the pieces cost a fraction of the CPU time they cost alone
-/// (`docs/s3.md`, "MD5 in lanes").
-const GATHER_WAIT: Duration = Duration::from_millis(4);
+/// How long the thread holds a piece at most for others to join it while more streams
+/// are hashing than it has pieces of. A stream needs a piece's digest only when it hands
+/// over its next piece (a whole stripe later: tens of milliseconds under load) or at its
+/// end, and it says when it starts to wait ([`WAITING`]): the thread then stops holding.
+/// So the hold costs no upload time, and it can be as long as a stream takes to bring
+/// its next stripe at a drive's rate; hashed together, the pieces cost a fraction of the
+/// CPU time they cost alone (`docs/s3.md`, "MD5 in lanes").
+const GATHER_WAIT: Duration = Duration::from_millis(50);
+
+/// How long the thread goes on holding pieces once a stream waits for one: a stream
+/// waits at its end (for its last piece, whose digest its answer needs) or when it brings
+/// a stripe before the one before it was hashed. Longer fills more lanes at the cost of
+/// as much latency on every PUT: 4 ms takes a sixth off the thread's CPU per byte with
+/// no latency to be seen, 25 ms a quarter at about 5% more (`docs/results.md`, "MD5").
+const WAIT_GRACE: Duration = Duration::from_millis(4);
 
 /// Streams that have handed a piece to the thread and have not ended: the company the
 /// thread may wait for.
 static HASHING: AtomicUsize = AtomicUsize::new(0);
+
+/// Streams waiting for a piece the thread has not answered yet: while there is one, the
+/// thread holds nothing back.
+static WAITING: AtomicUsize = AtomicUsize::new(0);
 
 /// Bytes the thread hashed, by how many streams the round that hashed them carried
 /// (index: streams, 1 to [`MAX_LANES`]); `oed_md5_bytes_total{streams}`.
@@ -50,6 +65,14 @@ static HASHED: [AtomicU64; MAX_LANES + 1] = [const { AtomicU64::new(0) }; MAX_LA
 #[must_use]
 pub fn hashed_bytes_by_streams() -> [u64; MAX_LANES + 1] {
     std::array::from_fn(|i| HASHED[i].load(Ordering::Relaxed))
+}
+
+/// What the hashing thread is sent.
+enum Msg {
+    /// A stream's next piece.
+    Piece(Job),
+    /// A stream started to wait for its piece ([`WAITING`] counts it): stop holding.
+    Wake,
 }
 
 /// The next bytes of a stream, handed to the hashing thread: one or more buffers (a
@@ -131,8 +154,8 @@ fn begin(state: &mut Md5, d: &[u8]) -> usize {
 
 /// The sending side of the hashing thread, started on first use. `None` when the thread
 /// could not be started: streams then hash on their own threads.
-fn lanes() -> Option<&'static mpsc::Sender<Job>> {
-    static LANES: OnceLock<Option<mpsc::Sender<Job>>> = OnceLock::new();
+fn lanes() -> Option<&'static mpsc::Sender<Msg>> {
+    static LANES: OnceLock<Option<mpsc::Sender<Msg>>> = OnceLock::new();
     LANES
         .get_or_init(|| {
             let (tx, rx) = mpsc::channel();
@@ -163,20 +186,44 @@ pub fn configure(kernel: Option<Lanes>, gather_wait: Duration) {
 /// The hashing thread: takes in streams' pieces, up to the kernel's width at a time, and
 /// hashes them together in rounds of at most [`ROUND_BLOCKS`] blocks, with the kernel
 /// and hold time [`configure`] set (the widest kernel and [`GATHER_WAIT`] otherwise).
-fn run(rx: &mpsc::Receiver<Job>) {
+fn run(rx: &mpsc::Receiver<Msg>) {
     let (kernel, wait) = *SETTINGS.get_or_init(|| (Lanes::best(), GATHER_WAIT));
-    run_with(kernel, wait, &HASHING, rx);
+    let company = Company {
+        hashing: &HASHING,
+        waiting: &WAITING,
+    };
+    run_with(kernel, wait, &company, rx);
+}
+
+/// The counts the hashing thread holds pieces by: the streams hashing ([`HASHING`]) and
+/// those waiting for a piece ([`WAITING`]); the tests give their own.
+struct Company<'a> {
+    hashing: &'a AtomicUsize,
+    waiting: &'a AtomicUsize,
+}
+
+impl Company<'_> {
+    /// Whether more streams are hashing than the thread holds pieces of (up to `width`):
+    /// holding longer may fill more lanes.
+    fn more_to_come(&self, held: usize, width: usize) -> bool {
+        held < width.min(self.hashing.load(Ordering::Relaxed))
+    }
+
+    /// Whether a stream waits for a piece.
+    fn waited_for(&self) -> bool {
+        self.waiting.load(Ordering::Relaxed) > 0
+    }
 }
 
 /// How many rounds ran with each number of lanes (index: lanes), for the tests.
 type RoundsByLanes = [u64; MAX_LANES + 1];
 
-/// [`run`] with its kernel, hold time and count of hashing streams given.
+/// [`run`] with its kernel, hold time and counts of streams given.
 fn run_with(
     kernel: Lanes,
     gather_wait: Duration,
-    hashing: &AtomicUsize,
-    rx: &mpsc::Receiver<Job>,
+    company: &Company<'_>,
+    rx: &mpsc::Receiver<Msg>,
 ) -> RoundsByLanes {
     tracing::debug!(
         kernel = kernel.name(),
@@ -187,26 +234,46 @@ fn run_with(
     let width = kernel.width();
     let mut active: Vec<Lane> = Vec::with_capacity(width);
     let mut rounds = [0; MAX_LANES + 1];
+    // Since when the thread has known of a stream waiting (none: no stream waits).
+    let mut waited: Option<Instant> = None;
     loop {
         if active.is_empty() {
-            let Ok(job) = rx.recv() else { return rounds };
-            active.push(Lane::start(job));
+            match rx.recv() {
+                Ok(Msg::Piece(job)) => active.push(Lane::start(job)),
+                Ok(Msg::Wake) => continue,
+                Err(_) => return rounds,
+            }
         }
         while active.len() < width {
-            let Ok(job) = rx.try_recv() else { break };
-            active.push(Lane::start(job));
+            match rx.try_recv() {
+                Ok(Msg::Piece(job)) => active.push(Lane::start(job)),
+                Ok(Msg::Wake) => {}
+                Err(_) => break,
+            }
         }
-        // Other streams are on their way: hold the pieces here (each for at most
-        // `gather_wait` since it arrived) until they join.
-        while active.len() < width.min(hashing.load(Ordering::Relaxed)) {
-            let oldest = active.iter().map(|l| l.arrived).min();
-            let Some(left) =
-                oldest.and_then(|t| (t + gather_wait).checked_duration_since(Instant::now()))
-            else {
+        if !company.waited_for() {
+            waited = None;
+        } else if waited.is_none() {
+            waited = Some(Instant::now());
+        }
+        // Other streams are on their way: hold the pieces here until they join, each for
+        // at most `gather_wait` since it arrived, and at most `WAIT_GRACE` once a stream
+        // waits.
+        while company.more_to_come(active.len(), width) {
+            let Some(oldest) = active.iter().map(|l| l.arrived).min() else {
+                break;
+            };
+            let until = waited.map_or(oldest + gather_wait, |w| {
+                (w + WAIT_GRACE).min(oldest + gather_wait)
+            });
+            let Some(left) = until.checked_duration_since(Instant::now()) else {
                 break;
             };
             match rx.recv_timeout(left) {
-                Ok(job) => active.push(Lane::start(job)),
+                Ok(Msg::Piece(job)) => active.push(Lane::start(job)),
+                Ok(Msg::Wake) => {
+                    waited.get_or_insert_with(Instant::now);
+                }
                 Err(_) => break,
             }
         }
@@ -239,6 +306,27 @@ fn round(kernel: Lanes, lanes: &mut [Lane], n: usize) {
     for (lane, h) in lanes.iter_mut().zip(states) {
         *lane.job.state.chain_mut() = h;
         lane.pos += 64 * n;
+    }
+}
+
+/// A stream waiting for its piece, counted in [`WAITING`] while it lives (also when the
+/// wait is cancelled).
+struct Waiting;
+
+impl Waiting {
+    fn start() -> Self {
+        WAITING.fetch_add(1, Ordering::Relaxed);
+        if let Some(tx) = lanes() {
+            // After the count is raised, so the thread reads it when it wakes.
+            let _ = tx.send(Msg::Wake);
+        }
+        Waiting
+    }
+}
+
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        WAITING.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -295,7 +383,16 @@ impl Md5Stream {
         let lost = || std::io::Error::other("the MD5 thread stopped with a piece of this object");
         match std::mem::replace(&mut self.progress, Progress::Lost) {
             Progress::Ready(state) => Ok(state),
-            Progress::Hashing(rx) => rx.await.map_err(|_| lost()),
+            Progress::Hashing(mut rx) => match rx.try_recv() {
+                Ok(state) => Ok(state),
+                Err(oneshot::error::TryRecvError::Empty) => {
+                    // The thread may be holding the piece for company: it stops holding
+                    // while this waits.
+                    let _waiting = Waiting::start();
+                    rx.await.map_err(|_| lost())
+                }
+                Err(oneshot::error::TryRecvError::Closed) => Err(lost()),
+            },
             Progress::Lost => Err(lost()),
         }
     }
@@ -322,15 +419,19 @@ impl Md5Stream {
             HASHING.fetch_add(1, Ordering::Relaxed);
             self.counted = true;
         }
-        self.progress = match lanes.send(Job { state, data, done }) {
+        self.progress = match lanes.send(Msg::Piece(Job { state, data, done })) {
             Ok(()) => Progress::Hashing(rx),
             // The thread is gone: hash here.
-            Err(mpsc::SendError(mut job)) => {
-                for d in &job.data {
-                    job.state.absorb(d);
+            Err(mpsc::SendError(msg)) => match msg {
+                Msg::Piece(mut job) => {
+                    for d in &job.data {
+                        job.state.absorb(d);
+                    }
+                    Progress::Ready(job.state)
                 }
-                Progress::Ready(job.state)
-            }
+                // Not what was sent.
+                Msg::Wake => Progress::Lost,
+            },
         };
         Ok(())
     }
@@ -480,11 +581,16 @@ mod tests {
             } else {
                 vec![rest]
             };
-            tx.send(Job { state, data, done }).unwrap();
+            tx.send(Msg::Piece(Job { state, data, done })).unwrap();
             answers.push(answer);
         }
         drop(tx);
-        run_with(kernel, Duration::ZERO, &AtomicUsize::new(0), &rx);
+        let none = AtomicUsize::new(0);
+        let company = Company {
+            hashing: &none,
+            waiting: &none,
+        };
+        run_with(kernel, Duration::ZERO, &company, &rx);
         for (input, answer) in inputs.iter().zip(answers) {
             let state = answer.blocking_recv().unwrap();
             assert_eq!(state.len(), input.len() as u64);
@@ -518,13 +624,17 @@ mod tests {
         let (tx, rx) = mpsc::channel();
         let (first, a1) = piece(1);
         let (second, a2) = piece(2);
-        tx.send(first).unwrap();
+        tx.send(Msg::Piece(first)).unwrap();
         let sender = std::thread::spawn(move || {
             std::thread::sleep(Duration::from_millis(20));
-            tx.send(second).unwrap();
+            tx.send(Msg::Piece(second)).unwrap();
         });
-        let two = AtomicUsize::new(2);
-        let rounds = run_with(kernel, Duration::from_secs(10), &two, &rx);
+        let (two, none) = (AtomicUsize::new(2), AtomicUsize::new(0));
+        let company = Company {
+            hashing: &two,
+            waiting: &none,
+        };
+        let rounds = run_with(kernel, Duration::from_secs(10), &company, &rx);
         sender.join().unwrap();
         assert_eq!(rounds[1], 0, "{rounds:?}");
         assert_eq!(rounds[2], 3, "{rounds:?}");
@@ -536,5 +646,69 @@ mod tests {
                 64 * ROUND_BLOCKS as u64 * 3
             );
         }
+    }
+
+    /// With two streams hashing and a hold of an hour, a piece is held until its stream
+    /// starts to wait for it, and then hashed at once, alone: holding never makes a
+    /// stream wait. (Were the wake ignored, the piece would be answered only when the
+    /// second stream's piece came, which the test sends after 10 s, and it fails.)
+    #[test]
+    fn a_waiting_stream_ends_the_hold() {
+        let kernel = Lanes::best();
+        let (tx, rx) = mpsc::channel();
+        let (done, mut answer) = oneshot::channel();
+        let data = vec![Bytes::from(bytes(64 * ROUND_BLOCKS * 2, 7))];
+        tx.send(Msg::Piece(Job {
+            state: Md5::new(),
+            data,
+            done,
+        }))
+        .unwrap();
+        let (two, waiting) = (
+            AtomicUsize::new(2),
+            std::sync::Arc::new(AtomicUsize::new(0)),
+        );
+        let waiter = {
+            let waiting = waiting.clone();
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(20));
+                let held = answer.try_recv().is_err();
+                waiting.fetch_add(1, Ordering::Relaxed);
+                tx.send(Msg::Wake).unwrap();
+                let start = Instant::now();
+                let state = loop {
+                    if let Ok(state) = answer.try_recv() {
+                        break Some(state);
+                    }
+                    if start.elapsed() > Duration::from_secs(10) {
+                        break None;
+                    }
+                    std::thread::sleep(Duration::from_millis(1));
+                };
+                waiting.fetch_sub(1, Ordering::Relaxed);
+                // Releases the thread either way, so the test ends.
+                let (done, _) = oneshot::channel();
+                let data = vec![Bytes::from(bytes(64, 8))];
+                tx.send(Msg::Piece(Job {
+                    state: Md5::new(),
+                    data,
+                    done,
+                }))
+                .unwrap();
+                (held, state)
+            })
+        };
+        let company = Company {
+            hashing: &two,
+            waiting: &waiting,
+        };
+        let rounds = run_with(kernel, Duration::from_hours(1), &company, &rx);
+        let (held, state) = waiter.join().unwrap();
+        assert!(held, "the piece was held while nobody waited");
+        let state = state.expect("the piece was answered once its stream waited");
+        assert_eq!(state.len(), 64 * ROUND_BLOCKS as u64 * 2);
+        // Two rounds of the first piece alone, then the one block released with.
+        assert_eq!(rounds[1], 3, "{rounds:?}");
+        assert_eq!(rounds[2], 0, "{rounds:?}");
     }
 }

@@ -178,8 +178,10 @@ pub struct Config {
     /// The MD5 kernel PUTs hash in: `auto` (the widest this CPU runs), `scalar`, `avx2`,
     /// `avx512` or `neon`. One this CPU does not run is refused at start. Default: auto.
     pub md5_kernel: String,
-    /// How long the hashing thread waits for more streams to fill its lanes before it
-    /// hashes what it has, in milliseconds (0 to 1000; 0 never waits). Default: 4.
+    /// How long the hashing thread holds a piece at most, waiting for more streams to
+    /// fill its lanes, in milliseconds (0 to 1000; 0 never waits). It stops holding as
+    /// soon as an upload waits for a digest, so the hold never delays an upload: set it
+    /// to about the time an upload takes to bring its next stripe. Default: 50.
     pub md5_gather_ms: u64,
     /// Memory for the object data of the GETs and PUTs this drive coordinates, in bytes.
     /// Each holds about two stripes' worth while it runs (a 4 MiB GET of a 4+2 profile
@@ -313,7 +315,7 @@ impl Default for Config {
             min_body_bytes_per_second: 1024,
             md5_etags: true,
             md5_kernel: "auto".into(),
-            md5_gather_ms: 4,
+            md5_gather_ms: 50,
             coordinator_buffer_bytes: 32 << 20,
             coordinator_wait_seconds: 30,
             max_waiting_per_client: 64,
