@@ -373,17 +373,37 @@ fn the_peer_api_over_tls_trusts_the_cluster_ca_only() {
 
 /// Raw uploads of shards larger than the drive's pipe and its write batches, cut into
 /// pieces of odd sizes, are stored byte for byte and read back, and leave nothing beside
-/// their files (the S3 suite checks that the drives count them as spliced).
+/// their files, spliced into files written through the page cache (the S3 suite checks
+/// that the drives count them as spliced).
 #[test]
 fn raw_uploads_of_large_shards_are_stored_byte_for_byte() {
+    raw_uploads_stored_byte_for_byte(&["direct_io=false"]);
+}
+
+/// The same into files written with `O_DIRECT` (the default), read from the connection
+/// into their aligned buffers (or, where the file system refuses `O_DIRECT`, through the
+/// page cache); the S3 suite checks that the drives count them as read so.
+#[test]
+fn raw_uploads_with_direct_io_are_stored_byte_for_byte() {
+    raw_uploads_stored_byte_for_byte(&["direct_io=true"]);
+}
+
+fn raw_uploads_stored_byte_for_byte(settings: &[&str]) {
     let dir = tempfile::tempdir().unwrap();
-    let d = Daemon::start(dir.path(), &[]);
+    let d = Daemon::start(dir.path(), settings);
     let c = d.client().with_raw_uploads(true);
     rt().block_on(async {
         c.create_bucket("raw").await.unwrap();
-        for (i, (len, piece)) in [(3 << 20, 100_003), ((5 << 20) + 77, 1 << 20), (70_001, 7)]
-            .into_iter()
-            .enumerate()
+        for (i, (len, piece)) in [
+            (3 << 20, 100_003),
+            ((5 << 20) + 77, 1 << 20),
+            (70_001, 7),
+            // A file of exactly 2 MiB (511 chunks of 4 KiB and one of 1984 bytes, each
+            // with its CRC, and the header): whole 512 KiB stages, nothing left after.
+            (2_095_040, 65_536),
+        ]
+        .into_iter()
+        .enumerate()
         {
             let data = bytes(len, i as u64 + 1);
             let key = format!("obj{i}");
@@ -400,7 +420,7 @@ fn raw_uploads_of_large_shards_are_stored_byte_for_byte() {
                 "{key}"
             );
         }
-        assert_eq!(files_under(&dir.path().join("shards")).len(), 3);
+        assert_eq!(files_under(&dir.path().join("shards")).len(), 4);
     });
 }
 
@@ -409,9 +429,19 @@ fn raw_uploads_of_large_shards_are_stored_byte_for_byte() {
 /// wrote.
 #[test]
 fn an_abandoned_raw_upload_leaves_nothing() {
+    abandoned_raw_upload_leaves_nothing(&["direct_io=false"]);
+}
+
+/// The same into a file written with `O_DIRECT` (the default).
+#[test]
+fn an_abandoned_raw_upload_with_direct_io_leaves_nothing() {
+    abandoned_raw_upload_leaves_nothing(&["direct_io=true"]);
+}
+
+fn abandoned_raw_upload_leaves_nothing(settings: &[&str]) {
     use futures_util::StreamExt;
     let dir = tempfile::tempdir().unwrap();
-    let d = Daemon::start(dir.path(), &[]);
+    let d = Daemon::start(dir.path(), settings);
     let c = d.client().with_raw_uploads(true);
     rt().block_on(async {
         c.create_bucket("raw").await.unwrap();

@@ -18,7 +18,7 @@ fn rt() -> tokio::runtime::Runtime {
 /// A shard upload (a client's write: shard file, then record tail) changed on its way to
 /// the drive, with another shard file of the same record (every CRC32C right) or another
 /// tail, is refused, and the shard stored stays as it was: as a request body, and as a
-/// raw upload spliced into its file. (The upload is captured on its way to a second drive
+/// raw upload read into its file. (The upload is captured on its way to a second drive
 /// of the cluster, so the drive under attack sees it only as changed, as it would from
 /// someone rewriting traffic in passing.)
 #[test]

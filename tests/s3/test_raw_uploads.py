@@ -1,5 +1,6 @@
 """Raw shard uploads between drives (docs/peer-api.md, "Raw uploads"), on a real 6-drive
-4+2 cluster whose drives differ: three coordinate with `raw_shard_uploads = false` (shard
+4+2 cluster, its drives writing through the page cache (`direct_io = false`), whose
+drives differ: three coordinate with `raw_shard_uploads = false` (shard
 uploads as request bodies), two send every shard as a raw upload, which the receiving
 drive splices from the socket into the shard file (`raw_shard_upload_min_bytes = 0`),
 and one has the defaults (raw uploads of shard files of 256 KiB and more, bodies below).
@@ -30,10 +31,13 @@ def data(n, seed):
 
 @pytest.fixture(scope="module")
 def mixed():
+    # Through the page cache: with direct_io (the default) raw uploads are read into
+    # the files' aligned buffers instead of spliced (test_direct_io.py).
     c = Cluster(
         chunk=CHUNK,
-        extra=lambda i: (["raw_shard_uploads=false"] if i in BODIES_ONLY
-                         else ["raw_shard_upload_min_bytes=0"] if i in RAW else []),
+        extra=lambda i: ["direct_io=false"] + (
+            ["raw_shard_uploads=false"] if i in BODIES_ONLY
+            else ["raw_shard_upload_min_bytes=0"] if i in RAW else []),
     )
     yield c
     c.stop()

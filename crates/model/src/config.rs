@@ -62,9 +62,12 @@ pub struct Config {
     /// "always" or "never"; see [`FsyncPolicy`]. Default: "always".
     pub fsync: FsyncPolicy,
     /// Write shard files with `O_DIRECT` (whole 4 KiB blocks from an aligned buffer, past
-    /// the page cache; the last partial block and the header through the page cache).
-    /// Where the file system refuses `O_DIRECT`, the drive writes through the page cache
-    /// as without it. Default: false (docs/drive.md, "Direct I/O").
+    /// the page cache; the last partial block and the header through the page cache);
+    /// raw uploads from other drives are read from their connection straight into that
+    /// buffer. Where the file system refuses `O_DIRECT`, the drive writes through the
+    /// page cache as without it. `false` writes through the page cache, where objects
+    /// read soon after they are written are still found. Default: true (docs/drive.md,
+    /// "Direct I/O").
     pub direct_io: bool,
     /// Send shard uploads to other drives as raw uploads: `PUT shard` upgraded to a
     /// connection of its own, whose bytes the receiving drive splices from the socket into
@@ -285,7 +288,7 @@ impl Default for Config {
             cluster_map: None,
             cluster_secret_file: None,
             fsync: FsyncPolicy::Always,
-            direct_io: false,
+            direct_io: true,
             raw_shard_uploads: true,
             raw_shard_upload_min_bytes: RAW_UPLOAD_MIN_BYTES,
             framed_shard_reads: true,

@@ -163,7 +163,7 @@ struct StateCollector {
     /// S3 requests refused for want of a right, by operation.
     denied: CounterVec,
     /// Counters kept as atomics on the hot path, copied here on scrape.
-    counters: [Counter; 14],
+    counters: [Counter; 15],
 }
 
 impl StateCollector {
@@ -330,6 +330,7 @@ impl StateCollector {
             self.store.shard_files_reused(),
             self.store.directory_syncs(),
             self.store.uploads_spliced(),
+            self.store.uploads_received_direct(),
             self.peer.raw_connections_kept.load(Ordering::Relaxed),
             self.peer.framed_reads.load(Ordering::Relaxed),
         ];
@@ -346,7 +347,7 @@ impl StateCollector {
 
 /// The counters kept as atomics on the hot path ([`StateCollector::refresh`] copies them,
 /// in this order).
-fn hot_counters() -> prometheus::Result<[Counter; 14]> {
+fn hot_counters() -> prometheus::Result<[Counter; 15]> {
     let counter = |n: &str, h: &str| Counter::with_opts(Opts::new(n, h));
     Ok([
         counter(
@@ -396,6 +397,10 @@ fn hot_counters() -> prometheus::Result<[Counter; 14]> {
         counter(
             "oed_shard_uploads_spliced_total",
             "Shard uploads from other drives that this drive received with splice, from the socket into the shard file (raw uploads over plain TCP, shards with a file of their own, direct_io off), stored or refused.",
+        )?,
+        counter(
+            "oed_shard_uploads_direct_total",
+            "Shard uploads from other drives that this drive read from their connection straight into the aligned buffer of a shard file written with O_DIRECT (raw uploads, shards with a file of their own, direct_io on), stored or refused.",
         )?,
         counter(
             "oed_raw_upload_connections_kept_total",

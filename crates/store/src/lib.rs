@@ -140,6 +140,9 @@ pub struct Shared {
     pool: Arc<pool::Pool>,
     /// Raw uploads received by `splice` since the start, stored or not ([`upload::splice`]).
     spliced: std::sync::atomic::AtomicU64,
+    /// Raw uploads read into `O_DIRECT` buffers since the start, stored or not
+    /// ([`upload::direct`]).
+    received_direct: std::sync::atomic::AtomicU64,
     /// The account table ([`accounts`]).
     accounts: accounts::Accounts,
 }
@@ -264,6 +267,7 @@ impl Store {
             files,
             pool,
             spliced: std::sync::atomic::AtomicU64::new(0),
+            received_direct: std::sync::atomic::AtomicU64::new(0),
             accounts: accounts::Accounts::default(),
         })))
     }
@@ -518,6 +522,15 @@ impl Store {
         self.spliced.load(std::sync::atomic::Ordering::Relaxed)
     }
 
+    /// Shard uploads read from their connection straight into the aligned buffer of a
+    /// file written with `O_DIRECT` since the start, stored or not: raw uploads with
+    /// `direct_io` on ([`Store::put_shard_raw`]).
+    #[must_use]
+    pub fn uploads_received_direct(&self) -> u64 {
+        self.received_direct
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// Freed shard files reused by uploads since the start.
     #[must_use]
     pub fn shard_files_reused(&self) -> u64 {
@@ -619,7 +632,8 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::upload::{DIRECT_FILES, DIRECT_STAGE, WRITE_BATCH};
+    use crate::upload::WRITE_BATCH;
+    use crate::upload::direct::{DIRECT_FILES, DIRECT_STAGE};
     use bytes::Bytes;
     use futures_util::StreamExt;
     use oed_model::drive::Settlement;

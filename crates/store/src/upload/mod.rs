@@ -18,8 +18,11 @@ use oed_model::record::{
 };
 use oed_model::seal::{Seal, TAG_LEN};
 
+pub(crate) mod direct;
 pub(crate) mod splice;
 
+use direct::Direct;
+use direct::{DIRECT_FILES, DIRECT_STAGE};
 use splice::RawUpload;
 
 impl Store {
@@ -81,10 +84,12 @@ impl Store {
     }
 
     /// [`Store::put_shard`] for an upload whose bytes come on a connection of their own
-    /// (the peer API's `PUT shard` upgraded, `docs/peer-api.md`): on Linux, over plain
-    /// TCP, into a file written through the page cache, they go from the socket through
-    /// a pipe into the file with `splice`, and are checked over the file's pages
-    /// ([`splice`]); otherwise they are read as any upload's body. The connection's
+    /// (the peer API's `PUT shard` upgraded, `docs/peer-api.md`): into a file written
+    /// with `O_DIRECT`, they are read from the connection into its aligned buffer and
+    /// checked there ([`direct`]); on Linux, over plain TCP, into a file written through
+    /// the page cache, they go from the socket through a pipe into the file with
+    /// `splice`, and are checked over the file's pages ([`splice`]); otherwise they are
+    /// read as any upload's body. The connection's
     /// body ends when its sender shuts down its side. With `seal`, the body ends with its
     /// tag, as in [`Store::put_shard_sealed`].
     ///
@@ -100,6 +105,10 @@ impl Store {
         let (record, expected, mut upload) = self.start_upload(record, with_tail).await?;
         let started = Instant::now();
         let tail = match &mut upload {
+            Upload::File(file) if direct::takes(file) => {
+                let how = (with_tail, self.fsync);
+                direct::receive(file, conn, &expected, how, seal, &self.received_direct).await?
+            }
             Upload::File(file) if splice::takes(file, conn) => {
                 self.spliced
                     .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -486,89 +495,9 @@ struct UploadFile {
     direct: Option<Direct>,
     /// `O_DIRECT` asked for (`direct_io`), for the file not opened yet.
     want_direct: bool,
-}
-
-/// The block size `O_DIRECT` writes are aligned to: the page size, which every device's
-/// logical block size divides.
-const DIRECT_ALIGN: usize = 4096;
-/// Bytes staged in the aligned buffer per `O_DIRECT` write.
-pub(crate) const DIRECT_STAGE: usize = 128 * 1024;
-
-/// The state of an upload's file written with `O_DIRECT`: an aligned buffer with the bytes not yet
-/// written (less than a block between batches) and where they go in the file.
-struct Direct {
-    /// `DIRECT_STAGE + DIRECT_ALIGN` bytes; the aligned region starts at `start`.
-    buf: Vec<u8>,
-    start: usize,
-    filled: usize,
-    offset: u64,
-}
-
-impl Direct {
-    fn new() -> Self {
-        let buf = vec![0u8; DIRECT_STAGE + DIRECT_ALIGN];
-        let start = buf.as_ptr().align_offset(DIRECT_ALIGN);
-        assert!(start < DIRECT_ALIGN, "a byte buffer can be aligned");
-        Self {
-            buf,
-            start,
-            filled: 0,
-            offset: 0,
-        }
-    }
-
-    /// Copies `data` into the buffer, writing each full stage (whole blocks) to `f`. On
-    /// an error, also says how much of `data` the buffer took (still staged, unwritten).
-    fn write(&mut self, f: &std::fs::File, data: &[u8]) -> Result<(), (usize, std::io::Error)> {
-        let mut taken = 0;
-        while taken < data.len() {
-            let take = (DIRECT_STAGE - self.filled).min(data.len() - taken);
-            let at = self.start + self.filled;
-            self.buf[at..at + take].copy_from_slice(&data[taken..taken + take]);
-            self.filled += take;
-            taken += take;
-            if self.filled == DIRECT_STAGE {
-                self.flush_blocks(f).map_err(|e| (taken, e))?;
-            }
-        }
-        Ok(())
-    }
-
-    /// Writes the whole blocks staged and keeps the rest (less than a block).
-    fn flush_blocks(&mut self, f: &std::fs::File) -> std::io::Result<()> {
-        use std::os::unix::fs::FileExt;
-        let whole = self.filled / DIRECT_ALIGN * DIRECT_ALIGN;
-        if whole == 0 {
-            return Ok(());
-        }
-        f.write_all_at(&self.buf[self.start..self.start + whole], self.offset)?;
-        self.offset += whole as u64;
-        self.buf
-            .copy_within(self.start + whole..self.start + self.filled, self.start);
-        self.filled -= whole;
-        Ok(())
-    }
-
-    /// Writes what is left (less than a block, at the end of the file) through `f`, a
-    /// descriptor without `O_DIRECT`.
-    fn finish(&mut self, f: &std::fs::File) -> std::io::Result<()> {
-        use std::os::unix::fs::FileExt;
-        f.write_all_at(&self.buf[self.start..self.start + self.filled], self.offset)?;
-        self.offset += self.filled as u64;
-        self.filled = 0;
-        Ok(())
-    }
-}
-
-/// Temp files opened with `O_DIRECT` by this process (for the tests).
-pub(crate) static DIRECT_FILES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-
-/// Logs once per process that the file system refused `O_DIRECT`.
-fn direct_refused(e: &std::io::Error) {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| {
-        tracing::warn!(error = %e, "direct_io: the data file system refuses O_DIRECT; writing through the page cache");
-    });
+    /// The size of its aligned buffer, for the file not opened yet: [`DIRECT_STAGE`],
+    /// or more for an upload read straight into it (0 in the empty value).
+    direct_stage: usize,
 }
 
 impl UploadFile {
@@ -588,6 +517,7 @@ impl UploadFile {
             header: None,
             direct: None,
             want_direct: direct_io,
+            direct_stage: DIRECT_STAGE,
         }
     }
 
@@ -643,12 +573,12 @@ impl UploadFile {
             #[cfg(target_os = "linux")]
             match options.clone().custom_flags(libc::O_DIRECT).open(path) {
                 Ok(f) => {
-                    self.direct = Some(Direct::new());
+                    self.direct = Some(Direct::new(self.direct_stage));
                     DIRECT_FILES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     return Ok(f);
                 }
                 Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
-                    direct_refused(&e);
+                    direct::refused(&e);
                     // The refusal may come after the file was made: it is ours either
                     // way (its number is new), so the second open may find it there.
                     if create {
@@ -671,6 +601,18 @@ impl UploadFile {
         let pending = std::mem::take(&mut self.pending);
         self.pending_len = 0;
         let mut pieces = pending.iter();
+        if let Some(direct) = self.direct.as_mut()
+            && direct.full()
+        {
+            // Filled straight from a connection (`direct::receive`).
+            if let Err(e) = direct.flush_blocks(&f) {
+                if e.raw_os_error() != Some(libc::EINVAL) {
+                    return Err(e);
+                }
+                direct::refused(&e);
+                f = self.leave_direct()?;
+            }
+        }
         if let Some(direct) = self.direct.as_mut() {
             for p in pieces.by_ref() {
                 match direct.write(&f, p) {
@@ -678,7 +620,7 @@ impl UploadFile {
                     // Some file systems take the flag and refuse the writes: go on
                     // through the page cache from the bytes not yet written.
                     Err((taken, e)) if e.raw_os_error() == Some(libc::EINVAL) => {
-                        direct_refused(&e);
+                        direct::refused(&e);
                         f = self.leave_direct()?;
                         f.write_all(&p[taken..])?;
                         break;
@@ -700,8 +642,8 @@ impl UploadFile {
         let mut direct = self.direct.take().expect("in direct mode");
         let path = self.path.as_ref().expect("an upload's file, opened");
         let mut f = std::fs::OpenOptions::new().write(true).open(path)?;
-        direct.finish(&f)?;
-        f.seek(SeekFrom::Start(direct.offset))?;
+        let end = direct.finish(&f)?;
+        f.seek(SeekFrom::Start(end))?;
         Ok(f)
     }
 

@@ -12,8 +12,10 @@
 //! them. The shard's 64-byte header is read the ordinary way first, so a wrong upload is
 //! refused before any of its data is written.
 //!
-//! Anything else (TLS, `direct_io`, a shard small enough to be kept in RocksDB, another
-//! system) reads the connection as any body ([`RawUpload::stream`]).
+//! A file written with `O_DIRECT` (`direct_io`) is read from the connection into its
+//! aligned buffer instead ([`super::direct`]); anything else (TLS, a shard small enough to
+//! be kept in RocksDB, another system) reads the connection as any body
+//! ([`RawUpload::stream`]).
 
 use std::io;
 use std::pin::Pin;
@@ -285,12 +287,25 @@ pub(super) async fn receive(
     let file_len = expected.file_len();
     let limit = super::after_file_limit(with_tail, seal.is_some());
     let mut verifier = BodyCheck::new(seal);
-    let mut tail = read_head(file, up, &mut verifier, expected, limit).await?;
+    let tail = read_head(file, up, &mut verifier, expected, limit).await?;
     let mut pos = verifier.bytes_seen();
     if verifier.header().is_some() && pos < file_len {
         pos = splice_body(file, up, &mut verifier, file_len, fsync).await?;
     }
-    // After the file: the tail and the tag, or nothing.
+    after_file(up, verifier, tail, pos == file_len, limit, with_tail).await
+}
+
+/// The end of a raw upload received into its file: the bytes after the file (the tail
+/// and the tag, or nothing; `tail` those read already), at most `limit` of them where the
+/// file came `whole`, then the checks of [`super::end_of_upload`].
+pub(super) async fn after_file(
+    up: &mut RawUpload,
+    check: BodyCheck,
+    mut tail: Vec<u8>,
+    whole: bool,
+    limit: usize,
+    with_tail: bool,
+) -> Result<Option<RecordTail>> {
     let mut rest = Vec::new();
     (&mut *up)
         .take((limit.saturating_sub(tail.len()) + 1) as u64)
@@ -298,18 +313,17 @@ pub(super) async fn receive(
         .await
         .map_err(|e| broken(&e))?;
     tail.extend_from_slice(&rest);
-    if pos == file_len && tail.len() > limit {
+    if whole && tail.len() > limit {
         return Err(Error::Shard(oed_ec::Error::TrailingData));
     }
-    super::end_of_upload(verifier, with_tail, &tail)
+    super::end_of_upload(check, with_tail, &tail)
 }
 
 /// Reads the shard's header the ordinary way (the prefix, then what the header still
 /// lacks), checks it against `expected` and hands it to `file`; returns the bytes read
 /// past the file's end (the start of its tail, when the file is only a header; at most
 /// `limit`).
-#[cfg(target_os = "linux")]
-async fn read_head(
+pub(super) async fn read_head(
     file: &mut UploadFile,
     up: &mut RawUpload,
     verifier: &mut BodyCheck,
