@@ -2,7 +2,8 @@
 # The fuzz targets (fuzz/), each for a bounded time: every parser of bytes from the
 # network or a disk. Installs what is missing (nightly Rust, cargo-fuzz), builds the
 # targets with overflow checks and debug assertions, runs each over its corpus in
-# fuzz/corpus/TARGET for FUZZ_SECONDS (default 30), and fails on the first crash, leaving
+# fuzz/corpus/TARGET for FUZZ_SECONDS (default 30), FUZZ_JOBS (the cores) at a time,
+# and fails on a crash, leaving
 # the input that crashed in fuzz/artifacts/TARGET/ (add it to the corpus with the fix:
 # tests replay the corpus on stable Rust).
 #
@@ -36,19 +37,32 @@ fi
 target_dir=${XDG_CACHE_HOME:-$HOME/.cache}/oed/fuzz-target
 flags=(-O -a -s none --fuzz-dir fuzz --target-dir "$target_dir")
 cargo "+$toolchain" fuzz build "${flags[@]}" >&2
-log=$(mktemp)
-trap 'rm -f "$log"' EXIT
-for t in "${targets[@]}"; do
+# The targets run FUZZ_JOBS (the machine's cores) at a time, each on one core.
+jobs_max=${FUZZ_JOBS:-$(nproc)}
+logs=$(mktemp -d)
+trap 'rm -rf "$logs"' EXIT
+fuzz_one() {
+  local t=$1
   mkdir -p "fuzz/corpus/$t"
   # -max_len: the largest input worth mutating here (a cluster map, an XML body, a few
   # stripes of a shard); -rss_limit_mb: a target that allocates without bound fails.
   if ! cargo "+$toolchain" fuzz run "${flags[@]}" "$t" "fuzz/corpus/$t" -- \
-    -max_total_time="$seconds" -max_len=65536 -rss_limit_mb=1024 >"$log" 2>&1; then
-    grep -E -A12 "panicked|SUMMARY|ERROR" "$log" | head -40 >&2
-    grep -E "Test unit written" "$log" >&2 || true
+    -max_total_time="$seconds" -max_len=65536 -rss_limit_mb=1024 >"$logs/$t" 2>&1; then
+    grep -E -A12 "panicked|SUMMARY|ERROR" "$logs/$t" | head -40 >&2
+    grep -E "Test unit written" "$logs/$t" >&2 || true
     echo "fuzz: $t crashed (the input is in fuzz/artifacts/$t/)" >&2
-    exit 1
+    return 1
   fi
-  echo "fuzz: $t: $(grep -E "^Done" "$log" || echo "ran"), corpus $(find "fuzz/corpus/$t" -type f | wc -l) inputs" >&2
+  echo "fuzz: $t: $(grep -E "^Done" "$logs/$t" || echo "ran"), corpus $(find "fuzz/corpus/$t" -type f | wc -l) inputs" >&2
+}
+failed=0
+for t in "${targets[@]}"; do
+  while (($(jobs -rp | wc -l) >= jobs_max)); do wait -n || failed=1; done
+  ((failed == 0)) || break
+  fuzz_one "$t" &
 done
-echo "fuzz: ${#targets[@]} targets, ${seconds} s each, no crash" >&2
+while (($(jobs -rp | wc -l) > 0)); do wait -n || failed=1; done
+if ((failed)); then
+  exit 1
+fi
+echo "fuzz: ${#targets[@]} targets, ${seconds} s each, $jobs_max at a time, no crash" >&2

@@ -64,25 +64,32 @@ OED_EXPECT_KERNEL=$host_kernel OED_EXPECT_SEAL=$host_seal cargo_for "$host" test
 
 target_root=${CARGO_TARGET_DIR:-target}
 
-# RocksDB for the packages (-Os, for each target), compiled at the lowest priority while
-# the steps up to the packages leave a core idle (the fuzz targets run on one, the
-# client suites mostly wait on the network): about six minutes of a cold run otherwise
-# spent before the packages' Rust build can start. deploy/package.sh finds them made;
-# should this fail, it makes them itself.
-prebuilt_log=$(mktemp)
+# The Debian packages (deploy/package.sh: RocksDB at -Os and the release build, for each
+# target; about 15 minutes of both cores) are made from here on in the background, at
+# the lowest priority, while the steps up to their tests leave much of the CPU idle (the
+# client suites mostly wait on the drives and the network), in a target directory of
+# their own: cargo locks a target directory for as long as it builds in it, and the
+# steps in between run cargo too.
+packages=$target_root/packages
+crate_version=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
+rm -rf "$packages" && mkdir -p "$packages/upgrade"
+packaging_log=$(mktemp)
 (
-  for t in "$host" aarch64-unknown-linux-gnu armv7-unknown-linux-gnueabihf; do
-    nice -n 19 bash deploy/rocksdb-unity.sh "$t" release >/dev/null
-  done
-) >"$prebuilt_log" 2>&1 &
-prebuilt=$!
+  export CARGO_TARGET_DIR=$target_root/packages-build
+  nice -n 19 bash deploy/package.sh --out "$packages" >/dev/null
+  # The same amd64 package at a higher version, for the in-place upgrade test (its
+  # build is the one above: package.sh keeps the build of every target as it was).
+  nice -n 19 bash deploy/package.sh --arch amd64 --version "$crate_version-2" \
+    --out "$packages/upgrade" >/dev/null
+) >"$packaging_log" 2>&1 &
+packaging=$!
 # A process and its descendants (from /proc: minimal images have no pgrep).
 kill_tree() {
   local c
   for c in $(cat /proc/"$1"/task/*/children 2>/dev/null); do kill_tree "$c"; done
   kill "$1" 2>/dev/null || true
 }
-trap 'kill_tree "$prebuilt"; rm -f "$prebuilt_log"' EXIT
+trap 'kill_tree "$packaging"; rm -f "$packaging_log"' EXIT
 
 step "fuzz targets, ${FUZZ_SECONDS:-30} s each (nightly Rust and cargo-fuzz, installed when missing)"
 rocksdb_status=0
@@ -152,18 +159,11 @@ step "S3 end-to-end tests (aws-sdk-s3 for Rust)"
 OED_TEST_OEDD_BIN="$(cd "$target_root" && pwd)/debug/oedd" \
   cargo_for "$host" test --locked --manifest-path tests/sdk/Cargo.toml
 step "Debian packages: amd64, arm64, armhf (deploy/package.sh), and their tests"
-wait "$prebuilt" || { echo "RocksDB for the packages was not built ahead:" >&2; cat "$prebuilt_log" >&2; }
-grep -h "done in" "$prebuilt_log" || true
-packages=$target_root/packages
-rm -rf "$packages" && mkdir -p "$packages/upgrade"
-bash deploy/package.sh --out "$packages" >/dev/null
-# The same amd64 package at a higher version, for the in-place upgrade test (its build
-# is the one above: package.sh keeps the build of every target as it was).
-crate_version=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
-bash deploy/package.sh --arch amd64 --version "$crate_version-2" --out "$packages/upgrade" >/dev/null
+wait "$packaging" || { echo "the packages were not made:" >&2; cat "$packaging_log" >&2; exit 1; }
+grep -hE "done in|Finished" "$packaging_log" || true
 OED_TEST_DEBS=$packages python3 -m pytest -q -rs -p no:cacheprovider tests/package
 unpacked=$(mktemp -d)
-trap 'rm -rf "$unpacked" "$prebuilt_log"' EXIT
+trap 'rm -rf "$unpacked" "$packaging_log"' EXIT
 for pair in aarch64-unknown-linux-gnu:neon64:arm64 armv7-unknown-linux-gnueabihf:neon32:armhf; do
   IFS=: read -r t kernel arch <<<"$pair"
   step "$t: oed-ec tests under qemu (expecting the $kernel kernel)"
