@@ -21,8 +21,7 @@ use oed_model::seal::{Seal, TAG_LEN};
 pub(crate) mod direct;
 pub(crate) mod splice;
 
-use direct::Direct;
-use direct::{DIRECT_FILES, DIRECT_STAGE};
+use direct::{DIRECT_FILES, DIRECT_STAGE, Direct};
 use splice::RawUpload;
 
 impl Store {
