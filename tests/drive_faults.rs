@@ -209,3 +209,96 @@ fn a_full_file_system_refuses_writes_cleanly_and_recovers_after_deletes() {
     });
     drop(d);
 }
+
+/// A ramfs mounted at a path for the test (it refuses `O_DIRECT`, as some network and
+/// FUSE file systems do; tmpfs takes it on recent kernels), unmounted when dropped.
+struct RamFs {
+    path: std::path::PathBuf,
+}
+
+impl RamFs {
+    fn mount(path: &std::path::Path) -> Result<Self, String> {
+        if !is_root() {
+            return Err("not running as root".into());
+        }
+        std::fs::create_dir_all(path).map_err(|e| e.to_string())?;
+        let out = Command::new("mount")
+            .args(["-t", "ramfs", "ramfs"])
+            .arg(path)
+            .output()
+            .map_err(|e| e.to_string())?;
+        if !out.status.success() {
+            return Err(format!(
+                "mount failed: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            ));
+        }
+        Ok(Self {
+            path: path.to_owned(),
+        })
+    }
+}
+
+impl Drop for RamFs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.path).status();
+    }
+}
+
+/// On a file system that refuses `O_DIRECT` (a ramfs under the drive's `shards/`) a
+/// drive with `direct_io` (the default) writes through the page cache instead: raw
+/// uploads, the first read from the connection in reads of every size (with the
+/// refusal known only at its file's opening), the later ones spliced, are stored byte
+/// for byte and read back.
+#[test]
+fn raw_uploads_where_o_direct_is_refused_are_stored_byte_for_byte() {
+    let dir = tempfile::tempdir().unwrap();
+    let data_dir = dir.path().join("drive");
+    let ram = match RamFs::mount(&data_dir.join("shards")) {
+        Ok(ram) => ram,
+        Err(why) => {
+            println!(
+                "SKIPPED raw_uploads_where_o_direct_is_refused_are_stored_byte_for_byte: {why}"
+            );
+            return;
+        }
+    };
+    let probe = ram.path.join("probe");
+    let refused = rustix::fs::open(
+        &probe,
+        rustix::fs::OFlags::CREATE | rustix::fs::OFlags::WRONLY | rustix::fs::OFlags::DIRECT,
+        rustix::fs::Mode::from_raw_mode(0o600),
+    );
+    assert_eq!(refused.err(), Some(rustix::io::Errno::INVAL));
+    let _ = std::fs::remove_file(&probe);
+    let d = Daemon::start(&data_dir, &["direct_io=true"]);
+    let c = d.client().with_raw_uploads(true);
+    rt().block_on(async {
+        c.create_bucket("raw").await.unwrap();
+        for (i, (len, piece)) in [
+            ((3 << 20) + 5, 997),
+            (3 << 20, 100_003),
+            ((5 << 20) + 77, 1 << 20),
+            (2_095_040, 65_536),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let data = bytes(len, i as u64 + 11);
+            let key = format!("obj{i}");
+            let rec = record("raw", &key, 1, data.len() as u64, 1, 1, 0);
+            let file = shard_file(&rec, &data);
+            let stored = c
+                .put_shard(&rec, upload(&file, piece), false)
+                .await
+                .unwrap();
+            assert_eq!(stored.record, rec);
+            assert_eq!(
+                read_shard(&c, "raw", &key).await,
+                chunk_bytes(&file),
+                "{key}"
+            );
+        }
+        assert_eq!(files_under(&data_dir.join("shards")).len(), 4);
+    });
+}

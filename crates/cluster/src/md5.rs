@@ -48,6 +48,13 @@ const GATHER_WAIT: Duration = Duration::from_millis(50);
 /// no latency to be seen, 25 ms a quarter at about 5% more (`docs/results.md`, "MD5").
 const WAIT_GRACE: Duration = Duration::from_millis(4);
 
+/// Holds in a row that no other piece joined before the thread stops holding: the other
+/// streams counted in [`HASHING`] are then not bringing pieces (a slow client's upload
+/// beside a fast one), and a fast stream whose pieces were held would wait for each
+/// stripe's digest instead of hashing beside its coding and sending. The thread holds
+/// again once pieces of two streams meet.
+const FRUITLESS_HOLDS: u32 = 2;
+
 /// Streams that have handed a piece to the thread and have not ended: the company the
 /// thread may wait for.
 static HASHING: AtomicUsize = AtomicUsize::new(0);
@@ -236,6 +243,8 @@ fn run_with(
     let mut rounds = [0; MAX_LANES + 1];
     // Since when the thread has known of a stream waiting (none: no stream waits).
     let mut waited: Option<Instant> = None;
+    // Holds in a row that ended with no other piece joined.
+    let mut fruitless = 0;
     loop {
         if active.is_empty() {
             match rx.recv() {
@@ -251,6 +260,9 @@ fn run_with(
                 Err(_) => break,
             }
         }
+        if active.len() > 1 {
+            fruitless = 0;
+        }
         if !company.waited_for() {
             waited = None;
         } else if waited.is_none() {
@@ -258,8 +270,9 @@ fn run_with(
         }
         // Other streams are on their way: hold the pieces here until they join, each for
         // at most `gather_wait` since it arrived, and at most `WAIT_GRACE` once a stream
-        // waits.
-        while company.more_to_come(active.len(), width) {
+        // waits; not after `FRUITLESS_HOLDS` holds that none joined.
+        let (held, mut holding) = (active.len(), false);
+        while fruitless < FRUITLESS_HOLDS && company.more_to_come(active.len(), width) {
             let Some(oldest) = active.iter().map(|l| l.arrived).min() else {
                 break;
             };
@@ -269,6 +282,7 @@ fn run_with(
             let Some(left) = until.checked_duration_since(Instant::now()) else {
                 break;
             };
+            holding = true;
             match rx.recv_timeout(left) {
                 Ok(Msg::Piece(job)) => active.push(Lane::start(job)),
                 Ok(Msg::Wake) => {
@@ -276,6 +290,9 @@ fn run_with(
                 }
                 Err(_) => break,
             }
+        }
+        if holding && active.len() == held {
+            fruitless += 1;
         }
         // Pieces with no whole block left are done.
         for done in active.extract_if(.., |lane| !lane.next_blocks()) {
@@ -710,5 +727,96 @@ mod tests {
         // Two rounds of the first piece alone, then the one block released with.
         assert_eq!(rounds[1], 3, "{rounds:?}");
         assert_eq!(rounds[2], 0, "{rounds:?}");
+    }
+    /// With two streams counted but only one bringing pieces, a hold of an hour and each
+    /// held piece released by its stream's wait: after `FRUITLESS_HOLDS` such holds the
+    /// thread hashes the next piece at once, unasked (were it held, the piece would be
+    /// answered only when the sender gives up after 10 s, and the test fails); two pieces
+    /// meeting make it hold again.
+    #[test]
+    fn holds_stop_when_no_other_piece_comes() {
+        let kernel = Lanes::best();
+        let (tx, rx) = mpsc::channel();
+        let waiting = std::sync::Arc::new(AtomicUsize::new(0));
+        let sender = {
+            let waiting = waiting.clone();
+            std::thread::spawn(move || {
+                let send_len = |seed, len| {
+                    let (done, answer) = oneshot::channel();
+                    let data = vec![Bytes::from(bytes(len, seed))];
+                    tx.send(Msg::Piece(Job {
+                        state: Md5::new(),
+                        data,
+                        done,
+                    }))
+                    .unwrap();
+                    answer
+                };
+                let send = |seed| send_len(seed, 64 * ROUND_BLOCKS);
+                let answered = |mut answer: oneshot::Receiver<Md5>| {
+                    let start = Instant::now();
+                    while start.elapsed() < Duration::from_secs(10) {
+                        if let Ok(state) = answer.try_recv() {
+                            return Some(state.len());
+                        }
+                        std::thread::sleep(Duration::from_millis(1));
+                    }
+                    None
+                };
+                // A piece held until its stream waits for it.
+                let held_then_woken = |seed| {
+                    let mut answer = send(seed);
+                    std::thread::sleep(Duration::from_millis(20));
+                    let held = answer.try_recv().is_err();
+                    waiting.fetch_add(1, Ordering::Relaxed);
+                    tx.send(Msg::Wake).unwrap();
+                    let len = answered(answer);
+                    waiting.fetch_sub(1, Ordering::Relaxed);
+                    (held, len)
+                };
+                let mut seen = Vec::new();
+                for seed in 0..FRUITLESS_HOLDS {
+                    seen.push(held_then_woken(seed));
+                }
+                let unasked = answered(send(10));
+                // A long piece and a short one sent just after it meet while the long
+                // one is hashed (sent thrice, in case the sender is slow to send the
+                // second: once they met, each pair meets in a hold). Their stream waits
+                // for them, so what is left of the long one is held 4 ms at most.
+                waiting.fetch_add(1, Ordering::Relaxed);
+                tx.send(Msg::Wake).unwrap();
+                let met: Vec<_> = (0..3)
+                    .map(|i| {
+                        let (a, b) = (send_len(20 + i, 64 << 16), send(30 + i));
+                        (answered(a), answered(b))
+                    })
+                    .collect();
+                waiting.fetch_sub(1, Ordering::Relaxed);
+                let again = held_then_woken(13);
+                (seen, unasked, met, again)
+            })
+        };
+        let two = AtomicUsize::new(2);
+        let company = Company {
+            hashing: &two,
+            waiting: &waiting,
+        };
+        run_with(kernel, Duration::from_hours(1), &company, &rx);
+        let (seen, unasked, met, again) = sender.join().unwrap();
+        let len = Some(64 * ROUND_BLOCKS as u64);
+        for (i, (held, answered)) in seen.into_iter().enumerate() {
+            assert!(held, "piece {i} was held");
+            assert_eq!(
+                answered, len,
+                "piece {i} was answered once its stream waited"
+            );
+        }
+        assert_eq!(
+            unasked, len,
+            "after fruitless holds a piece is hashed unasked"
+        );
+        let long = Some(64 << 16);
+        assert!(met.iter().all(|m| *m == (long, len)), "{met:?}");
+        assert_eq!(again, (true, len), "two pieces met: the thread holds again");
     }
 }

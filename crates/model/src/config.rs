@@ -70,10 +70,11 @@ pub struct Config {
     /// "Direct I/O").
     pub direct_io: bool,
     /// Send shard uploads to other drives as raw uploads: `PUT shard` upgraded to a
-    /// connection of its own, whose bytes the receiving drive splices from the socket into
-    /// the shard file, one copy fewer than a request body (docs/peer-api.md, "Raw
-    /// uploads"). Over TLS, and to drives of earlier versions, uploads go as request
-    /// bodies either way. Default: true.
+    /// connection of its own, whose bytes the receiving drive reads straight into the
+    /// shard file's aligned buffer (`direct_io`) or splices from the socket into the file,
+    /// one copy fewer than a request body (docs/peer-api.md, "Raw uploads"). Over TLS,
+    /// and to drives of earlier versions, uploads go as request bodies either way.
+    /// Default: true.
     pub raw_shard_uploads: bool,
     /// The smallest shard file sent as a raw upload; smaller ones go as request bodies on
     /// kept-alive connections (a raw upload's upgrade costs more than the copy it saves

@@ -19,7 +19,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 
 use oed_model::record::FileId;
@@ -38,6 +38,8 @@ pub(super) struct Files {
     placements: Mutex<Placements>,
     /// Directory fsyncs run for uploads since the start.
     dir_syncs: Arc<AtomicU64>,
+    /// The file system refused `O_DIRECT` (`direct_io`): later uploads do not ask for it.
+    direct_refused: AtomicBool,
 }
 
 #[derive(Debug)]
@@ -115,7 +117,19 @@ impl Files {
             syncs: Mutex::new(HashMap::new()),
             placements: Mutex::new(Placements::default()),
             dir_syncs: Arc::new(AtomicU64::new(0)),
+            direct_refused: AtomicBool::new(false),
         })
+    }
+
+    /// Whether the file system has refused `O_DIRECT` to an upload.
+    pub(super) fn direct_refused(&self) -> bool {
+        self.direct_refused.load(Ordering::Relaxed)
+    }
+
+    /// Notes that the file system refused `O_DIRECT`: later uploads go through the page
+    /// cache from the start (and a raw upload is spliced where it can be).
+    pub(super) fn refuse_direct(&self) {
+        self.direct_refused.store(true, Ordering::Relaxed);
     }
 
     /// Directory fsyncs run for uploads since the start.

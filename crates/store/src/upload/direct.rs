@@ -191,6 +191,9 @@ pub(super) async fn receive(
         if file.direct.is_some() {
             received.fetch_add(1, Ordering::Relaxed);
         }
+        // Where `O_DIRECT` is refused: what each read leaves of this buffer's room is
+        // read into by the next, so small reads share an allocation (not one each).
+        let mut spare = BytesMut::new();
         while pos < file_len {
             let left = usize::try_from(file_len - pos).unwrap_or(usize::MAX);
             let n = match file.direct.as_mut() {
@@ -200,7 +203,7 @@ pub(super) async fn receive(
                     file.len += n as u64;
                     n
                 }
-                None => read_piece(file, up, &mut check, left).await?,
+                None => read_piece(file, up, &mut check, &mut spare, left).await?,
             };
             if n == 0 {
                 break;
@@ -215,23 +218,28 @@ pub(super) async fn receive(
     super::splice::after_file(up, check, tail, pos == file_len, limit, with_tail).await
 }
 
-/// Reads at most `max` bytes of the file from `up` into a buffer of its own, checks them
-/// and queues them for `file`, for a file written through the page cache; returns how
-/// many (0: the connection ended).
+/// Reads at most `max` bytes of the file from `up` into the room left in `spare` (a new
+/// buffer of [`oed_model::config::READ_BUFFER_MAX`] when little is left), checks them and
+/// queues them for `file`, for a file written through the page cache; returns how many
+/// (0: the connection ended). The pieces of one buffer share its allocation, so an
+/// upload holds about what is queued, however small its reads.
 async fn read_piece(
     file: &mut UploadFile,
     up: &mut RawUpload,
     check: &mut BodyCheck,
+    spare: &mut BytesMut,
     max: usize,
 ) -> Result<usize> {
-    let mut piece = BytesMut::with_capacity(max.min(oed_model::config::READ_BUFFER_MAX));
-    let want = piece.capacity().min(max);
+    if spare.capacity() < DIRECT_ALIGN {
+        *spare = BytesMut::with_capacity(oed_model::config::READ_BUFFER_MAX);
+    }
+    let want = spare.capacity().min(max);
     let n = up
-        .read_buf(&mut (&mut piece).limit(want))
+        .read_buf(&mut (&mut *spare).limit(want))
         .await
         .map_err(|e| Error::BodyBroken(e.to_string()))?;
     if n > 0 {
-        let piece: Bytes = piece.freeze();
+        let piece: Bytes = spare.split().freeze();
         check.feed(&piece)?;
         file.push(piece);
     }

@@ -501,6 +501,7 @@ struct UploadFile {
 
 impl UploadFile {
     fn new(files: Arc<files::Files>, direct_io: bool, pool: Arc<pool::Pool>) -> Self {
+        let want_direct = direct_io && !files.direct_refused();
         Self {
             path: None,
             id: None,
@@ -515,7 +516,7 @@ impl UploadFile {
             reused_len: None,
             header: None,
             direct: None,
-            want_direct: direct_io,
+            want_direct,
             direct_stage: DIRECT_STAGE,
         }
     }
@@ -577,7 +578,7 @@ impl UploadFile {
                     return Ok(f);
                 }
                 Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
-                    direct::refused(&e);
+                    self.refused_direct(&e);
                     // The refusal may come after the file was made: it is ours either
                     // way (its number is new), so the second open may find it there.
                     if create {
@@ -588,6 +589,15 @@ impl UploadFile {
             }
         }
         options.open(path)
+    }
+
+    /// Logs (once) and remembers for the drive's later uploads that the file system
+    /// refused `O_DIRECT`.
+    fn refused_direct(&self, e: &std::io::Error) {
+        direct::refused(e);
+        if let Some(files) = &self.files {
+            files.refuse_direct();
+        }
     }
 
     /// Writes the pending pieces, creating the file at the first call. Blocks.
@@ -608,7 +618,7 @@ impl UploadFile {
                 if e.raw_os_error() != Some(libc::EINVAL) {
                     return Err(e);
                 }
-                direct::refused(&e);
+                self.refused_direct(&e);
                 f = self.leave_direct()?;
             }
         }
@@ -619,7 +629,7 @@ impl UploadFile {
                     // Some file systems take the flag and refuse the writes: go on
                     // through the page cache from the bytes not yet written.
                     Err((taken, e)) if e.raw_os_error() == Some(libc::EINVAL) => {
-                        direct::refused(&e);
+                        self.refused_direct(&e);
                         f = self.leave_direct()?;
                         f.write_all(&p[taken..])?;
                         break;
