@@ -10,7 +10,8 @@ use std::time::{Duration, Instant};
 use futures_util::StreamExt;
 use oed_model::drive::{Drive, ErrorCode};
 use oed_tests::{
-    Daemon, body, bytes, chunk_bytes, files_under, read_shard, record, shard_file, upload,
+    Daemon, body, bytes, chunk_bytes, files_under, raw_uploads_read_back, read_shard, record,
+    shard_file, upload,
 };
 
 use oed_tests::runtime as rt;
@@ -122,18 +123,28 @@ impl SmallFs {
             return Err("not running as root".into());
         }
         let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
-        let out = Command::new("mount")
-            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
-            .arg(dir.path())
-            .output()
-            .map_err(|e| e.to_string())?;
-        if !out.status.success() {
-            return Err(format!(
-                "mount failed: {}",
-                String::from_utf8_lossy(&out.stderr).trim()
-            ));
-        }
+        mount(
+            &["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"],
+            dir.path(),
+        )?;
         Ok(Self { dir })
+    }
+}
+
+/// Runs `mount ARGS PATH`.
+fn mount(args: &[&str], path: &std::path::Path) -> Result<(), String> {
+    let out = Command::new("mount")
+        .args(args)
+        .arg(path)
+        .output()
+        .map_err(|e| e.to_string())?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "mount failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))
     }
 }
 
@@ -222,17 +233,7 @@ impl RamFs {
             return Err("not running as root".into());
         }
         std::fs::create_dir_all(path).map_err(|e| e.to_string())?;
-        let out = Command::new("mount")
-            .args(["-t", "ramfs", "ramfs"])
-            .arg(path)
-            .output()
-            .map_err(|e| e.to_string())?;
-        if !out.status.success() {
-            return Err(format!(
-                "mount failed: {}",
-                String::from_utf8_lossy(&out.stderr).trim()
-            ));
-        }
+        mount(&["-t", "ramfs", "ramfs"], path)?;
         Ok(Self {
             path: path.to_owned(),
         })
@@ -273,32 +274,16 @@ fn raw_uploads_where_o_direct_is_refused_are_stored_byte_for_byte() {
     let _ = std::fs::remove_file(&probe);
     let d = Daemon::start(&data_dir, &["direct_io=true"]);
     let c = d.client().with_raw_uploads(true);
-    rt().block_on(async {
-        c.create_bucket("raw").await.unwrap();
-        for (i, (len, piece)) in [
-            ((3 << 20) + 5, 997),
-            (3 << 20, 100_003),
-            ((5 << 20) + 77, 1 << 20),
-            (2_095_040, 65_536),
-        ]
-        .into_iter()
-        .enumerate()
-        {
-            let data = bytes(len, i as u64 + 11);
-            let key = format!("obj{i}");
-            let rec = record("raw", &key, 1, data.len() as u64, 1, 1, 0);
-            let file = shard_file(&rec, &data);
-            let stored = c
-                .put_shard(&rec, upload(&file, piece), false)
-                .await
-                .unwrap();
-            assert_eq!(stored.record, rec);
-            assert_eq!(
-                read_shard(&c, "raw", &key).await,
-                chunk_bytes(&file),
-                "{key}"
-            );
-        }
-        assert_eq!(files_under(&data_dir.join("shards")).len(), 4);
-    });
+    let uploads = [
+        ((3 << 20) + 5, 997),
+        (3 << 20, 100_003),
+        ((5 << 20) + 77, 1 << 20),
+        (2_095_040, 65_536),
+    ];
+    rt().block_on(raw_uploads_read_back(
+        &c,
+        &data_dir.join("shards"),
+        &uploads,
+        11,
+    ));
 }

@@ -399,6 +399,38 @@ pub fn body(
     futures_util::stream::iter(pieces)
 }
 
+/// Sends shard files of the given lengths as raw uploads in pieces of the given sizes
+/// (their data seeded from `seed` on) into bucket `raw`, made here, checking that each
+/// is stored byte for byte and read back, and that `shards` then holds one file each.
+///
+/// # Panics
+/// When an upload fails, or a shard reads back other than sent.
+pub async fn raw_uploads_read_back(
+    c: &PeerClient,
+    shards: &Path,
+    uploads: &[(usize, usize)],
+    seed: u64,
+) {
+    c.create_bucket("raw").await.unwrap();
+    for (i, &(len, piece)) in uploads.iter().enumerate() {
+        let data = bytes(len, i as u64 + seed);
+        let key = format!("obj{i}");
+        let rec = record("raw", &key, 1, data.len() as u64, 1, 1, 0);
+        let file = shard_file(&rec, &data);
+        let stored = c
+            .put_shard(&rec, upload(&file, piece), false)
+            .await
+            .unwrap();
+        assert_eq!(stored.record, rec);
+        assert_eq!(
+            read_shard(c, "raw", &key).await,
+            chunk_bytes(&file),
+            "{key}"
+        );
+    }
+    assert_eq!(files_under(shards).len(), uploads.len());
+}
+
 /// Every file under `dir`, recursively.
 #[must_use]
 pub fn files_under(dir: &Path) -> Vec<PathBuf> {

@@ -10,7 +10,10 @@ use oed_model::drive::{Drive, ErrorCode};
 use oed_model::record::ObjectRecord;
 use oed_peer::PeerOp;
 use oed_peer::client::PeerClient;
-use oed_tests::{Daemon, bytes, chunk_bytes, files_under, read_shard, record, shard_file, upload};
+use oed_tests::{
+    Daemon, bytes, chunk_bytes, files_under, raw_uploads_read_back, read_shard, record, shard_file,
+    upload,
+};
 use reqwest::{Method, StatusCode};
 
 fn rt() -> tokio::runtime::Runtime {
@@ -392,36 +395,20 @@ fn raw_uploads_stored_byte_for_byte(settings: &[&str]) {
     let dir = tempfile::tempdir().unwrap();
     let d = Daemon::start(dir.path(), settings);
     let c = d.client().with_raw_uploads(true);
-    rt().block_on(async {
-        c.create_bucket("raw").await.unwrap();
-        for (i, (len, piece)) in [
-            (3 << 20, 100_003),
-            ((5 << 20) + 77, 1 << 20),
-            (70_001, 7),
-            // A file of exactly 2 MiB (511 chunks of 4 KiB and one of 1984 bytes, each
-            // with its CRC, and the header): whole 512 KiB stages, nothing left after.
-            (2_095_040, 65_536),
-        ]
-        .into_iter()
-        .enumerate()
-        {
-            let data = bytes(len, i as u64 + 1);
-            let key = format!("obj{i}");
-            let rec = record("raw", &key, 1, data.len() as u64, 1, 1, 0);
-            let file = shard_file(&rec, &data);
-            let stored = c
-                .put_shard(&rec, upload(&file, piece), false)
-                .await
-                .unwrap();
-            assert_eq!(stored.record, rec);
-            assert_eq!(
-                read_shard(&c, "raw", &key).await,
-                chunk_bytes(&file),
-                "{key}"
-            );
-        }
-        assert_eq!(files_under(&dir.path().join("shards")).len(), 4);
-    });
+    // A file of exactly 2 MiB (511 chunks of 4 KiB and one of 1984 bytes, each with its
+    // CRC, and the header): whole 512 KiB stages, nothing left after.
+    let uploads = [
+        (3 << 20, 100_003),
+        ((5 << 20) + 77, 1 << 20),
+        (70_001, 7),
+        (2_095_040, 65_536),
+    ];
+    rt().block_on(raw_uploads_read_back(
+        &c,
+        &dir.path().join("shards"),
+        &uploads,
+        1,
+    ));
 }
 
 /// A raw upload whose sender gives up halfway (its body fails) is not stored: the drive
