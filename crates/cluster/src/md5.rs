@@ -35,8 +35,9 @@ const ROUND_BLOCKS: usize = 256;
 /// How long the thread holds a piece at most for others to join it while more streams
 /// are hashing than it has pieces of. A stream needs a piece's digest only when it hands
 /// over its next piece (a whole stripe later: tens of milliseconds under load) or at its
-/// end, and it says when it starts to wait ([`WAITING`]): the thread then stops holding.
-/// So the hold costs no upload time, and it can be as long as a stream takes to bring
+/// end, and it says when it starts to wait ([`WAITING`]): the thread then stops holding
+/// within [`WAIT_GRACE`], and after [`FRUITLESS_HOLDS`] holds that no piece joined. So
+/// the hold costs an upload little time, and it can be as long as a stream takes to bring
 /// its next stripe at a drive's rate; hashed together, the pieces cost a fraction of the
 /// CPU time they cost alone (`docs/s3.md`, "MD5 in lanes").
 const GATHER_WAIT: Duration = Duration::from_millis(50);

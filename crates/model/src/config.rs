@@ -183,9 +183,10 @@ pub struct Config {
     /// `avx512` or `neon`. One this CPU does not run is refused at start. Default: auto.
     pub md5_kernel: String,
     /// How long the hashing thread holds a piece at most, waiting for more streams to
-    /// fill its lanes, in milliseconds (0 to 1000; 0 never waits). It stops holding as
-    /// soon as an upload waits for a digest, so the hold never delays an upload: set it
-    /// to about the time an upload takes to bring its next stripe. Default: 50.
+    /// fill its lanes, in milliseconds (0 to 1000; 0 never waits). It stops holding
+    /// within 4 ms of an upload's starting to wait for a digest, and after two holds in
+    /// a row that no other piece joined, so the hold delays an upload by 4 ms at most:
+    /// set it to about the time an upload takes to bring its next stripe. Default: 50.
     pub md5_gather_ms: u64,
     /// Memory for the object data of the GETs and PUTs this drive coordinates, in bytes.
     /// Each holds about two stripes' worth while it runs (a 4 MiB GET of a 4+2 profile
